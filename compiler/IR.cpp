@@ -1,0 +1,197 @@
+//===- IR.cpp - headroom's intermediate representation --------------------===//
+#include "compiler/IR.h"
+
+#include "llvm/ADT/STLExtras.h"
+
+#include <cassert>
+
+using namespace headroom;
+
+llvm::StringRef headroom::stateKindName(StateKind k) {
+  switch (k) {
+  case StateKind::Param: return "param";
+  case StateKind::Frozen: return "frozen";
+  }
+  llvm_unreachable("unknown state kind");
+}
+
+llvm::Optional<StateKind> headroom::parseStateKind(llvm::StringRef s) {
+  if (s == "param")
+    return StateKind::Param;
+  if (s == "frozen")
+    return StateKind::Frozen;
+  return llvm::None;
+}
+
+//===----------------------------------------------------------------------===//
+// Value and Node
+//===----------------------------------------------------------------------===//
+
+void Value::removeUser(Node *n) {
+  auto it = llvm::find(Users, n);
+  assert(it != Users.end() && "use list out of sync");
+  Users.erase(it);
+}
+
+void Value::replaceAllUsesWith(Value *v) {
+  assert(v != this && "replacing a value with itself");
+  while (!Users.empty()) {
+    Node *user = Users.back();
+    for (unsigned i = 0; i < user->numOperands(); ++i)
+      if (user->operand(i) == this)
+        user->setOperand(i, v);
+  }
+}
+
+Node::~Node() {
+  for (Value *v : Operands)
+    if (v)
+      v->removeUser(this);
+}
+
+void Node::setOperand(unsigned i, Value *v) {
+  if (Operands[i])
+    Operands[i]->removeUser(this);
+  Operands[i] = v;
+  if (v)
+    v->Users.push_back(this);
+}
+
+const Attribute *Node::attr(llvm::StringRef name) const {
+  auto it = Attrs.find(name.str());
+  return it == Attrs.end() ? nullptr : &it->second;
+}
+
+int64_t Node::intAttr(llvm::StringRef name, int64_t dflt) const {
+  const Attribute *a = attr(name);
+  return a && a->kind() == Attribute::Kind::Int ? a->asInt() : dflt;
+}
+
+double Node::floatAttr(llvm::StringRef name, double dflt) const {
+  const Attribute *a = attr(name);
+  if (!a)
+    return dflt;
+  if (a->kind() == Attribute::Kind::Float || a->kind() == Attribute::Kind::Int)
+    return a->asFloat();
+  return dflt;
+}
+
+std::string Node::stringAttr(llvm::StringRef name,
+                             llvm::StringRef dflt) const {
+  const Attribute *a = attr(name);
+  return a && a->kind() == Attribute::Kind::String ? a->asString()
+                                                   : dflt.str();
+}
+
+void Node::erase() {
+  for (Value *r : Results) {
+    (void)r;
+    assert(!r->hasUses() && "erasing a node whose results are still used");
+  }
+  Parent->nodes().erase(getIterator());
+}
+
+//===----------------------------------------------------------------------===//
+// Function
+//===----------------------------------------------------------------------===//
+
+Function::~Function() {
+  // Nodes drop their operands' use entries as they die; clear them before the
+  // value pool goes so that no node touches a freed value.
+  Nodes.clear();
+}
+
+Value *Function::addArgument(TensorType type, std::string name) {
+  ValuePool.push_back(std::unique_ptr<Value>(
+      new Value(std::move(type), std::move(name), nullptr, Args.size())));
+  Args.push_back(ValuePool.back().get());
+  return Args.back();
+}
+
+Node *Function::returnNode() const {
+  if (Nodes.empty())
+    return nullptr;
+  const Node &last = Nodes.back();
+  return last.info()->has(opflags::Terminator) ? const_cast<Node *>(&last)
+                                               : nullptr;
+}
+
+llvm::ArrayRef<Value *> Function::returnValues() const {
+  Node *ret = returnNode();
+  return ret ? ret->operands() : llvm::ArrayRef<Value *>();
+}
+
+Node *Function::createNode(llvm::StringRef op, llvm::ArrayRef<Value *> operands,
+                           llvm::ArrayRef<TensorType> resultTypes,
+                           AttributeMap attrs, StateSlot *state,
+                           Node *before) {
+  const OpInfo *info = lookupOp(op);
+  assert(info && "creating a node of an unregistered op");
+  Node *n = new Node();
+  n->Op = op.str();
+  n->Info = info;
+  n->Parent = this;
+  n->State = state;
+  n->Attrs = std::move(attrs);
+  n->Operands.resize(operands.size(), nullptr);
+  for (unsigned i = 0; i < operands.size(); ++i)
+    n->setOperand(i, operands[i]);
+  for (unsigned i = 0; i < resultTypes.size(); ++i) {
+    ValuePool.push_back(
+        std::unique_ptr<Value>(new Value(resultTypes[i], "", n, i)));
+    n->Results.push_back(ValuePool.back().get());
+  }
+  if (before)
+    Nodes.insert(before->getIterator(), n);
+  else
+    Nodes.push_back(n);
+  return n;
+}
+
+Value *Builder::constant(Tensor t) {
+  TensorType type = t.type();
+  AttributeMap attrs;
+  attrs["value"] = Attribute::getTensor(std::move(t));
+  return createValue("Constant", {}, type, std::move(attrs));
+}
+
+Value *Builder::read(StateSlot *s) {
+  return create("Read", {}, {s->type()}, {}, s)->result(0);
+}
+
+//===----------------------------------------------------------------------===//
+// Module
+//===----------------------------------------------------------------------===//
+
+StateSlot *Module::addState(std::string name, TensorType type,
+                            StateKind kind) {
+  assert(!lookupState(name) && "duplicate state slot");
+  States.push_back(
+      std::make_unique<StateSlot>(std::move(name), std::move(type), kind));
+  return States.back().get();
+}
+
+StateSlot *Module::lookupState(llvm::StringRef name) const {
+  for (const auto &s : States)
+    if (s->name() == name)
+      return s.get();
+  return nullptr;
+}
+
+void Module::eraseState(StateSlot *s) {
+  auto it = llvm::find_if(States, [&](const auto &p) { return p.get() == s; });
+  assert(it != States.end() && "erasing a state slot of another module");
+  States.erase(it);
+}
+
+Function *Module::addFunction(std::string name) {
+  Functions.push_back(std::make_unique<Function>(this, std::move(name)));
+  return Functions.back().get();
+}
+
+Function *Module::lookupFunction(llvm::StringRef name) const {
+  for (const auto &f : Functions)
+    if (f->name() == name)
+      return f.get();
+  return nullptr;
+}

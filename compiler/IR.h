@@ -1,0 +1,230 @@
+//===- IR.h - headroom's intermediate representation ----------------------===//
+//
+// A Module holds state slots (what persists across training steps: parameters,
+// frozen weights, later optimizer moments and accumulators) and functions. A
+// Function is an SSA graph in a fixed order: arguments, then a list of nodes,
+// the last of which is `return`. Every value has a static TensorType.
+//
+// Functions read state only through `Read` nodes and write it only through
+// update nodes (ops whose OpInfo says they write state, e.g. `Assign`); the
+// planner lowers those writes to in-place updates. Nodes refer to state slots
+// directly, so a node has value operands and at most one state operand.
+//
+// Use lists are kept up to date by every mutation that goes through Node's API,
+// so passes can ask `value->users()` and call `replaceAllUsesWith`.
+//
+//===----------------------------------------------------------------------===//
+#ifndef HEADROOM_COMPILER_IR_H
+#define HEADROOM_COMPILER_IR_H
+
+#include "compiler/Attribute.h"
+#include "compiler/OpInfo.h"
+#include "compiler/Types.h"
+
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/ilist.h"
+#include "llvm/ADT/ilist_node.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace headroom {
+
+class Function;
+class Node;
+
+/// What a state slot holds. Parameters are trained; frozen slots are constant
+/// weights that still live in state (they come from the model's initializers).
+enum class StateKind { Param, Frozen };
+llvm::StringRef stateKindName(StateKind k);
+llvm::Optional<StateKind> parseStateKind(llvm::StringRef s);
+
+class StateSlot {
+public:
+  StateSlot(std::string name, TensorType type, StateKind kind)
+      : Name(std::move(name)), Type(std::move(type)), Kind(kind) {}
+  const std::string &name() const { return Name; }
+  const TensorType &type() const { return Type; }
+  StateKind kind() const { return Kind; }
+  void setKind(StateKind k) { Kind = k; }
+
+private:
+  std::string Name;
+  TensorType Type;
+  StateKind Kind;
+};
+
+/// An SSA value: a function argument or a node result.
+class Value {
+public:
+  const TensorType &type() const { return Type; }
+  void setType(TensorType t) { Type = std::move(t); }
+  /// A name hint: the printer uses it when it is unique, and the ONNX name for
+  /// imported values. Function arguments are matched to data by this name.
+  const std::string &name() const { return Name; }
+  void setName(std::string n) { Name = std::move(n); }
+
+  /// The node that defines this value, or null for a function argument.
+  Node *definingNode() const { return Def; }
+  unsigned resultIndex() const { return Index; }
+  bool isArgument() const { return Def == nullptr; }
+
+  /// Nodes that use this value, once per use, in no particular order.
+  llvm::ArrayRef<Node *> users() const { return Users; }
+  bool hasUses() const { return !Users.empty(); }
+  /// Makes every user of this value use `v` instead.
+  void replaceAllUsesWith(Value *v);
+
+private:
+  friend class Function;
+  friend class Node;
+  Value(TensorType type, std::string name, Node *def, unsigned index)
+      : Type(std::move(type)), Name(std::move(name)), Def(def), Index(index) {}
+  void removeUser(Node *n);
+
+  TensorType Type;
+  std::string Name;
+  Node *Def;
+  unsigned Index;
+  llvm::SmallVector<Node *, 2> Users;
+};
+
+class Node : public llvm::ilist_node<Node> {
+public:
+  ~Node();
+  const std::string &op() const { return Op; }
+  const OpInfo *info() const { return Info; }
+  Function *parent() const { return Parent; }
+
+  unsigned numOperands() const { return Operands.size(); }
+  /// Operand i; null where an optional ONNX input is absent.
+  Value *operand(unsigned i) const { return Operands[i]; }
+  llvm::ArrayRef<Value *> operands() const { return Operands; }
+  void setOperand(unsigned i, Value *v);
+
+  unsigned numResults() const { return Results.size(); }
+  Value *result(unsigned i) const { return Results[i]; }
+  llvm::ArrayRef<Value *> results() const { return Results; }
+
+  /// The state slot a Read reads or an update op writes; null otherwise.
+  StateSlot *state() const { return State; }
+
+  const AttributeMap &attrs() const { return Attrs; }
+  const Attribute *attr(llvm::StringRef name) const;
+  int64_t intAttr(llvm::StringRef name, int64_t dflt) const;
+  double floatAttr(llvm::StringRef name, double dflt) const;
+  std::string stringAttr(llvm::StringRef name, llvm::StringRef dflt) const;
+  void setAttr(llvm::StringRef name, Attribute a) { Attrs[name.str()] = a; }
+
+  /// Drops every operand (updating use lists) and unlinks and deletes this
+  /// node. Its results must have no uses left.
+  void erase();
+
+private:
+  friend class Function;
+  Node() = default;
+
+  std::string Op;
+  const OpInfo *Info = nullptr;
+  Function *Parent = nullptr;
+  llvm::SmallVector<Value *, 3> Operands;
+  llvm::SmallVector<Value *, 1> Results;
+  StateSlot *State = nullptr;
+  AttributeMap Attrs;
+};
+
+class Module;
+
+class Function {
+public:
+  using NodeList = llvm::iplist<Node>;
+
+  Function(Module *parent, std::string name)
+      : Parent(parent), Name(std::move(name)) {}
+  Function(const Function &) = delete;
+  ~Function();
+
+  const std::string &name() const { return Name; }
+  Module *parent() const { return Parent; }
+
+  Value *addArgument(TensorType type, std::string name);
+  llvm::ArrayRef<Value *> arguments() const { return Args; }
+
+  NodeList &nodes() { return Nodes; }
+  const NodeList &nodes() const { return Nodes; }
+  /// The terminating `return` node, or null while the function is built.
+  Node *returnNode() const;
+  /// Values the function returns (operands of its `return`).
+  llvm::ArrayRef<Value *> returnValues() const;
+
+  /// Creates a node before `before` (or at the end when null). `op` must be in
+  /// the op registry, `resultTypes` gives the results.
+  Node *createNode(llvm::StringRef op, llvm::ArrayRef<Value *> operands,
+                   llvm::ArrayRef<TensorType> resultTypes,
+                   AttributeMap attrs = {}, StateSlot *state = nullptr,
+                   Node *before = nullptr);
+
+private:
+  Module *Parent;
+  std::string Name;
+  llvm::SmallVector<Value *, 4> Args;
+  NodeList Nodes;
+  // Owns every value ever created here (results of erased nodes included; they
+  // are unreachable and cost a few bytes until the function dies).
+  std::vector<std::unique_ptr<Value>> ValuePool;
+};
+
+/// Inserts nodes at a fixed point of a function; what passes use to build IR.
+class Builder {
+public:
+  explicit Builder(Function &f, Node *before = nullptr)
+      : F(f), Before(before) {}
+  void setInsertionPoint(Node *before) { Before = before; }
+
+  Node *create(llvm::StringRef op, llvm::ArrayRef<Value *> operands,
+               llvm::ArrayRef<TensorType> resultTypes, AttributeMap attrs = {},
+               StateSlot *state = nullptr) {
+    return F.createNode(op, operands, resultTypes, std::move(attrs), state,
+                        Before);
+  }
+  /// A single-result node; returns its result.
+  Value *createValue(llvm::StringRef op, llvm::ArrayRef<Value *> operands,
+                     const TensorType &type, AttributeMap attrs = {}) {
+    return create(op, operands, {type}, std::move(attrs))->result(0);
+  }
+  Value *constant(Tensor t);
+  Value *read(StateSlot *s);
+
+private:
+  Function &F;
+  Node *Before;
+};
+
+/// The unit of compilation: state slots and functions, both in creation order.
+class Module {
+public:
+  Module() = default;
+  Module(const Module &) = delete;
+
+  StateSlot *addState(std::string name, TensorType type, StateKind kind);
+  StateSlot *lookupState(llvm::StringRef name) const;
+  llvm::ArrayRef<std::unique_ptr<StateSlot>> states() const { return States; }
+  /// Removes a slot no node refers to any more.
+  void eraseState(StateSlot *s);
+
+  Function *addFunction(std::string name);
+  Function *lookupFunction(llvm::StringRef name) const;
+  llvm::ArrayRef<std::unique_ptr<Function>> functions() const {
+    return Functions;
+  }
+
+private:
+  std::vector<std::unique_ptr<StateSlot>> States;
+  std::vector<std::unique_ptr<Function>> Functions;
+};
+
+} // namespace headroom
+
+#endif // HEADROOM_COMPILER_IR_H

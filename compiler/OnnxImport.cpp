@@ -1,0 +1,863 @@
+//===- OnnxImport.cpp - ONNX model -> IR ----------------------------------===//
+//
+// The import runs in three stages on the ModelProto, then translates it:
+//   1. parse and check (protobuf, opset range, ONNX's checker);
+//   2. bind dynamic input dimensions from the user's --batch / --shape;
+//   3. until every value has a static shape: expand function ops that are not
+//      headroom primitives, run ONNX shape inference with data propagation,
+//      and fold nodes whose inputs are constants (or Shape/Size of a static
+//      value) into Constant nodes.
+// ONNX reports errors by throwing; this file is the only place headroom
+// catches exceptions, and it turns each into an llvm::Error.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/OnnxImport.h"
+
+#include "compiler/ConstantFolding.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <onnx/checker.h>
+#include <onnx/defs/schema.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <google/protobuf/io/coded_stream.h>
+
+#include <climits>
+#include <fstream>
+
+using namespace headroom;
+using llvm::Error;
+using llvm::Expected;
+
+namespace {
+
+Error err(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+/// `node 'name' (op 'Gemm')`, or `node #12 (op 'Gemm')` when it has no name.
+std::string nodeLabel(const onnx::NodeProto &n, int index) {
+  std::string s = n.name().empty() ? "node #" + std::to_string(index)
+                                   : "node '" + n.name() + "'";
+  return s + " (op '" + n.op_type() + "')";
+}
+
+bool isDefaultDomain(const std::string &d) {
+  return d.empty() || d == "ai.onnx";
+}
+
+//===----------------------------------------------------------------------===//
+// Tensors
+//===----------------------------------------------------------------------===//
+
+bool isExternal(const onnx::TensorProto &t) {
+  return t.data_location() == onnx::TensorProto::EXTERNAL;
+}
+
+Expected<TensorType> tensorProtoType(const onnx::TensorProto &t) {
+  auto dt = dtypeFromOnnx(t.data_type());
+  if (!dt)
+    return err("tensor '" + t.name() + "' has unsupported element type " +
+               onnx::TensorProto::DataType_Name(
+                   static_cast<onnx::TensorProto::DataType>(t.data_type())));
+  llvm::SmallVector<int64_t, 4> dims;
+  for (int64_t d : t.dims()) {
+    if (d < 0)
+      return err("tensor '" + t.name() + "' has negative dimension " +
+                 llvm::Twine(d));
+    dims.push_back(d);
+  }
+  return TensorType(*dt, dims);
+}
+
+/// Reads an external-data tensor's bytes (small tensors only: shape constants
+/// and the like; float weights are never read).
+Expected<std::vector<uint8_t>> readExternal(const onnx::TensorProto &t,
+                                            llvm::StringRef modelDir,
+                                            uint64_t size) {
+  std::string location;
+  uint64_t offset = 0;
+  for (const auto &kv : t.external_data()) {
+    if (kv.key() == "location")
+      location = kv.value();
+    else if (kv.key() == "offset")
+      offset = std::strtoull(kv.value().c_str(), nullptr, 10);
+  }
+  llvm::SmallString<256> path(modelDir);
+  llvm::sys::path::append(path, location);
+  std::ifstream in(path.c_str(), std::ios::binary);
+  std::vector<uint8_t> bytes(size);
+  if (!in || !in.seekg(offset) ||
+      !in.read(reinterpret_cast<char *>(bytes.data()), size))
+    return err("cannot read " + llvm::Twine(size) + " bytes at offset " +
+               llvm::Twine(offset) + " of external data file '" + path +
+               "' for tensor '" + t.name() + "'");
+  return bytes;
+}
+
+Expected<Tensor> tensorFromProto(const onnx::TensorProto &t,
+                                 llvm::StringRef modelDir) {
+  auto type = tensorProtoType(t);
+  if (!type)
+    return type.takeError();
+  uint64_t size = type->sizeInBytes();
+  if (isExternal(t)) {
+    auto bytes = readExternal(t, modelDir, size);
+    if (!bytes)
+      return bytes.takeError();
+    return Tensor(*type, std::move(*bytes));
+  }
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != size)
+      return err("tensor '" + t.name() + "' has " +
+                 llvm::Twine(t.raw_data().size()) + " bytes of data; its type " +
+                 type->str() + " needs " + llvm::Twine(size));
+    const auto *p = reinterpret_cast<const uint8_t *>(t.raw_data().data());
+    return Tensor(*type, std::vector<uint8_t>(p, p + size));
+  }
+  int64_t n = type->numElements();
+  Tensor out(*type);
+  auto countError = [&](int have) {
+    return err("tensor '" + t.name() + "' has " + llvm::Twine(have) +
+               " elements; its type " + type->str() + " needs " +
+               llvm::Twine(n));
+  };
+  switch (type->dtype()) {
+  case DType::F32:
+    if (t.float_data_size() != n)
+      return countError(t.float_data_size());
+    for (int64_t i = 0; i < n; ++i)
+      out.setDouble(i, t.float_data(i));
+    break;
+  case DType::F64:
+    if (t.double_data_size() != n)
+      return countError(t.double_data_size());
+    for (int64_t i = 0; i < n; ++i)
+      out.setDouble(i, t.double_data(i));
+    break;
+  case DType::I64:
+    if (t.int64_data_size() != n)
+      return countError(t.int64_data_size());
+    for (int64_t i = 0; i < n; ++i)
+      out.setInt(i, t.int64_data(i));
+    break;
+  case DType::U32:
+  case DType::U64:
+    if (t.uint64_data_size() != n)
+      return countError(t.uint64_data_size());
+    for (int64_t i = 0; i < n; ++i)
+      out.setInt(i, static_cast<int64_t>(t.uint64_data(i)));
+    break;
+  case DType::F16:
+  case DType::BF16: {
+    // 16-bit floats are stored as their bit patterns in int32_data.
+    if (t.int32_data_size() != n)
+      return countError(t.int32_data_size());
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t bits = static_cast<uint16_t>(t.int32_data(i));
+      std::memcpy(out.data() + 2 * i, &bits, 2);
+    }
+    break;
+  }
+  default: // i8, i16, i32, u8, u16, bool
+    if (t.int32_data_size() != n)
+      return countError(t.int32_data_size());
+    for (int64_t i = 0; i < n; ++i)
+      out.setInt(i, t.int32_data(i));
+    break;
+  }
+  return out;
+}
+
+onnx::TensorProto tensorToProto(const Tensor &t, const std::string &name) {
+  onnx::TensorProto p;
+  p.set_name(name);
+  p.set_data_type(dtypeToOnnx(t.type().dtype()));
+  for (int64_t d : t.type().shape())
+    p.add_dims(d);
+  p.set_raw_data(t.bytes().data(), t.bytes().size());
+  return p;
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+Expected<Attribute> attributeFromProto(const onnx::AttributeProto &a,
+                                       const onnx::NodeProto &node,
+                                       llvm::StringRef modelDir) {
+  using AP = onnx::AttributeProto;
+  switch (a.type()) {
+  case AP::INT:
+    if (node.op_type() == "Cast" && a.name() == "to") {
+      auto dt = dtypeFromOnnx(static_cast<int>(a.i()));
+      if (!dt)
+        return err("Cast to unsupported element type " + llvm::Twine(a.i()));
+      return Attribute::getType(*dt);
+    }
+    return Attribute::getInt(a.i());
+  case AP::FLOAT: return Attribute::getFloat(a.f());
+  case AP::STRING: return Attribute::getString(a.s());
+  case AP::INTS:
+    return Attribute::getInts(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
+  case AP::FLOATS:
+    return Attribute::getFloats(
+        std::vector<double>(a.floats().begin(), a.floats().end()));
+  case AP::STRINGS:
+    return Attribute::getStrings(
+        std::vector<std::string>(a.strings().begin(), a.strings().end()));
+  case AP::TENSOR: {
+    auto t = tensorFromProto(a.t(), modelDir);
+    if (!t)
+      return t.takeError();
+    return Attribute::getTensor(std::move(*t));
+  }
+  default:
+    return err("attribute '" + a.name() + "' has unsupported kind " +
+               AP::AttributeType_Name(a.type()));
+  }
+}
+
+/// The tensor a Constant node produces (its `value` or `value_*` attribute).
+Expected<Tensor> constantNodeValue(const onnx::NodeProto &n,
+                                   llvm::StringRef modelDir) {
+  if (n.attribute_size() != 1)
+    return err("Constant needs exactly one value attribute");
+  const onnx::AttributeProto &a = n.attribute(0);
+  if (a.name() == "value")
+    return tensorFromProto(a.t(), modelDir);
+  if (a.name() == "value_float")
+    return Tensor::fromDoubles(DType::F32, {}, {a.f()});
+  if (a.name() == "value_floats") {
+    std::vector<double> v(a.floats().begin(), a.floats().end());
+    return Tensor::fromDoubles(DType::F32, {int64_t(v.size())}, v);
+  }
+  if (a.name() == "value_int")
+    return Tensor::fromInts(DType::I64, {}, {a.i()});
+  if (a.name() == "value_ints") {
+    std::vector<int64_t> v(a.ints().begin(), a.ints().end());
+    return Tensor::fromInts(DType::I64, {int64_t(v.size())}, v);
+  }
+  return err("Constant attribute '" + a.name() + "' is not supported");
+}
+
+//===----------------------------------------------------------------------===//
+// Types from shape inference
+//===----------------------------------------------------------------------===//
+
+/// A value's type when ONNX knows it completely, else None.
+llvm::Optional<TensorType> staticType(const onnx::TypeProto &t) {
+  if (!t.has_tensor_type() || !t.tensor_type().has_shape())
+    return llvm::None;
+  auto dt = dtypeFromOnnx(t.tensor_type().elem_type());
+  if (!dt)
+    return llvm::None;
+  llvm::SmallVector<int64_t, 4> dims;
+  for (const auto &d : t.tensor_type().shape().dim()) {
+    if (!d.has_dim_value() || d.dim_value() < 0)
+      return llvm::None;
+    dims.push_back(d.dim_value());
+  }
+  return TensorType(*dt, dims);
+}
+
+//===----------------------------------------------------------------------===//
+// The importer
+//===----------------------------------------------------------------------===//
+
+class Importer {
+public:
+  Importer(onnx::ModelProto &model, llvm::StringRef name,
+           llvm::StringRef modelDir, const ImportOptions &options)
+      : Model(model), Graph(*model.mutable_graph()), Name(name.str()),
+        ModelDir(modelDir.str()), Options(options) {}
+
+  Expected<std::unique_ptr<Module>> run();
+
+private:
+  Error checkModel();
+  Error bindInputs();
+  Error makeShapesStatic();
+  Expected<bool> expandFunctions();
+  Error inferShapes();
+  Expected<bool> foldConstants();
+  Expected<std::unique_ptr<Module>> translate();
+
+  Error fail(const llvm::Twine &msg) { return err(Name + ": " + msg); }
+  Error failAt(const onnx::NodeProto &n, int index, const llvm::Twine &msg) {
+    return err(Name + ": " + nodeLabel(n, index) + ": " + msg);
+  }
+
+  onnx::ModelProto &Model;
+  onnx::GraphProto &Graph;
+  std::string Name, ModelDir;
+  const ImportOptions &Options;
+  int Opset = 0;
+  llvm::StringSet<> Initializers;
+  /// Static types of every value ONNX inferred, by name.
+  llvm::StringMap<TensorType> Types;
+  unsigned ExpansionCount = 0;
+};
+
+Error Importer::checkModel() {
+  if (!Model.has_graph() || Graph.node_size() == 0)
+    return fail("not an ONNX model with a graph (the file may be truncated, "
+                "empty or not ONNX)");
+  for (const auto &op : Model.opset_import())
+    if (isDefaultDomain(op.domain()))
+      Opset = static_cast<int>(op.version());
+  if (Opset == 0)
+    return fail("the model does not import the default ONNX opset");
+  if (Opset < kMinOpset || Opset > kMaxOpset)
+    return fail("opset " + llvm::Twine(Opset) +
+                " is outside the supported range " + llvm::Twine(kMinOpset) +
+                ".." + llvm::Twine(kMaxOpset) +
+                " (re-export with torch.onnx.export(..., opset_version=17))");
+  if (Model.ir_version() < 3 || Model.ir_version() > onnx::IR_VERSION)
+    return fail("IR version " + llvm::Twine(Model.ir_version()) +
+                " is not supported (expected 3.." +
+                llvm::Twine(int(onnx::IR_VERSION)) + ")");
+  try {
+    // check_model(ModelProto) cannot be told where the model lives, which
+    // external data needs; this is its body with the model directory set.
+    onnx::checker::CheckerContext ctx;
+    ctx.set_model_dir(ModelDir);
+    ctx.set_ir_version(static_cast<int>(Model.ir_version()));
+    std::unordered_map<std::string, int> opsets;
+    for (const auto &op : Model.opset_import())
+      opsets[op.domain()] = static_cast<int>(op.version());
+    ctx.set_opset_imports(opsets);
+    onnx::checker::LexicalScopeContext lex;
+    onnx::checker::check_graph(Graph, ctx, lex);
+    if (Model.ir_version() >= 8)
+      onnx::checker::check_model_local_functions(Model, ctx, lex);
+  } catch (const std::exception &e) {
+    return fail(llvm::StringRef(e.what()).split('\n').first.trim() +
+                " (ONNX checker)");
+  }
+  for (const auto &t : Graph.initializer())
+    Initializers.insert(t.name());
+  return Error::success();
+}
+
+Error Importer::bindInputs() {
+  llvm::StringSet<> inputNames;
+  for (onnx::ValueInfoProto &in : *Graph.mutable_input()) {
+    if (Initializers.count(in.name()))
+      continue;
+    inputNames.insert(in.name());
+    if (!in.type().has_tensor_type() || !in.type().tensor_type().has_shape())
+      return fail("input '" + in.name() + "' is not a tensor with a shape");
+    auto *shape = in.mutable_type()->mutable_tensor_type()->mutable_shape();
+    auto given = Options.Shapes.find(in.name());
+    if (given != Options.Shapes.end()) {
+      const std::vector<int64_t> &dims = given->second;
+      if (static_cast<int>(dims.size()) != shape->dim_size())
+        return fail("--shape " + in.name() + "=" + shapeString(dims) +
+                    " has rank " + llvm::Twine(dims.size()) +
+                    " but the model's input '" + in.name() + "' has rank " +
+                    llvm::Twine(shape->dim_size()));
+      for (int i = 0; i < shape->dim_size(); ++i) {
+        auto *d = shape->mutable_dim(i);
+        if (d->has_dim_value() && d->dim_value() != dims[i])
+          return fail("--shape " + in.name() + "=" + shapeString(dims) +
+                      " contradicts the model: dimension " + llvm::Twine(i) +
+                      " of input '" + in.name() + "' is " +
+                      llvm::Twine(d->dim_value()));
+        d->set_dim_value(dims[i]);
+      }
+      continue;
+    }
+    for (int i = 0; i < shape->dim_size(); ++i) {
+      auto *d = shape->mutable_dim(i);
+      if (d->has_dim_value() && d->dim_value() >= 0) {
+        if (i == 0 && Options.Batch && d->dim_value() != Options.Batch)
+          return fail("--batch " + llvm::Twine(Options.Batch) +
+                      " contradicts the model: input '" + in.name() +
+                      "' has a fixed leading dimension " +
+                      llvm::Twine(d->dim_value()));
+        continue;
+      }
+      if (i == 0 && Options.Batch) {
+        d->set_dim_value(Options.Batch);
+        continue;
+      }
+      std::string sym = d->has_dim_param() ? " ('" + d->dim_param() + "')" : "";
+      return fail("input '" + in.name() + "' has dynamic dimension " +
+                  llvm::Twine(i) + sym + "; bind it with " +
+                  (i == 0 ? "--batch N or " : "") + "--shape " + in.name() +
+                  "=DIMS");
+    }
+  }
+  for (const auto &kv : Options.Shapes)
+    if (!inputNames.count(kv.first))
+      return fail("--shape names '" + kv.first +
+                  "', which is not a data input of the model");
+  return Error::success();
+}
+
+/// Inlines `fn` for `node`: formal inputs/outputs map to the node's, other
+/// names get a unique prefix, attribute references take the node's values
+/// (or the schema's defaults).
+void expandFunction(const onnx::NodeProto &node, const onnx::FunctionProto &fn,
+                    const onnx::OpSchema *schema, const std::string &prefix,
+                    google::protobuf::RepeatedPtrField<onnx::NodeProto> &out) {
+  std::map<std::string, std::string> io;
+  for (int i = 0; i < node.input_size() && i < fn.input_size(); ++i)
+    io[fn.input(i)] = node.input(i);
+  for (int i = 0; i < node.output_size() && i < fn.output_size(); ++i)
+    if (!node.output(i).empty())
+      io[fn.output(i)] = node.output(i);
+  std::map<std::string, onnx::AttributeProto> attrs;
+  if (schema)
+    for (const auto &kv : schema->attributes())
+      if (kv.second.default_value.type() != onnx::AttributeProto::UNDEFINED)
+        attrs[kv.first] = kv.second.default_value;
+  for (const auto &a : node.attribute())
+    attrs[a.name()] = a;
+  auto rename = [&](const std::string &n) {
+    if (n.empty())
+      return n;
+    auto it = io.find(n);
+    return it != io.end() ? it->second : prefix + n;
+  };
+  for (const auto &body : fn.node()) {
+    onnx::NodeProto *n = out.Add();
+    *n = body;
+    n->set_name(prefix + body.name());
+    for (auto &in : *n->mutable_input())
+      in = rename(in);
+    for (auto &o : *n->mutable_output())
+      o = rename(o);
+    n->clear_attribute();
+    for (const auto &a : body.attribute()) {
+      if (a.ref_attr_name().empty()) {
+        *n->add_attribute() = a;
+        continue;
+      }
+      auto it = attrs.find(a.ref_attr_name());
+      if (it == attrs.end())
+        continue; // unset optional attribute
+      onnx::AttributeProto *copy = n->add_attribute();
+      *copy = it->second;
+      copy->set_name(a.name());
+    }
+  }
+}
+
+Expected<bool> Importer::expandFunctions() {
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  bool changed = false;
+  for (int i = 0; i < Graph.node_size(); ++i) {
+    const onnx::NodeProto &n = Graph.node(i);
+    const OpInfo *info = lookupOp(n.op_type());
+    if (isDefaultDomain(n.domain()) && info && info->has(opflags::Onnx)) {
+      *nodes.Add() = n;
+      continue;
+    }
+    const onnx::FunctionProto *local = nullptr;
+    for (const auto &f : Model.functions())
+      if (f.name() == n.op_type() && f.domain() == n.domain())
+        local = &f;
+    const onnx::OpSchema *schema = nullptr;
+    onnx::FunctionProto built;
+    if (!local) {
+      if (!isDefaultDomain(n.domain()))
+        return failAt(n, i, "unsupported operator domain '" + n.domain() + "'");
+      schema = onnx::OpSchemaRegistry::Schema(n.op_type(), Opset, "");
+      if (!schema)
+        return failAt(n, i, "unknown operator (not in ONNX opset " +
+                                llvm::Twine(Opset) + ")");
+      if (schema->HasFunction()) {
+        local = schema->GetFunction();
+      } else if (schema->HasContextDependentFunction()) {
+        std::vector<onnx::TypeProto> inputTypes;
+        for (const auto &in : n.input()) {
+          onnx::TypeProto tp;
+          auto it = Types.find(in);
+          if (it != Types.end()) {
+            auto *tt = tp.mutable_tensor_type();
+            tt->set_elem_type(dtypeToOnnx(it->second.dtype()));
+            for (int64_t d : it->second.shape())
+              tt->mutable_shape()->add_dim()->set_dim_value(d);
+          }
+          inputTypes.push_back(tp);
+        }
+        onnx::FunctionBodyBuildContextImpl ctx(n, inputTypes);
+        try {
+          if (schema->BuildContextDependentFunction(ctx, built))
+            local = &built;
+        } catch (const std::exception &e) {
+          return failAt(n, i, "cannot expand: " + llvm::Twine(e.what()));
+        }
+      }
+      if (!local)
+        return failAt(n, i,
+                      "unsupported operator; headroom supports the ops listed "
+                      "in docs/ops.md");
+    }
+    std::string prefix = "_fn" + std::to_string(ExpansionCount++) + "/";
+    expandFunction(n, *local, schema, prefix, nodes);
+    changed = true;
+  }
+  if (changed)
+    Graph.mutable_node()->Swap(&nodes);
+  return changed;
+}
+
+Error Importer::inferShapes() {
+  Graph.clear_value_info();
+  for (auto &out : *Graph.mutable_output())
+    out.mutable_type()->mutable_tensor_type()->clear_shape();
+  try {
+    onnx::ShapeInferenceOptions opts(/*check_type_val=*/true,
+                                     /*strict_mode_val=*/1,
+                                     /*data_prop_val=*/true);
+    onnx::shape_inference::InferShapes(Model, onnx::OpSchemaRegistry::Instance(),
+                                       opts);
+  } catch (const std::exception &e) {
+    return fail("shape inference failed: " +
+                llvm::StringRef(e.what()).split('\n').first.trim());
+  }
+  Types.clear();
+  auto record = [&](const onnx::ValueInfoProto &v) {
+    if (auto t = staticType(v.type()))
+      Types[v.name()] = *t;
+  };
+  for (const auto &v : Graph.input())
+    record(v);
+  for (const auto &v : Graph.value_info())
+    record(v);
+  for (const auto &v : Graph.output())
+    record(v);
+  for (const auto &t : Graph.initializer())
+    if (auto type = tensorProtoType(t))
+      Types[t.name()] = *type;
+    else
+      llvm::consumeError(type.takeError());
+  return Error::success();
+}
+
+Expected<bool> Importer::foldConstants() {
+  // Known constants: non-float initializers and Constant outputs. Float
+  // initializers are weights (state), never folded.
+  std::map<std::string, Tensor> consts;
+  for (const auto &t : Graph.initializer()) {
+    auto type = tensorProtoType(t);
+    if (!type)
+      return type.takeError();
+    if (isFloat(type->dtype()) || type->numElements() > kMaxFoldElements)
+      continue;
+    auto v = tensorFromProto(t, ModelDir);
+    if (!v)
+      return v.takeError();
+    consts.emplace(t.name(), std::move(*v));
+  }
+  bool changed = false;
+  for (int i = 0; i < Graph.node_size(); ++i) {
+    onnx::NodeProto &n = *Graph.mutable_node(i);
+    if (n.op_type() == "Constant") {
+      auto v = constantNodeValue(n, ModelDir);
+      if (!v)
+        return failAt(n, i, llvm::toString(v.takeError()));
+      if (n.output_size() == 1)
+        consts.emplace(n.output(0), std::move(*v));
+      continue;
+    }
+    std::vector<Tensor> results;
+    if ((n.op_type() == "Shape" || n.op_type() == "Size") &&
+        n.input_size() == 1 && Types.count(n.input(0))) {
+      AttributeMap attrs;
+      for (const auto &a : n.attribute())
+        if (a.type() == onnx::AttributeProto::INT)
+          attrs[a.name()] = Attribute::getInt(a.i());
+      results.push_back(
+          *foldTypeOp(n.op_type(), attrs, Types.lookup(n.input(0))));
+    } else {
+      if (!isFoldableOp(n.op_type()) || !isDefaultDomain(n.domain()))
+        continue;
+      llvm::SmallVector<const Tensor *, 4> operands;
+      bool allConst = true;
+      for (const auto &in : n.input()) {
+        auto it = consts.find(in);
+        if (!in.empty() && it == consts.end())
+          allConst = false;
+        operands.push_back(in.empty() ? nullptr : &it->second);
+      }
+      if (!allConst)
+        continue;
+      AttributeMap attrs;
+      for (const auto &a : n.attribute()) {
+        auto attr = attributeFromProto(a, n, ModelDir);
+        if (!attr)
+          return failAt(n, i, llvm::toString(attr.takeError()));
+        attrs[a.name()] = std::move(*attr);
+      }
+      auto folded = foldConstantOp(n.op_type(), attrs, operands);
+      if (!folded)
+        return failAt(n, i, llvm::toString(folded.takeError()));
+      if (!*folded)
+        continue;
+      results = std::move(**folded);
+    }
+    // Replace the node by one Constant per result (the first in place).
+    std::vector<onnx::NodeProto> replacements;
+    for (size_t r = 0; r < results.size() && r < size_t(n.output_size()); ++r) {
+      if (n.output(r).empty())
+        continue;
+      onnx::NodeProto c;
+      c.set_op_type("Constant");
+      c.set_name(n.name());
+      c.add_output(n.output(r));
+      auto *a = c.add_attribute();
+      a->set_name("value");
+      a->set_type(onnx::AttributeProto::TENSOR);
+      *a->mutable_t() = tensorToProto(results[r], n.output(r));
+      consts.emplace(n.output(r), std::move(results[r]));
+      replacements.push_back(std::move(c));
+    }
+    n = replacements.front();
+    for (size_t r = 1; r < replacements.size(); ++r) {
+      // Rare (multi-result folds); append and restore order by moving up.
+      *Graph.add_node() = replacements[r];
+      for (int k = Graph.node_size() - 1; k > i + 1; --k)
+        Graph.mutable_node()->SwapElements(k, k - 1);
+      ++i;
+    }
+    changed = true;
+  }
+  return changed;
+}
+
+Error Importer::makeShapesStatic() {
+  for (int round = 0;; ++round) {
+    auto expanded = expandFunctions();
+    if (!expanded)
+      return expanded.takeError();
+    if (auto e = inferShapes())
+      return e;
+    // Context-dependent functions need input types: expand again once known.
+    if (!*expanded) {
+      auto again = expandFunctions();
+      if (!again)
+        return again.takeError();
+      if (*again)
+        continue;
+    }
+    int missing = -1;
+    for (int i = 0; i < Graph.node_size() && missing < 0; ++i)
+      for (const auto &o : Graph.node(i).output())
+        if (!o.empty() && !Types.count(o))
+          missing = i;
+    if (missing < 0)
+      return Error::success();
+    auto folded = foldConstants();
+    if (!folded)
+      return folded.takeError();
+    if (!*folded || round > 64) {
+      const onnx::NodeProto &n = Graph.node(missing);
+      return failAt(n, missing,
+                    "cannot determine a static shape for its output; check "
+                    "--batch/--shape, or the graph computes a shape from data");
+    }
+  }
+}
+
+Expected<std::unique_ptr<Module>> Importer::translate() {
+  auto m = std::make_unique<Module>();
+  llvm::StringSet<> frozen;
+  for (const std::string &name : Options.Freeze) {
+    if (!Initializers.count(name))
+      return fail("--freeze names '" + name +
+                  "', which is not an initializer of the model");
+    frozen.insert(name);
+  }
+  std::map<std::string, Tensor> constInits;
+  for (const auto &t : Graph.initializer()) {
+    auto type = tensorProtoType(t);
+    if (!type)
+      return fail(llvm::toString(type.takeError()));
+    if (isFloat(type->dtype())) {
+      m->addState(t.name(), *type,
+                  frozen.count(t.name()) ? StateKind::Frozen : StateKind::Param);
+      continue;
+    }
+    if (frozen.count(t.name()))
+      return fail("--freeze names '" + t.name() +
+                  "', which is not a float initializer");
+    auto v = tensorFromProto(t, ModelDir);
+    if (!v)
+      return fail(llvm::toString(v.takeError()));
+    constInits.emplace(t.name(), std::move(*v));
+  }
+
+  Function *f = m->addFunction("forward");
+  llvm::StringMap<Value *> values;
+  for (const auto &in : Graph.input()) {
+    if (Initializers.count(in.name()))
+      continue;
+    values[in.name()] = f->addArgument(Types.lookup(in.name()), in.name());
+  }
+  Builder b(*f);
+  auto lookup = [&](const std::string &name) -> Value * {
+    auto it = values.find(name);
+    if (it != values.end())
+      return it->second;
+    Value *v = nullptr;
+    if (StateSlot *s = m->lookupState(name))
+      v = b.read(s);
+    else if (constInits.count(name))
+      v = b.constant(constInits.at(name));
+    if (v) {
+      v->setName(name);
+      values[name] = v;
+    }
+    return v;
+  };
+
+  for (int i = 0; i < Graph.node_size(); ++i) {
+    const onnx::NodeProto &n = Graph.node(i);
+    llvm::SmallVector<Value *, 4> operands;
+    for (const auto &in : n.input()) {
+      if (in.empty()) {
+        operands.push_back(nullptr);
+        continue;
+      }
+      Value *v = lookup(in);
+      if (!v)
+        return failAt(n, i, "input '" + in + "' is not defined before use");
+      operands.push_back(v);
+    }
+    // Drop trailing absent outputs; an absent output in the middle would
+    // need a type ONNX does not infer.
+    int numResults = n.output_size();
+    while (numResults > 0 && n.output(numResults - 1).empty())
+      --numResults;
+    llvm::SmallVector<TensorType, 2> types;
+    for (int r = 0; r < numResults; ++r) {
+      if (n.output(r).empty())
+        return failAt(n, i, "absent output " + llvm::Twine(r) +
+                                " before a present one is not supported");
+      types.push_back(Types.lookup(n.output(r)));
+    }
+    AttributeMap attrs;
+    if (n.op_type() == "Constant") {
+      auto v = constantNodeValue(n, ModelDir);
+      if (!v)
+        return failAt(n, i, llvm::toString(v.takeError()));
+      attrs["value"] = Attribute::getTensor(std::move(*v));
+    } else {
+      for (const auto &a : n.attribute()) {
+        auto attr = attributeFromProto(a, n, ModelDir);
+        if (!attr)
+          return failAt(n, i, llvm::toString(attr.takeError()));
+        attrs[a.name()] = std::move(*attr);
+      }
+    }
+    const OpInfo *info = lookupOp(n.op_type());
+    if (!info || !info->has(opflags::Onnx))
+      return failAt(n, i, "unsupported operator");
+    if (static_cast<int>(operands.size()) < info->MinOperands ||
+        (info->MaxOperands >= 0 &&
+         static_cast<int>(operands.size()) > info->MaxOperands))
+      return failAt(n, i, "has " + llvm::Twine(operands.size()) +
+                              " inputs, which headroom does not support");
+    Node *node = b.create(n.op_type(), operands, types, std::move(attrs));
+    for (int r = 0; r < numResults; ++r) {
+      node->result(r)->setName(n.output(r));
+      values[n.output(r)] = node->result(r);
+    }
+  }
+
+  // The loss: the output named "loss", else the only scalar float output.
+  const onnx::ValueInfoProto *loss = nullptr;
+  std::string outputs;
+  for (const auto &o : Graph.output()) {
+    TensorType t = Types.lookup(o.name());
+    outputs += (outputs.empty() ? "" : ", ") + o.name() + " " + t.str();
+    if (o.name() == "loss")
+      loss = &o;
+  }
+  if (!loss) {
+    for (const auto &o : Graph.output()) {
+      auto it = Types.find(o.name());
+      if (it == Types.end() || !isFloat(it->second.dtype()) ||
+          it->second.numElements() != 1)
+        continue;
+      if (loss)
+        return fail("more than one scalar float output (" + outputs +
+                    "); name the loss output 'loss'");
+      loss = &o;
+    }
+  }
+  if (!loss || !isFloat(Types.lookup(loss->name()).dtype()) ||
+      Types.lookup(loss->name()).numElements() != 1)
+    return fail("no scalar float loss output (outputs: " + outputs +
+                "); compute the loss inside the model's forward");
+  Value *lossValue = lookup(loss->name());
+  if (!lossValue)
+    return fail("output '" + loss->name() + "' is not computed by the graph");
+  f->createNode("Return", {lossValue}, {});
+  return std::move(m);
+}
+
+Expected<std::unique_ptr<Module>> Importer::run() {
+  if (auto e = checkModel())
+    return std::move(e);
+  if (auto e = bindInputs())
+    return std::move(e);
+  if (auto e = makeShapesStatic())
+    return std::move(e);
+  return translate();
+}
+
+} // namespace
+
+Expected<std::unique_ptr<Module>>
+headroom::importOnnxBuffer(llvm::StringRef bytes, llvm::StringRef name,
+                           llvm::StringRef modelDir,
+                           const ImportOptions &options) {
+  onnx::ModelProto model;
+  google::protobuf::io::CodedInputStream in(
+      reinterpret_cast<const uint8_t *>(bytes.data()),
+      static_cast<int>(std::min<size_t>(bytes.size(), INT_MAX)));
+  in.SetTotalBytesLimit(INT_MAX);
+  if (bytes.size() > INT_MAX || !model.ParseFromCodedStream(&in) ||
+      !in.ConsumedEntireMessage())
+    return err(name + ": not a valid ONNX model (the protobuf data is "
+                      "malformed or truncated)");
+  return Importer(model, name, modelDir, options).run();
+}
+
+Expected<std::unique_ptr<Module>>
+headroom::importOnnxFile(llvm::StringRef path, const ImportOptions &options) {
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                         /*RequiresNullTerminator=*/false);
+  if (!buf)
+    return err(path + ": cannot read: " + buf.getError().message());
+  llvm::StringRef dir = llvm::sys::path::parent_path(path);
+  return importOnnxBuffer((*buf)->getBuffer(), path, dir.empty() ? "." : dir,
+                          options);
+}
+
+Expected<std::vector<int64_t>> headroom::parseShapeSpec(llvm::StringRef spec) {
+  std::vector<int64_t> dims;
+  if (spec == "scalar")
+    return dims;
+  llvm::SmallVector<llvm::StringRef, 4> parts;
+  spec.split(parts, 'x');
+  for (llvm::StringRef p : parts) {
+    int64_t d;
+    if (p.getAsInteger(10, d) || d < 0)
+      return err("bad shape '" + spec +
+                 "': expected dimensions like 4x128 (or 'scalar')");
+    dims.push_back(d);
+  }
+  return dims;
+}

@@ -1,0 +1,54 @@
+//===- OnnxImport.h - ONNX model -> IR ------------------------------------===//
+//
+// Imports a ModelProto whose graph computes a scalar loss into a Module with
+// one function, @forward, whose arguments are the model's data inputs and
+// which returns the loss. Float initializers become state (`param`, or
+// `frozen` when named by ImportOptions::Freeze); other initializers become
+// Constant nodes. Every shape is made static: dynamic input dimensions are
+// bound by Batch / Shapes, then ONNX's shape inference runs, and where it
+// gives up (integer Div, Range lengths) compiler/ConstantFolding.h evaluates
+// the shape arithmetic and inference runs again. ONNX function ops that are not
+// headroom primitives (compiler/Ops.def) are expanded into their bodies.
+//
+// Initializers stored as external data are never read: their shapes come from
+// the TensorProto, so a model with 13 GB of weights imports in milliseconds.
+//
+//===----------------------------------------------------------------------===//
+#ifndef HEADROOM_COMPILER_ONNXIMPORT_H
+#define HEADROOM_COMPILER_ONNXIMPORT_H
+
+#include "compiler/IR.h"
+
+#include "llvm/Support/Error.h"
+
+#include <map>
+
+namespace headroom {
+
+struct ImportOptions {
+  /// Binds the leading dimension of every data input (0: not given).
+  int64_t Batch = 0;
+  /// Full shapes of named inputs (`--shape x=4x128`).
+  std::map<std::string, std::vector<int64_t>> Shapes;
+  /// Float initializers to keep constant (`--freeze a,b`).
+  std::vector<std::string> Freeze;
+};
+
+/// Lowest and highest default-domain opset the importer accepts.
+constexpr int kMinOpset = 13;
+constexpr int kMaxOpset = 17;
+
+llvm::Expected<std::unique_ptr<Module>>
+importOnnxFile(llvm::StringRef path, const ImportOptions &options = {});
+
+/// Imports from bytes already in memory; `modelDir` resolves external data.
+llvm::Expected<std::unique_ptr<Module>>
+importOnnxBuffer(llvm::StringRef bytes, llvm::StringRef name,
+                 llvm::StringRef modelDir, const ImportOptions &options = {});
+
+/// Parses `4x128` (or `scalar`) into dimensions.
+llvm::Expected<std::vector<int64_t>> parseShapeSpec(llvm::StringRef spec);
+
+} // namespace headroom
+
+#endif // HEADROOM_COMPILER_ONNXIMPORT_H

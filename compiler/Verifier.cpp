@@ -1,0 +1,163 @@
+//===- Verifier.cpp - IR invariants ---------------------------------------===//
+#include "compiler/Verifier.h"
+
+#include "llvm/ADT/SmallPtrSet.h"
+
+using namespace headroom;
+
+std::string headroom::describeNode(const Node &n) {
+  unsigned index = 0;
+  for (const Node &other : n.parent()->nodes()) {
+    if (&other == &n)
+      break;
+    ++index;
+  }
+  std::string s = "node " + std::to_string(index) + " ('" + n.op() + "'";
+  if (n.numResults() && !n.result(0)->name().empty())
+    s += " defining %" + n.result(0)->name();
+  return s + ")";
+}
+
+namespace {
+class Verifier {
+public:
+  llvm::Error verify(const Module &m);
+
+private:
+  llvm::Error verifyFunction(const Function &f);
+  llvm::Error verifyNode(const Node &n);
+  llvm::Error fail(const Node &n, const llvm::Twine &msg) {
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(), "in @%s, %s: %s",
+        n.parent()->name().c_str(), describeNode(n).c_str(),
+        msg.str().c_str());
+  }
+  llvm::SmallPtrSet<const Value *, 32> Defined;
+  llvm::SmallPtrSet<const StateSlot *, 32> States;
+};
+} // namespace
+
+llvm::Error Verifier::verifyNode(const Node &n) {
+  const OpInfo &info = *n.info();
+  int ops = n.numOperands(), res = n.numResults();
+  if (ops < info.MinOperands || (info.MaxOperands >= 0 && ops > info.MaxOperands))
+    return fail(n, "has " + llvm::Twine(ops) + " operands, expected " +
+                       llvm::Twine(info.MinOperands) + ".." +
+                       (info.MaxOperands < 0 ? std::string("any")
+                                             : std::to_string(info.MaxOperands)));
+  if (res < info.MinResults || (info.MaxResults >= 0 && res > info.MaxResults))
+    return fail(n, "has " + llvm::Twine(res) + " results, expected " +
+                       llvm::Twine(info.MinResults) + ".." +
+                       (info.MaxResults < 0 ? std::string("any")
+                                            : std::to_string(info.MaxResults)));
+  for (unsigned i = 0; i < n.numOperands(); ++i) {
+    Value *v = n.operand(i);
+    if (!v) {
+      if (i == 0 && !info.has(opflags::Terminator))
+        return fail(n, "operand 0 is absent");
+      continue;
+    }
+    if (!Defined.count(v))
+      return fail(n, "operand " + llvm::Twine(i) +
+                         " is not defined before its use in this function");
+  }
+
+  bool wantsState = info.has(opflags::ReadsState) || info.has(opflags::WritesState);
+  if (wantsState && !n.state())
+    return fail(n, "needs a state operand");
+  if (!wantsState && n.state())
+    return fail(n, "may not refer to state @" + n.state()->name() +
+                       " (only Read and update ops do)");
+  if (n.state() && !States.count(n.state()))
+    return fail(n, "refers to state @" + n.state()->name() +
+                       " that is not in this module");
+  if (n.op() == "Read" && n.result(0)->type() != n.state()->type())
+    return fail(n, "reads @" + n.state()->name() + " of type " +
+                       n.state()->type().str() + " as " +
+                       n.result(0)->type().str());
+  if (n.op() == "Assign" && n.operand(0)->type() != n.state()->type())
+    return fail(n, "assigns " + n.operand(0)->type().str() + " to @" +
+                       n.state()->name() + " of type " +
+                       n.state()->type().str());
+
+  if (info.has(opflags::Unary) && n.result(0)->type() != n.operand(0)->type())
+    return fail(n, "result type " + n.result(0)->type().str() +
+                       " differs from operand type " +
+                       n.operand(0)->type().str());
+  if (info.has(opflags::SameDType)) {
+    DType t = n.result(0)->type().dtype();
+    for (Value *v : n.operands())
+      if (v && v->type().dtype() != t)
+        return fail(n, "operand type " + v->type().str() +
+                           " has another element type than the result " +
+                           n.result(0)->type().str());
+  }
+  if (info.has(opflags::Broadcast)) {
+    llvm::SmallVector<int64_t, 4> shape(n.operand(0)->type().shape().begin(),
+                                        n.operand(0)->type().shape().end());
+    for (Value *v : n.operands().drop_front()) {
+      auto b = broadcastShapes(shape, v->type().shape());
+      if (!b)
+        return fail(n, "operand shapes do not broadcast (" +
+                           shapeString(shape) + " and " +
+                           shapeString(v->type().shape()) + ")");
+      shape = *b;
+    }
+    if (llvm::ArrayRef<int64_t>(shape) != n.result(0)->type().shape())
+      return fail(n, "result shape " + shapeString(n.result(0)->type().shape()) +
+                         " is not the broadcast shape " + shapeString(shape));
+  }
+  if (n.op() == "Constant") {
+    const Attribute *a = n.attr("value");
+    if (!a || a->kind() != Attribute::Kind::Tensor)
+      return fail(n, "needs a tensor attribute 'value'");
+    if (a->asTensor().type() != n.result(0)->type())
+      return fail(n, "value is " + a->asTensor().type().str() +
+                         " but the result is " + n.result(0)->type().str());
+  }
+  if (n.op() == "Cast") {
+    const Attribute *a = n.attr("to");
+    if (!a || a->kind() != Attribute::Kind::Type)
+      return fail(n, "needs an element type attribute 'to'");
+    if (n.result(0)->type() != n.operand(0)->type().withDType(a->asType()))
+      return fail(n, "result " + n.result(0)->type().str() +
+                         " is not the operand cast to " +
+                         dtypeName(a->asType()));
+  }
+  if ((n.op() == "Shape" || n.op() == "Size") &&
+      n.result(0)->type().dtype() != DType::I64)
+    return fail(n, "result must be i64");
+  return llvm::Error::success();
+}
+
+llvm::Error Verifier::verifyFunction(const Function &f) {
+  Defined.clear();
+  for (Value *a : f.arguments())
+    Defined.insert(a);
+  if (f.nodes().empty() || !f.returnNode())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "function @%s does not end with 'return'",
+                                   f.name().c_str());
+  for (const Node &n : f.nodes()) {
+    if (n.info()->has(opflags::Terminator) && &n != f.returnNode())
+      return fail(n, "'return' must be the last node");
+    if (auto e = verifyNode(n))
+      return e;
+    for (Value *r : n.results())
+      Defined.insert(r);
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error Verifier::verify(const Module &m) {
+  for (const auto &s : m.states())
+    States.insert(s.get());
+  for (const auto &f : m.functions())
+    if (auto e = verifyFunction(*f))
+      return e;
+  return llvm::Error::success();
+}
+
+llvm::Error headroom::verifyModule(const Module &m) {
+  return Verifier().verify(m);
+}

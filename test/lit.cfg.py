@@ -1,0 +1,15 @@
+# lit configuration shared by test/passes and test/cli.
+import os
+import lit.formats
+
+config.name = "headroom"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".hr", ".test"]
+config.excludes = ["Inputs"]
+
+site = lit_config.params.get("site")
+if site:
+    lit_config.load_config(config, site)
+config.substitutions.append(("%models", os.path.join(config.headroom_src_dir, "test", "models")))
+config.environment["PATH"] = os.pathsep.join(
+    [config.headroom_bin_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])

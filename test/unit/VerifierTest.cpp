@@ -1,0 +1,102 @@
+//===- VerifierTest.cpp - Each invariant the verifier enforces ------------===//
+#include "compiler/Parser.h"
+#include "compiler/Verifier.h"
+#include "TestUtil.h"
+
+using namespace headroom;
+
+namespace {
+
+/// Parses `text` (which must parse) and returns the verifier's message.
+std::string verifyError(const char *text) {
+  auto m = parseModule(text);
+  if (!m)
+    return "parse error: " + llvm::toString(m.takeError());
+  return errorOf(verifyModule(**m));
+}
+
+TEST(VerifierTest, AcceptsValidIR) {
+  EXPECT_EQ(verifyError("state @w : f32[2] param\n"
+                        "func @f(%x: f32[3, 2]) {\n"
+                        "  %w = Read(@w) : f32[2]\n"
+                        "  %y = Add(%x, %w) : f32[3, 2]\n"
+                        "  %b = Less(%x, %w) : bool[3, 2]\n"
+                        "  %z = Where(%b, %x, %y) : f32[3, 2]\n"
+                        "  Assign(@w, %w)\n"
+                        "  return %z\n}\n"),
+            "");
+}
+
+TEST(VerifierTest, RejectsBrokenInvariants) {
+  EXPECT_EQ(verifyError("func @f(%x: f32[3]) {\n  %y = Add(%x) : f32[3]\n"
+                        "  return %y\n}\n"),
+            "in @f, node 0 ('Add' defining %y): has 1 operands, expected 2..2");
+  EXPECT_EQ(verifyError("func @f(%x: f32[3], %z: i64[3]) {\n"
+                        "  %y = Add(%x, %z) : f32[3]\n  return %y\n}\n"),
+            "in @f, node 0 ('Add' defining %y): operand type i64[3] has another "
+            "element type than the result f32[3]");
+  EXPECT_EQ(verifyError("func @f(%x: f32[3], %z: f32[4]) {\n"
+                        "  %y = Mul(%x, %z) : f32[3]\n  return %y\n}\n"),
+            "in @f, node 0 ('Mul' defining %y): operand shapes do not broadcast "
+            "(3 and 4)");
+  EXPECT_EQ(verifyError("func @f(%x: f32[3], %z: f32[1]) {\n"
+                        "  %y = Mul(%x, %z) : f32[1]\n  return %y\n}\n"),
+            "in @f, node 0 ('Mul' defining %y): result shape 1 is not the "
+            "broadcast shape 3");
+  EXPECT_EQ(verifyError("func @f(%x: f32[3]) {\n  %y = Neg(%x) : f32[2]\n"
+                        "  return %y\n}\n"),
+            "in @f, node 0 ('Neg' defining %y): result type f32[2] differs from "
+            "operand type f32[3]");
+  EXPECT_EQ(verifyError("state @w : f32[2] param\n"
+                        "func @f(%x: f32[3]) {\n  %w = Read(@w) : f32[3]\n"
+                        "  return %w\n}\n"),
+            "in @f, node 0 ('Read' defining %w): reads @w of type f32[2] as "
+            "f32[3]");
+  EXPECT_EQ(verifyError("state @w : f32[2] param\n"
+                        "func @f(%x: f32[3]) {\n  %y = Neg(@w, %x) : f32[3]\n"
+                        "  return %y\n}\n"),
+            "in @f, node 0 ('Neg' defining %y): may not refer to state @w (only "
+            "Read and update ops do)");
+  EXPECT_EQ(verifyError("state @w : f32[2] param\n"
+                        "func @f(%x: f32[3]) {\n  Assign(@w, %x)\n"
+                        "  return %x\n}\n"),
+            "in @f, node 0 ('Assign'): assigns f32[3] to @w of type f32[2]");
+  EXPECT_EQ(verifyError("func @f(%x: f32[3]) {\n  %c = Cast(%x) {to = i64} : "
+                        "i32[3]\n  return %c\n}\n"),
+            "in @f, node 0 ('Cast' defining %c): result i32[3] is not the "
+            "operand cast to i64");
+  EXPECT_EQ(verifyError("func @f(%x: f32[3]) {\n  %c = Constant() {value = "
+                        "dense<i64[2]> 0} : i64[3]\n  return %c\n}\n"),
+            "in @f, node 0 ('Constant' defining %c): value is i64[2] but the "
+            "result is i64[3]");
+}
+
+TEST(VerifierTest, RejectsReturnBeforeTheEnd) {
+  Module m;
+  Function *f = m.addFunction("f");
+  Value *x = f->addArgument(TensorType(DType::F32, {2}), "x");
+  f->createNode("Return", {x}, {});
+  Value *y = Builder(*f).createValue("Neg", {x}, x->type());
+  f->createNode("Return", {y}, {});
+  EXPECT_EQ(errorOf(verifyModule(m)),
+            "in @f, node 0 ('Return'): 'return' must be the last node");
+}
+
+TEST(VerifierTest, RejectsUseBeforeDefinition) {
+  Module m;
+  Function *f = m.addFunction("f");
+  Value *x = f->addArgument(TensorType(DType::F32, {2}), "x");
+  Node *ret = f->createNode("Return", {x}, {});
+  Builder b(*f, ret);
+  Value *a = b.createValue("Neg", {x}, x->type());
+  Value *c = b.createValue("Neg", {a}, x->type());
+  ret->setOperand(0, c);
+  // Make the first Neg use the second: a cycle, so a use before definition.
+  a->definingNode()->setOperand(0, c);
+  EXPECT_EQ(errorOf(verifyModule(m)),
+            "in @f, node 0 ('Neg'): operand 0 is not defined before its use in "
+            "this function");
+  a->definingNode()->setOperand(0, x); // untangle so teardown is clean
+}
+
+} // namespace

@@ -1,0 +1,266 @@
+//===- headroom.cpp - The headroom command line ---------------------------===//
+//
+// One binary with subcommands (docs/cli.md). Every failure a user can cause
+// prints one line `headroom: error: ...` and exits with status 1.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/OnnxImport.h"
+#include "compiler/OpInfo.h"
+#include "compiler/Parser.h"
+#include "compiler/PassManager.h"
+#include "compiler/Printer.h"
+#include "passes/Passes.h"
+#include "runtime/Devices.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/WithColor.h"
+
+#include <map>
+
+using namespace headroom;
+namespace cl = llvm::cl;
+
+static cl::OptionCategory Category("headroom options");
+static cl::SubCommand OptCmd("opt", "Run passes on a model and print the IR");
+static cl::SubCommand DevicesCmd("devices",
+                                 "List the devices the runtime can use");
+
+// Shared by every subcommand that imports a model.
+static cl::opt<int64_t> Batch("batch",
+                              cl::desc("Bind the leading dimension of every "
+                                       "data input"),
+                              cl::value_desc("N"), cl::init(0),
+                              cl::sub(OptCmd), cl::cat(Category));
+static cl::list<std::string> ShapeSpecs(
+    "shape", cl::desc("Bind the full shape of a data input"),
+    cl::value_desc("NAME=DIMS"), cl::sub(OptCmd), cl::cat(Category));
+static cl::list<std::string> Freeze("freeze", cl::CommaSeparated,
+                                    cl::desc("Keep these initializers constant"),
+                                    cl::value_desc("NAME,..."), cl::sub(OptCmd),
+                                    cl::cat(Category));
+
+// headroom opt
+static cl::opt<std::string> OptInput(cl::Positional, cl::desc("<model.onnx|file.hr|->"),
+                                     cl::sub(OptCmd), cl::init("-"));
+static cl::opt<std::string> PassList("passes",
+                                     cl::desc("Comma-separated passes to run"),
+                                     cl::value_desc("a,b"), cl::sub(OptCmd),
+                                     cl::cat(Category));
+static cl::opt<bool> PrintAfterAll("print-after-all",
+                                   cl::desc("Print the IR before and after "
+                                            "every pass"),
+                                   cl::sub(OptCmd), cl::cat(Category));
+static cl::opt<bool> NoVerify("no-verify",
+                              cl::desc("Do not run the verifier between passes"),
+                              cl::sub(OptCmd), cl::cat(Category));
+static cl::opt<bool> Stats("stats",
+                           cl::desc("After the IR, print a summary: ops, "
+                                    "parameters, bytes"),
+                           cl::sub(OptCmd), cl::cat(Category));
+static cl::opt<bool> ListPasses("list-passes",
+                                cl::desc("List the registered passes and exit"),
+                                cl::sub(OptCmd), cl::cat(Category));
+static cl::opt<bool> ListOps("list-ops",
+                             cl::desc("List the supported ops and exit"),
+                             cl::sub(OptCmd), cl::cat(Category));
+static cl::opt<bool> Markdown("markdown",
+                              cl::desc("With --list-passes/--list-ops: print "
+                                       "the Markdown of docs/"),
+                              cl::sub(OptCmd), cl::cat(Category));
+static cl::opt<std::string> OutputFile("o", cl::desc("Output file"),
+                                       cl::value_desc("file"), cl::init("-"),
+                                       cl::sub(OptCmd), cl::cat(Category));
+
+static int fail(llvm::Error e) {
+  llvm::WithColor::error(llvm::errs(), "headroom") << llvm::toString(std::move(e))
+                                                   << '\n';
+  return 1;
+}
+static int fail(const llvm::Twine &msg) {
+  return fail(llvm::createStringError(llvm::inconvertibleErrorCode(), msg));
+}
+
+/// Imports .onnx or parses textual IR, by extension ("-" is textual IR).
+static llvm::Expected<std::unique_ptr<Module>> loadModule(llvm::StringRef path) {
+  if (path.endswith(".onnx")) {
+    ImportOptions options;
+    options.Batch = Batch;
+    for (const std::string &spec : ShapeSpecs) {
+      auto [name, dims] = llvm::StringRef(spec).split('=');
+      if (name.empty() || dims.empty())
+        return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                       "--shape expects NAME=DIMS, got '%s'",
+                                       spec.c_str());
+      auto parsed = parseShapeSpec(dims);
+      if (!parsed)
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(), "--shape %s: %s", spec.c_str(),
+            llvm::toString(parsed.takeError()).c_str());
+      options.Shapes[name.str()] = *parsed;
+    }
+    options.Freeze.assign(Freeze.begin(), Freeze.end());
+    return importOnnxFile(path, options);
+  }
+  auto buf = llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
+  if (!buf)
+    return llvm::createStringError(buf.getError(), "%s: cannot read: %s",
+                                   path.str().c_str(),
+                                   buf.getError().message().c_str());
+  return parseModule((*buf)->getBuffer(),
+                     path == "-" ? "<stdin>" : path);
+}
+
+static std::string bytesString(uint64_t b) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::format(u ? "%.2f %s" : "%.0f %s", v, units[u]);
+  return os.str();
+}
+
+static void printStats(const Module &m, llvm::raw_ostream &os) {
+  os << "// ----- summary -----\n";
+  uint64_t paramElems = 0, paramBytes = 0, frozenBytes = 0;
+  unsigned params = 0, frozen = 0;
+  for (const auto &s : m.states()) {
+    if (s->kind() == StateKind::Param) {
+      ++params;
+      paramElems += s->type().numElements();
+      paramBytes += s->type().sizeInBytes();
+    } else {
+      ++frozen;
+      frozenBytes += s->type().sizeInBytes();
+    }
+  }
+  os << "// parameters: " << params << " tensors, " << paramElems
+     << " elements, " << bytesString(paramBytes) << "\n";
+  os << "// frozen:     " << frozen << " tensors, " << bytesString(frozenBytes)
+     << "\n";
+  for (const auto &f : m.functions()) {
+    std::map<std::string, unsigned> ops;
+    uint64_t resultBytes = 0;
+    unsigned count = 0;
+    for (const Node &n : f->nodes()) {
+      if (n.info()->has(opflags::Terminator))
+        continue;
+      ++ops[n.op()];
+      ++count;
+      for (Value *r : n.results())
+        resultBytes += r->type().sizeInBytes();
+    }
+    os << "// @" << f->name() << ": " << count << " nodes, inputs:";
+    for (Value *a : f->arguments())
+      os << " " << a->name() << " " << a->type().str();
+    os << "\n//   sum of all node results: " << bytesString(resultBytes)
+       << " (an upper bound on activations, before memory planning)\n";
+    os << "//   ops:";
+    unsigned col = 9;
+    for (const auto &kv : ops) {
+      std::string item = " " + kv.first + " " + std::to_string(kv.second);
+      if (col + item.size() > 78) {
+        os << "\n//       ";
+        col = 9;
+      }
+      os << item;
+      col += item.size();
+    }
+    os << "\n";
+  }
+}
+
+static std::string opsMarkdown() {
+  std::string s =
+      "# Supported ops\n\n"
+      "Generated from `compiler/Ops.def` by `headroom opt --list-ops "
+      "--markdown`; a test keeps this file equal to that output. ONNX ops "
+      "are accepted from the default domain at opsets " +
+      std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset) +
+      "; ONNX function ops not listed here are expanded into their bodies at "
+      "import.\n\n| op | kind | what it does |\n|---|---|---|\n";
+  for (const OpInfo &op : allOps())
+    s += "| `" + op.Name.str() + "` | " +
+         (op.has(opflags::Onnx) ? "ONNX" : "headroom") + " | " + op.Doc.str() +
+         " |\n";
+  return s;
+}
+
+static int runOpt() {
+  if (ListPasses) {
+    if (Markdown) {
+      llvm::outs() << passesMarkdown();
+      return 0;
+    }
+    for (const PassInfo &p : allPasses())
+      llvm::outs() << llvm::format("  %-16s ", p.Name.str().c_str())
+                   << p.Summary << '\n';
+    return 0;
+  }
+  if (ListOps) {
+    if (Markdown) {
+      llvm::outs() << opsMarkdown();
+      return 0;
+    }
+    for (const OpInfo &op : allOps())
+      llvm::outs() << llvm::format("  %-26s ", op.Name.str().c_str()) << op.Doc
+                   << '\n';
+    return 0;
+  }
+  auto m = loadModule(OptInput);
+  if (!m)
+    return fail(m.takeError());
+  std::error_code ec;
+  llvm::ToolOutputFile out(OutputFile, ec, llvm::sys::fs::OF_Text);
+  if (ec)
+    return fail(OutputFile + ": cannot write: " + ec.message());
+  PassManagerOptions options;
+  options.VerifyEach = !NoVerify;
+  options.PrintAfterAll = PrintAfterAll;
+  options.PrintStream = &out.os();
+  PassManager pm(options);
+  if (auto e = pm.addPipeline(PassList))
+    return fail(std::move(e));
+  if (auto e = pm.run(**m))
+    return fail(std::move(e));
+  if (!PrintAfterAll)
+    printModule(**m, out.os());
+  if (Stats)
+    printStats(**m, out.os());
+  out.keep(); // otherwise ToolOutputFile deletes the partial output
+  return 0;
+}
+
+static int runDevices() {
+  std::string note;
+  for (const DeviceInfo &d : listDevices(&note))
+    llvm::outs() << d.Backend << ":" << d.Index << "  " << d.Name << "  "
+                 << bytesString(d.MemoryBytes) << "  " << d.Detail << "\n";
+  if (!note.empty())
+    llvm::outs() << "(" << note << ")\n";
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  cl::HideUnrelatedOptions(Category);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "headroom: compile training steps that fit in memory\n\n"
+      "  headroom opt MODEL.onnx --batch 4 --passes=canonicalize "
+      "--print-after-all\n");
+  if (OptCmd)
+    return runOpt();
+  if (DevicesCmd)
+    return runDevices();
+  cl::PrintHelpMessage();
+  return 1;
+}
