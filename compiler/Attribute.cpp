@@ -99,14 +99,22 @@ bool Attribute::operator==(const Attribute &o) const {
   if (K != o.K)
     return false;
   switch (K) {
-  case Kind::Int: return I == o.I;
-  case Kind::Float: return F == o.F || (std::isnan(F) && std::isnan(o.F));
-  case Kind::String: return S == o.S;
-  case Kind::Ints: return Is == o.Is;
-  case Kind::Floats: return Fs == o.Fs;
-  case Kind::Strings: return Ss == o.Ss;
-  case Kind::Type: return T == o.T;
-  case Kind::Tensor: return *Data == *o.Data;
+  case Kind::Int:
+    return I == o.I;
+  case Kind::Float:
+    return F == o.F || (std::isnan(F) && std::isnan(o.F));
+  case Kind::String:
+    return S == o.S;
+  case Kind::Ints:
+    return Is == o.Is;
+  case Kind::Floats:
+    return Fs == o.Fs;
+  case Kind::Strings:
+    return Ss == o.Ss;
+  case Kind::Type:
+    return T == o.T;
+  case Kind::Tensor:
+    return *Data == *o.Data;
   }
   llvm_unreachable("unknown attribute kind");
 }
@@ -114,12 +122,16 @@ bool Attribute::operator==(const Attribute &o) const {
 /// True when `a` and `b` are the same value once rounded to `t`.
 static bool sameIn(DType t, double a, double b) {
   switch (t) {
-  case DType::F32: return static_cast<float>(a) == static_cast<float>(b);
+  case DType::F32:
+    return static_cast<float>(a) == static_cast<float>(b);
   case DType::F16:
-    return floatToHalf(static_cast<float>(a)) == floatToHalf(static_cast<float>(b));
+    return floatToHalf(static_cast<float>(a)) ==
+           floatToHalf(static_cast<float>(b));
   case DType::BF16:
-    return floatToBf16(static_cast<float>(a)) == floatToBf16(static_cast<float>(b));
-  default: return a == b;
+    return floatToBf16(static_cast<float>(a)) ==
+           floatToBf16(static_cast<float>(b));
+  default:
+    return a == b;
   }
 }
 
@@ -192,11 +204,21 @@ static void printTensor(llvm::raw_ostream &os, const Tensor &t) {
 
 void Attribute::print(llvm::raw_ostream &os) const {
   switch (K) {
-  case Kind::Int: os << I; return;
-  case Kind::Float: printFloat(os, F, DType::F32); return;
-  case Kind::String: printQuoted(os, S); return;
-  case Kind::Type: os << dtypeName(T); return;
-  case Kind::Tensor: printTensor(os, *Data); return;
+  case Kind::Int:
+    os << I;
+    return;
+  case Kind::Float:
+    printFloat(os, F, DType::F32);
+    return;
+  case Kind::String:
+    printQuoted(os, S);
+    return;
+  case Kind::Type:
+    os << dtypeName(T);
+    return;
+  case Kind::Tensor:
+    printTensor(os, *Data);
+    return;
   case Kind::Ints:
     os << '[';
     for (size_t i = 0; i < Is.size(); ++i)

@@ -82,8 +82,8 @@ static bool tooBig(ArrayRef<int64_t> shape) {
   return false;
 }
 
-using ElemFn = std::function<void(Tensor &out, int64_t o,
-                                  ArrayRef<int64_t> inIdx)>;
+using ElemFn =
+    std::function<void(Tensor &out, int64_t o, ArrayRef<int64_t> inIdx)>;
 
 /// Applies `fn` over the broadcast of `ins`, producing a `dtype` tensor.
 static Expected<Results> broadcastMap(ArrayRef<const Tensor *> ins, DType dtype,
@@ -162,45 +162,67 @@ static Expected<Results> foldBinary(llvm::StringRef op,
   DType outType = compare ? DType::Bool : t;
   if (op == "Pow" && !fp)
     return Results();
-  return broadcastMap(ins, outType, [&](Tensor &out, int64_t o,
-                                        ArrayRef<int64_t> idx) {
-    if (fp || compare) {
-      double r = ins[0]->getDouble(idx[0]);
-      for (size_t k = 1; k < ins.size(); ++k) {
-        double b = ins[k]->getDouble(idx[k]);
-        if (op == "Add" || op == "Sum") r += b;
-        else if (op == "Sub") r -= b;
-        else if (op == "Mul") r *= b;
-        else if (op == "Div") r = fp ? r / b : (b ? std::trunc(r / b) : 0);
-        else if (op == "Pow") r = std::pow(r, b);
-        else if (op == "Max") r = std::fmax(r, b);
-        else if (op == "Min") r = std::fmin(r, b);
-        else if (op == "Equal") r = r == b;
-        else if (op == "Less") r = r < b;
-        else if (op == "Greater") r = r > b;
-        else if (op == "LessOrEqual") r = r <= b;
-        else if (op == "GreaterOrEqual") r = r >= b;
-        else if (op == "And") r = r != 0 && b != 0;
-        else if (op == "Or") r = r != 0 || b != 0;
-      }
-      out.setDouble(o, r);
-      return;
-    }
-    int64_t r = ins[0]->getInt(idx[0]);
-    for (size_t k = 1; k < ins.size(); ++k) {
-      int64_t b = ins[k]->getInt(idx[k]);
-      // Wrapping arithmetic through uint64 keeps overflow defined.
-      if (op == "Add" || op == "Sum") r = int64_t(uint64_t(r) + uint64_t(b));
-      else if (op == "Sub") r = int64_t(uint64_t(r) - uint64_t(b));
-      else if (op == "Mul") r = int64_t(uint64_t(r) * uint64_t(b));
-      else if (op == "Div") r = (b == 0 || (b == -1 && r == INT64_MIN)) ? 0 : r / b;
-      else if (op == "Max") r = std::max(r, b);
-      else if (op == "Min") r = std::min(r, b);
-      else if (op == "And") r = r && b;
-      else if (op == "Or") r = r || b;
-    }
-    out.setInt(o, r);
-  });
+  return broadcastMap(
+      ins, outType, [&](Tensor &out, int64_t o, ArrayRef<int64_t> idx) {
+        if (fp || compare) {
+          double r = ins[0]->getDouble(idx[0]);
+          for (size_t k = 1; k < ins.size(); ++k) {
+            double b = ins[k]->getDouble(idx[k]);
+            if (op == "Add" || op == "Sum")
+              r += b;
+            else if (op == "Sub")
+              r -= b;
+            else if (op == "Mul")
+              r *= b;
+            else if (op == "Div")
+              r = fp ? r / b : (b ? std::trunc(r / b) : 0);
+            else if (op == "Pow")
+              r = std::pow(r, b);
+            else if (op == "Max")
+              r = std::fmax(r, b);
+            else if (op == "Min")
+              r = std::fmin(r, b);
+            else if (op == "Equal")
+              r = r == b;
+            else if (op == "Less")
+              r = r < b;
+            else if (op == "Greater")
+              r = r > b;
+            else if (op == "LessOrEqual")
+              r = r <= b;
+            else if (op == "GreaterOrEqual")
+              r = r >= b;
+            else if (op == "And")
+              r = r != 0 && b != 0;
+            else if (op == "Or")
+              r = r != 0 || b != 0;
+          }
+          out.setDouble(o, r);
+          return;
+        }
+        int64_t r = ins[0]->getInt(idx[0]);
+        for (size_t k = 1; k < ins.size(); ++k) {
+          int64_t b = ins[k]->getInt(idx[k]);
+          // Wrapping arithmetic through uint64 keeps overflow defined.
+          if (op == "Add" || op == "Sum")
+            r = int64_t(uint64_t(r) + uint64_t(b));
+          else if (op == "Sub")
+            r = int64_t(uint64_t(r) - uint64_t(b));
+          else if (op == "Mul")
+            r = int64_t(uint64_t(r) * uint64_t(b));
+          else if (op == "Div")
+            r = (b == 0 || (b == -1 && r == INT64_MIN)) ? 0 : r / b;
+          else if (op == "Max")
+            r = std::max(r, b);
+          else if (op == "Min")
+            r = std::min(r, b);
+          else if (op == "And")
+            r = r && b;
+          else if (op == "Or")
+            r = r || b;
+        }
+        out.setInt(o, r);
+      });
 }
 
 static Expected<Results> foldCast(const AttributeMap &attrs, const Tensor &x) {
@@ -268,8 +290,7 @@ static Expected<Results> foldConcat(const AttributeMap &attrs,
     for (size_t d = 0; d < coord.size(); ++d)
       src += coord[d] * st[d];
     unsigned sz = dtypeSize(t0.dtype());
-    std::memcpy(out.data() + o * sz,
-                ins[k]->bytes().data() + src * sz, sz);
+    std::memcpy(out.data() + o * sz, ins[k]->bytes().data() + src * sz, sz);
   }
   return one(std::move(out));
 }
@@ -296,21 +317,21 @@ static Expected<Results> foldGather(const AttributeMap &attrs,
   }
   Shape st = stridesOf(dt.shape());
   int64_t inner = st[*axis], numIdx = idx.size();
-  return one(gatherElements(data, TensorType(dt.dtype(), shape),
-                            [&](int64_t o) {
-                              int64_t innerPos = o % inner;
-                              int64_t rest = o / inner;
-                              int64_t k = rest % numIdx, outer = rest / numIdx;
-                              return (outer * n + idx[k]) * inner + innerPos;
-                            }));
+  return one(
+      gatherElements(data, TensorType(dt.dtype(), shape), [&](int64_t o) {
+        int64_t innerPos = o % inner;
+        int64_t rest = o / inner;
+        int64_t k = rest % numIdx, outer = rest / numIdx;
+        return (outer * n + idx[k]) * inner + innerPos;
+      }));
 }
 
 static Tensor reshaped(const Tensor &x, ArrayRef<int64_t> shape) {
   return Tensor(TensorType(x.type().dtype(), shape), x.bytes());
 }
 
-static Expected<Results> foldReshape(const AttributeMap &attrs,
-                                     const Tensor &x, const Tensor &shapeT) {
+static Expected<Results> foldReshape(const AttributeMap &attrs, const Tensor &x,
+                                     const Tensor &shapeT) {
   std::vector<int64_t> req = shapeT.toInts();
   bool allowZero = attrInt(attrs, "allowzero", 0) != 0;
   Shape shape;
@@ -320,8 +341,8 @@ static Expected<Results> foldReshape(const AttributeMap &attrs,
     int64_t d = req[i];
     if (d == 0 && !allowZero) {
       if (i >= x.type().rank())
-        return err("Reshape copies dimension " + llvm::Twine(i) +
-                   " that " + x.type().str() + " does not have");
+        return err("Reshape copies dimension " + llvm::Twine(i) + " that " +
+                   x.type().str() + " does not have");
       d = x.type().dim(i);
     }
     if (d == -1) {
@@ -372,8 +393,8 @@ static Expected<Results> foldSqueeze(const Tensor &x, const Tensor *axesT) {
     for (int64_t a : axesT->toInts()) {
       auto n = normAxis(a, rank);
       if (!n || x.type().dim(*n) != 1)
-        return err("Squeeze axis " + llvm::Twine(a) + " is not a size-1 axis of " +
-                   x.type().str());
+        return err("Squeeze axis " + llvm::Twine(a) +
+                   " is not a size-1 axis of " + x.type().str());
       drop[*n] = true;
     }
   } else {
@@ -404,8 +425,8 @@ static Expected<Results> foldSlice(ArrayRef<const Tensor *> ins) {
   if (ends.size() != starts.size() || axes.size() != starts.size() ||
       steps.size() != starts.size())
     return err("Slice starts, ends, axes and steps differ in length");
-  Shape begin(rank, 0), step(rank, 1), shape(x.type().shape().begin(),
-                                             x.type().shape().end());
+  Shape begin(rank, 0), step(rank, 1),
+      shape(x.type().shape().begin(), x.type().shape().end());
   for (size_t i = 0; i < starts.size(); ++i) {
     auto a = normAxis(axes[i], rank);
     if (!a || steps[i] == 0)
@@ -427,14 +448,14 @@ static Expected<Results> foldSlice(ArrayRef<const Tensor *> ins) {
   if (tooBig(shape))
     return Results();
   Shape st = stridesOf(x.type().shape()), coord;
-  return one(gatherElements(x, TensorType(x.type().dtype(), shape),
-                            [&](int64_t o) {
-                              unflatten(o, shape, coord);
-                              int64_t src = 0;
-                              for (int64_t d = 0; d < rank; ++d)
-                                src += (begin[d] + coord[d] * step[d]) * st[d];
-                              return src;
-                            }));
+  return one(
+      gatherElements(x, TensorType(x.type().dtype(), shape), [&](int64_t o) {
+        unflatten(o, shape, coord);
+        int64_t src = 0;
+        for (int64_t d = 0; d < rank; ++d)
+          src += (begin[d] + coord[d] * step[d]) * st[d];
+        return src;
+      }));
 }
 
 static Expected<Results> foldRange(ArrayRef<const Tensor *> ins) {
@@ -485,11 +506,11 @@ static Expected<Results> foldExpand(const Tensor &x, const Tensor &shapeT) {
   if (tooBig(*shape))
     return Results();
   Shape coord;
-  return one(gatherElements(x, TensorType(x.type().dtype(), *shape),
-                            [&](int64_t o) {
-                              unflatten(o, *shape, coord);
-                              return broadcastIndex(coord, x.type().shape());
-                            }));
+  return one(
+      gatherElements(x, TensorType(x.type().dtype(), *shape), [&](int64_t o) {
+        unflatten(o, *shape, coord);
+        return broadcastIndex(coord, x.type().shape());
+      }));
 }
 
 static Expected<Results> foldTranspose(const AttributeMap &attrs,
@@ -511,14 +532,14 @@ static Expected<Results> foldTranspose(const AttributeMap &attrs,
     shape.push_back(x.type().dim(p));
   }
   Shape st = stridesOf(x.type().shape()), coord;
-  return one(gatherElements(x, TensorType(x.type().dtype(), shape),
-                            [&](int64_t o) {
-                              unflatten(o, shape, coord);
-                              int64_t src = 0;
-                              for (int64_t d = 0; d < rank; ++d)
-                                src += coord[d] * st[perm[d]];
-                              return src;
-                            }));
+  return one(
+      gatherElements(x, TensorType(x.type().dtype(), shape), [&](int64_t o) {
+        unflatten(o, shape, coord);
+        int64_t src = 0;
+        for (int64_t d = 0; d < rank; ++d)
+          src += coord[d] * st[perm[d]];
+        return src;
+      }));
 }
 
 static Expected<Results> foldTrilu(const AttributeMap &attrs, const Tensor &x,
@@ -539,16 +560,47 @@ static Expected<Results> foldTrilu(const AttributeMap &attrs, const Tensor &x,
   return one(std::move(out));
 }
 
-static const char *const kFoldable[] = {
-    "Identity", "Neg",      "Abs",       "Not",         "Sqrt",
-    "Reciprocal", "Exp",    "Log",       "Floor",       "Ceil",
-    "Sin",      "Cos",      "Add",       "Sub",         "Mul",
-    "Div",      "Pow",      "Max",       "Min",         "Sum",
-    "Equal",    "Less",     "Greater",   "LessOrEqual", "GreaterOrEqual",
-    "And",      "Or",       "Where",     "Cast",        "Concat",
-    "Gather",   "Reshape",  "Unsqueeze", "Squeeze",     "Slice",
-    "Range",    "ConstantOfShape", "Expand", "Transpose", "Trilu",
-    "Constant"};
+static const char *const kFoldable[] = {"Identity",
+                                        "Neg",
+                                        "Abs",
+                                        "Not",
+                                        "Sqrt",
+                                        "Reciprocal",
+                                        "Exp",
+                                        "Log",
+                                        "Floor",
+                                        "Ceil",
+                                        "Sin",
+                                        "Cos",
+                                        "Add",
+                                        "Sub",
+                                        "Mul",
+                                        "Div",
+                                        "Pow",
+                                        "Max",
+                                        "Min",
+                                        "Sum",
+                                        "Equal",
+                                        "Less",
+                                        "Greater",
+                                        "LessOrEqual",
+                                        "GreaterOrEqual",
+                                        "And",
+                                        "Or",
+                                        "Where",
+                                        "Cast",
+                                        "Concat",
+                                        "Gather",
+                                        "Reshape",
+                                        "Unsqueeze",
+                                        "Squeeze",
+                                        "Slice",
+                                        "Range",
+                                        "ConstantOfShape",
+                                        "Expand",
+                                        "Transpose",
+                                        "Trilu",
+                                        "Constant"};
 
 bool headroom::isFoldableOp(llvm::StringRef op) {
   return llvm::is_contained(kFoldable, op);
@@ -604,15 +656,15 @@ Expected<Results> headroom::foldConstantOp(llvm::StringRef op,
     if (!need(3))
       return Results();
     DType t = ins[1]->type().dtype();
-    return broadcastMap(ins, t, [&](Tensor &out, int64_t o,
-                                    ArrayRef<int64_t> idx) {
-      const Tensor &src = ins[0]->getInt(idx[0]) ? *ins[1] : *ins[2];
-      int64_t i = ins[0]->getInt(idx[0]) ? idx[1] : idx[2];
-      if (isFloat(t))
-        out.setDouble(o, src.getDouble(i));
-      else
-        out.setInt(o, src.getInt(i));
-    });
+    return broadcastMap(
+        ins, t, [&](Tensor &out, int64_t o, ArrayRef<int64_t> idx) {
+          const Tensor &src = ins[0]->getInt(idx[0]) ? *ins[1] : *ins[2];
+          int64_t i = ins[0]->getInt(idx[0]) ? idx[1] : idx[2];
+          if (isFloat(t))
+            out.setDouble(o, src.getDouble(i));
+          else
+            out.setInt(o, src.getInt(i));
+        });
   }
   if (ins.size() == 1 && op != "Max" && op != "Min" && op != "Sum")
     return foldUnary(op, *ins[0]);

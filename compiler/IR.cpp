@@ -9,8 +9,10 @@ using namespace headroom;
 
 llvm::StringRef headroom::stateKindName(StateKind k) {
   switch (k) {
-  case StateKind::Param: return "param";
-  case StateKind::Frozen: return "frozen";
+  case StateKind::Param:
+    return "param";
+  case StateKind::Frozen:
+    return "frozen";
   }
   llvm_unreachable("unknown state kind");
 }
@@ -76,11 +78,9 @@ double Node::floatAttr(llvm::StringRef name, double dflt) const {
   return dflt;
 }
 
-std::string Node::stringAttr(llvm::StringRef name,
-                             llvm::StringRef dflt) const {
+std::string Node::stringAttr(llvm::StringRef name, llvm::StringRef dflt) const {
   const Attribute *a = attr(name);
-  return a && a->kind() == Attribute::Kind::String ? a->asString()
-                                                   : dflt.str();
+  return a && a->kind() == Attribute::Kind::String ? a->asString() : dflt.str();
 }
 
 void Node::erase() {
@@ -123,8 +123,7 @@ llvm::ArrayRef<Value *> Function::returnValues() const {
 
 Node *Function::createNode(llvm::StringRef op, llvm::ArrayRef<Value *> operands,
                            llvm::ArrayRef<TensorType> resultTypes,
-                           AttributeMap attrs, StateSlot *state,
-                           Node *before) {
+                           AttributeMap attrs, StateSlot *state, Node *before) {
   const OpInfo *info = lookupOp(op);
   assert(info && "creating a node of an unregistered op");
   Node *n = new Node();
@@ -163,8 +162,7 @@ Value *Builder::read(StateSlot *s) {
 // Module
 //===----------------------------------------------------------------------===//
 
-StateSlot *Module::addState(std::string name, TensorType type,
-                            StateKind kind) {
+StateSlot *Module::addState(std::string name, TensorType type, StateKind kind) {
   assert(!lookupState(name) && "duplicate state slot");
   States.push_back(
       std::make_unique<StateSlot>(std::move(name), std::move(type), kind));

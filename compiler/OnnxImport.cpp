@@ -15,6 +15,7 @@
 
 #include "compiler/ConstantFolding.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
@@ -28,6 +29,7 @@
 
 #include <google/protobuf/io/coded_stream.h>
 
+#include <algorithm>
 #include <climits>
 #include <fstream>
 
@@ -46,6 +48,21 @@ std::string nodeLabel(const onnx::NodeProto &n, int index) {
   std::string s = n.name().empty() ? "node #" + std::to_string(index)
                                    : "node '" + n.name() + "'";
   return s + " (op '" + n.op_type() + "')";
+}
+
+/// A readable name hint for an ONNX value: torch's `/h.0/attn/MatMul_output_0`
+/// becomes `h.0.attn.MatMul`, `onnx::Gemm_12` becomes `Gemm_12`. Only a hint:
+/// the printer keeps printed names unique, and data inputs keep exact names.
+std::string prettyName(llvm::StringRef name) {
+  name.consume_front("onnx::");
+  name = name.ltrim('/');
+  name.consume_back("_output_0");
+  std::string out;
+  for (char c : name)
+    out += (llvm::isAlnum(c) || c == '_' || c == '.') ? c
+           : c == '/'                                 ? '.'
+                                                      : '_';
+  return out;
 }
 
 bool isDefaultDomain(const std::string &d) {
@@ -116,8 +133,9 @@ Expected<Tensor> tensorFromProto(const onnx::TensorProto &t,
   if (t.has_raw_data()) {
     if (t.raw_data().size() != size)
       return err("tensor '" + t.name() + "' has " +
-                 llvm::Twine(t.raw_data().size()) + " bytes of data; its type " +
-                 type->str() + " needs " + llvm::Twine(size));
+                 llvm::Twine(t.raw_data().size()) +
+                 " bytes of data; its type " + type->str() + " needs " +
+                 llvm::Twine(size));
     const auto *p = reinterpret_cast<const uint8_t *>(t.raw_data().data());
     return Tensor(*type, std::vector<uint8_t>(p, p + size));
   }
@@ -202,10 +220,13 @@ Expected<Attribute> attributeFromProto(const onnx::AttributeProto &a,
       return Attribute::getType(*dt);
     }
     return Attribute::getInt(a.i());
-  case AP::FLOAT: return Attribute::getFloat(a.f());
-  case AP::STRING: return Attribute::getString(a.s());
+  case AP::FLOAT:
+    return Attribute::getFloat(a.f());
+  case AP::STRING:
+    return Attribute::getString(a.s());
   case AP::INTS:
-    return Attribute::getInts(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
+    return Attribute::getInts(
+        std::vector<int64_t>(a.ints().begin(), a.ints().end()));
   case AP::FLOATS:
     return Attribute::getFloats(
         std::vector<double>(a.floats().begin(), a.floats().end()));
@@ -300,6 +321,9 @@ private:
   const ImportOptions &Options;
   int Opset = 0;
   llvm::StringSet<> Initializers;
+  /// Initializers that came from ImportOptions::ConstantInputs: constants
+  /// even when they are float.
+  llvm::StringSet<> BoundConstants;
   /// Static types of every value ONNX inferred, by name.
   llvm::StringMap<TensorType> Types;
   unsigned ExpansionCount = 0;
@@ -314,11 +338,30 @@ Error Importer::checkModel() {
       Opset = static_cast<int>(op.version());
   if (Opset == 0)
     return fail("the model does not import the default ONNX opset");
-  if (Opset < kMinOpset || Opset > kMaxOpset)
+  if (Opset > kMaxOpset)
     return fail("opset " + llvm::Twine(Opset) +
-                " is outside the supported range " + llvm::Twine(kMinOpset) +
+                " is newer than the supported range " + llvm::Twine(kMinOpset) +
                 ".." + llvm::Twine(kMaxOpset) +
                 " (re-export with torch.onnx.export(..., opset_version=17))");
+  if (Opset < kMinOpset) {
+    // Older models are fine where every op means what it means at 17.
+    for (int i = 0; i < Graph.node_size(); ++i) {
+      const onnx::NodeProto &n = Graph.node(i);
+      if (!isDefaultDomain(n.domain()))
+        continue;
+      auto *then = onnx::OpSchemaRegistry::Schema(n.op_type(), Opset, "");
+      auto *now = onnx::OpSchemaRegistry::Schema(n.op_type(), kMaxOpset, "");
+      if (then && (!now || then->since_version() != now->since_version()))
+        return failAt(n, i,
+                      "opset " + llvm::Twine(Opset) + " gives " + n.op_type() +
+                          "-" + llvm::Twine(then->since_version()) +
+                          ", which changed before the supported range " +
+                          llvm::Twine(kMinOpset) + ".." +
+                          llvm::Twine(kMaxOpset) +
+                          " (re-export with torch.onnx.export(..., "
+                          "opset_version=17))");
+    }
+  }
   if (Model.ir_version() < 3 || Model.ir_version() > onnx::IR_VERSION)
     return fail("IR version " + llvm::Twine(Model.ir_version()) +
                 " is not supported (expected 3.." +
@@ -347,6 +390,20 @@ Error Importer::checkModel() {
 }
 
 Error Importer::bindInputs() {
+  // Inputs with known values become initializers (emitted as constants).
+  for (const auto &kv : Options.ConstantInputs) {
+    auto &inputs = *Graph.mutable_input();
+    auto it = std::find_if(inputs.begin(), inputs.end(), [&](const auto &in) {
+      return in.name() == kv.first;
+    });
+    if (it == inputs.end() || Initializers.count(kv.first))
+      return fail("constant input '" + kv.first +
+                  "' is not a data input of the model");
+    inputs.erase(it);
+    *Graph.add_initializer() = tensorToProto(kv.second, kv.first);
+    Initializers.insert(kv.first);
+    BoundConstants.insert(kv.first);
+  }
   llvm::StringSet<> inputNames;
   for (onnx::ValueInfoProto &in : *Graph.mutable_input()) {
     if (Initializers.count(in.name()))
@@ -354,6 +411,12 @@ Error Importer::bindInputs() {
     inputNames.insert(in.name());
     if (!in.type().has_tensor_type() || !in.type().tensor_type().has_shape())
       return fail("input '" + in.name() + "' is not a tensor with a shape");
+    int elemType = in.type().tensor_type().elem_type();
+    if (!dtypeFromOnnx(elemType))
+      return fail("input '" + in.name() + "' has element type " +
+                  onnx::TensorProto::DataType_Name(
+                      static_cast<onnx::TensorProto::DataType>(elemType)) +
+                  ", which headroom does not support");
     auto *shape = in.mutable_type()->mutable_tensor_type()->mutable_shape();
     auto given = Options.Shapes.find(in.name());
     if (given != Options.Shapes.end()) {
@@ -472,8 +535,9 @@ Expected<bool> Importer::expandFunctions() {
         return failAt(n, i, "unsupported operator domain '" + n.domain() + "'");
       schema = onnx::OpSchemaRegistry::Schema(n.op_type(), Opset, "");
       if (!schema)
-        return failAt(n, i, "unknown operator (not in ONNX opset " +
-                                llvm::Twine(Opset) + ")");
+        return failAt(n, i,
+                      "unknown operator (not in ONNX opset " +
+                          llvm::Twine(Opset) + ")");
       if (schema->HasFunction()) {
         local = schema->GetFunction();
       } else if (schema->HasContextDependentFunction()) {
@@ -519,8 +583,8 @@ Error Importer::inferShapes() {
     onnx::ShapeInferenceOptions opts(/*check_type_val=*/true,
                                      /*strict_mode_val=*/1,
                                      /*data_prop_val=*/true);
-    onnx::shape_inference::InferShapes(Model, onnx::OpSchemaRegistry::Instance(),
-                                       opts);
+    onnx::shape_inference::InferShapes(
+        Model, onnx::OpSchemaRegistry::Instance(), opts);
   } catch (const std::exception &e) {
     return fail("shape inference failed: " +
                 llvm::StringRef(e.what()).split('\n').first.trim());
@@ -552,7 +616,8 @@ Expected<bool> Importer::foldConstants() {
     auto type = tensorProtoType(t);
     if (!type)
       return type.takeError();
-    if (isFloat(type->dtype()) || type->numElements() > kMaxFoldElements)
+    if ((isFloat(type->dtype()) && !BoundConstants.count(t.name())) ||
+        type->numElements() > kMaxFoldElements)
       continue;
     auto v = tensorFromProto(t, ModelDir);
     if (!v)
@@ -662,6 +727,18 @@ Error Importer::makeShapesStatic() {
       return folded.takeError();
     if (!*folded || round > 64) {
       const onnx::NodeProto &n = Graph.node(missing);
+      auto infos = {&Graph.value_info(), &Graph.output()};
+      for (const auto *list : infos)
+        for (const auto &v : *list)
+          for (const auto &o : n.output())
+            if (v.name() == o && v.type().has_tensor_type() &&
+                !dtypeFromOnnx(v.type().tensor_type().elem_type()))
+              return failAt(n, missing,
+                            "output '" + o + "' has element type " +
+                                onnx::TensorProto::DataType_Name(
+                                    static_cast<onnx::TensorProto::DataType>(
+                                        v.type().tensor_type().elem_type())) +
+                                ", which headroom does not support");
       return failAt(n, missing,
                     "cannot determine a static shape for its output; check "
                     "--batch/--shape, or the graph computes a shape from data");
@@ -683,9 +760,10 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
     auto type = tensorProtoType(t);
     if (!type)
       return fail(llvm::toString(type.takeError()));
-    if (isFloat(type->dtype())) {
+    if (isFloat(type->dtype()) && !BoundConstants.count(t.name())) {
       m->addState(t.name(), *type,
-                  frozen.count(t.name()) ? StateKind::Frozen : StateKind::Param);
+                  frozen.count(t.name()) ? StateKind::Frozen
+                                         : StateKind::Param);
       continue;
     }
     if (frozen.count(t.name()))
@@ -742,8 +820,9 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
     llvm::SmallVector<TensorType, 2> types;
     for (int r = 0; r < numResults; ++r) {
       if (n.output(r).empty())
-        return failAt(n, i, "absent output " + llvm::Twine(r) +
-                                " before a present one is not supported");
+        return failAt(n, i,
+                      "absent output " + llvm::Twine(r) +
+                          " before a present one is not supported");
       types.push_back(Types.lookup(n.output(r)));
     }
     AttributeMap attrs;
@@ -766,15 +845,27 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
     if (static_cast<int>(operands.size()) < info->MinOperands ||
         (info->MaxOperands >= 0 &&
          static_cast<int>(operands.size()) > info->MaxOperands))
-      return failAt(n, i, "has " + llvm::Twine(operands.size()) +
-                              " inputs, which headroom does not support");
+      return failAt(n, i,
+                    "has " + llvm::Twine(operands.size()) +
+                        " inputs, which headroom does not support");
     Node *node = b.create(n.op_type(), operands, types, std::move(attrs));
     for (int r = 0; r < numResults; ++r) {
-      node->result(r)->setName(n.output(r));
+      node->result(r)->setName(prettyName(n.output(r)));
       values[n.output(r)] = node->result(r);
     }
   }
 
+  if (Options.AllOutputs) {
+    llvm::SmallVector<Value *, 4> results;
+    for (const auto &o : Graph.output()) {
+      Value *v = lookup(o.name());
+      if (!v)
+        return fail("output '" + o.name() + "' is not computed by the graph");
+      results.push_back(v);
+    }
+    f->createNode("Return", results, {});
+    return std::move(m);
+  }
   // The loss: the output named "loss", else the only scalar float output.
   const onnx::ValueInfoProto *loss = nullptr;
   std::string outputs;
@@ -844,6 +935,21 @@ headroom::importOnnxFile(llvm::StringRef path, const ImportOptions &options) {
   llvm::StringRef dir = llvm::sys::path::parent_path(path);
   return importOnnxBuffer((*buf)->getBuffer(), path, dir.empty() ? "." : dir,
                           options);
+}
+
+Expected<Tensor> headroom::readTensorProtoFile(llvm::StringRef path) {
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                         /*RequiresNullTerminator=*/false);
+  if (!buf)
+    return err(path + ": cannot read: " + buf.getError().message());
+  onnx::TensorProto t;
+  if (!t.ParseFromArray((*buf)->getBufferStart(),
+                        static_cast<int>((*buf)->getBufferSize())))
+    return err(path + ": not a serialized ONNX TensorProto");
+  auto tensor = tensorFromProto(t, llvm::sys::path::parent_path(path));
+  if (!tensor)
+    return err(path + ": " + llvm::toString(tensor.takeError()));
+  return tensor;
 }
 
 Expected<std::vector<int64_t>> headroom::parseShapeSpec(llvm::StringRef spec) {

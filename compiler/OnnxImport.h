@@ -32,9 +32,19 @@ struct ImportOptions {
   std::map<std::string, std::vector<int64_t>> Shapes;
   /// Float initializers to keep constant (`--freeze a,b`).
   std::vector<std::string> Freeze;
+  /// Return every graph output instead of requiring a scalar loss (for
+  /// graphs that are not training graphs, such as ONNX's node tests).
+  bool AllOutputs = false;
+  /// Data inputs whose values are known at compile time: they become
+  /// constants, so shapes computed from them are static (ONNX's node tests
+  /// feed Reshape's target shape as an input, for one).
+  std::map<std::string, Tensor> ConstantInputs;
 };
 
-/// Lowest and highest default-domain opset the importer accepts.
+/// headroom implements the default-domain ops as defined in opsets
+/// kMinOpset..kMaxOpset. A model with an older opset is accepted when every
+/// op it uses is unchanged since then (Sin-7 is still Sin at opset 17;
+/// ReduceSum-11 is not ReduceSum-13).
 constexpr int kMinOpset = 13;
 constexpr int kMaxOpset = 17;
 
@@ -45,6 +55,9 @@ importOnnxFile(llvm::StringRef path, const ImportOptions &options = {});
 llvm::Expected<std::unique_ptr<Module>>
 importOnnxBuffer(llvm::StringRef bytes, llvm::StringRef name,
                  llvm::StringRef modelDir, const ImportOptions &options = {});
+
+/// Reads a serialized TensorProto (ONNX's node-test .pb files).
+llvm::Expected<Tensor> readTensorProtoFile(llvm::StringRef path);
 
 /// Parses `4x128` (or `scalar`) into dimensions.
 llvm::Expected<std::vector<int64_t>> parseShapeSpec(llvm::StringRef spec);

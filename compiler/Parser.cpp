@@ -57,13 +57,17 @@ private:
   // Lexing.
   void next();
   void lexName(Tok kind);
-  bool isPunct(char c) const { return Tk.Kind == Tok::Punct && Tk.Text[0] == c; }
+  bool isPunct(char c) const {
+    return Tk.Kind == Tok::Punct && Tk.Text[0] == c;
+  }
   bool isIdent(llvm::StringRef s) const {
     return Tk.Kind == Tok::Ident && Tk.Text == s;
   }
 
   // Errors.
-  llvm::Error error(const llvm::Twine &msg) const { return errorAt(Tk.Loc, msg); }
+  llvm::Error error(const llvm::Twine &msg) const {
+    return errorAt(Tk.Loc, msg);
+  }
   llvm::Error errorAt(const char *loc, const llvm::Twine &msg) const;
   llvm::Error expectPunct(char c, const llvm::Twine &what);
 
@@ -239,9 +243,8 @@ llvm::Error Parser::errorAt(const char *loc, const llvm::Twine &msg) const {
   std::string text = msg.str();
   if (Tk.Kind == Tok::Error && loc == Tk.Loc)
     text = Tk.Text;
-  return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                 "%s:%u:%u: %s", Name.str().c_str(), line, col,
-                                 text.c_str());
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s:%u:%u: %s",
+                                 Name.str().c_str(), line, col, text.c_str());
 }
 
 llvm::Error Parser::expectPunct(char c, const llvm::Twine &what) {
@@ -322,7 +325,8 @@ llvm::Expected<Tensor> Parser::parseDense() {
     if (isFloat(type->dtype()))
       t.setDouble(i, toDouble(e.Text));
     else if (type->dtype() == DType::U64)
-      t.setInt(i, static_cast<int64_t>(std::strtoull(e.Text.c_str(), nullptr, 10)));
+      t.setInt(
+          i, static_cast<int64_t>(std::strtoull(e.Text.c_str(), nullptr, 10)));
     else
       t.setInt(i, std::strtoll(e.Text.c_str(), nullptr, 10));
   }
@@ -582,8 +586,8 @@ llvm::Error Parser::parseFunction(Module &m) {
   const char *close = Tk.Loc;
   next();
   if (!f->returnNode())
-    return errorAt(close, "function @" + f->name() +
-                              " does not end with 'return'");
+    return errorAt(close,
+                   "function @" + f->name() + " does not end with 'return'");
   return llvm::Error::success();
 }
 

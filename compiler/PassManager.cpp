@@ -53,9 +53,9 @@ llvm::Error PassManager::run(Module &m) {
             llvm::inconvertibleErrorCode(), "IR invalid after pass '%s': %s",
             p->name().str().c_str(), llvm::toString(std::move(e)).c_str());
     if (Options.PrintAfterAll && Options.PrintStream) {
-      printBanner(*Options.PrintStream,
-                  ("after " + p->name() + (*changed ? "" : " (no change)"))
-                      .str());
+      printBanner(
+          *Options.PrintStream,
+          ("after " + p->name() + (*changed ? "" : " (no change)")).str());
       printModule(m, *Options.PrintStream);
     }
   }

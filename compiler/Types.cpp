@@ -88,7 +88,8 @@ std::string TensorType::str() const {
 }
 
 llvm::Optional<llvm::SmallVector<int64_t, 4>>
-headroom::broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b) {
+headroom::broadcastShapes(llvm::ArrayRef<int64_t> a,
+                          llvm::ArrayRef<int64_t> b) {
   size_t rank = std::max(a.size(), b.size());
   llvm::SmallVector<int64_t, 4> out(rank);
   for (size_t i = 0; i < rank; ++i) {
@@ -201,19 +202,32 @@ template <typename T> static void store(uint8_t *p, T v) {
 double Tensor::getDouble(int64_t i) const {
   const uint8_t *p = Bytes.data() + i * dtypeSize(Type.dtype());
   switch (Type.dtype()) {
-  case DType::F32: return load<float>(p);
-  case DType::F64: return load<double>(p);
-  case DType::F16: return halfToFloat(load<uint16_t>(p));
-  case DType::BF16: return bf16ToFloat(load<uint16_t>(p));
-  case DType::I8: return load<int8_t>(p);
-  case DType::I16: return load<int16_t>(p);
-  case DType::I32: return load<int32_t>(p);
-  case DType::I64: return static_cast<double>(load<int64_t>(p));
-  case DType::U8: return load<uint8_t>(p);
-  case DType::U16: return load<uint16_t>(p);
-  case DType::U32: return load<uint32_t>(p);
-  case DType::U64: return static_cast<double>(load<uint64_t>(p));
-  case DType::Bool: return load<uint8_t>(p) ? 1.0 : 0.0;
+  case DType::F32:
+    return load<float>(p);
+  case DType::F64:
+    return load<double>(p);
+  case DType::F16:
+    return halfToFloat(load<uint16_t>(p));
+  case DType::BF16:
+    return bf16ToFloat(load<uint16_t>(p));
+  case DType::I8:
+    return load<int8_t>(p);
+  case DType::I16:
+    return load<int16_t>(p);
+  case DType::I32:
+    return load<int32_t>(p);
+  case DType::I64:
+    return static_cast<double>(load<int64_t>(p));
+  case DType::U8:
+    return load<uint8_t>(p);
+  case DType::U16:
+    return load<uint16_t>(p);
+  case DType::U32:
+    return load<uint32_t>(p);
+  case DType::U64:
+    return static_cast<double>(load<uint64_t>(p));
+  case DType::Bool:
+    return load<uint8_t>(p) ? 1.0 : 0.0;
   }
   llvm_unreachable("unknown dtype");
 }
@@ -221,15 +235,24 @@ double Tensor::getDouble(int64_t i) const {
 int64_t Tensor::getInt(int64_t i) const {
   const uint8_t *p = Bytes.data() + i * dtypeSize(Type.dtype());
   switch (Type.dtype()) {
-  case DType::I8: return load<int8_t>(p);
-  case DType::I16: return load<int16_t>(p);
-  case DType::I32: return load<int32_t>(p);
-  case DType::I64: return load<int64_t>(p);
-  case DType::U8: return load<uint8_t>(p);
-  case DType::U16: return load<uint16_t>(p);
-  case DType::U32: return load<uint32_t>(p);
-  case DType::U64: return static_cast<int64_t>(load<uint64_t>(p));
-  case DType::Bool: return load<uint8_t>(p) ? 1 : 0;
+  case DType::I8:
+    return load<int8_t>(p);
+  case DType::I16:
+    return load<int16_t>(p);
+  case DType::I32:
+    return load<int32_t>(p);
+  case DType::I64:
+    return load<int64_t>(p);
+  case DType::U8:
+    return load<uint8_t>(p);
+  case DType::U16:
+    return load<uint16_t>(p);
+  case DType::U32:
+    return load<uint32_t>(p);
+  case DType::U64:
+    return static_cast<int64_t>(load<uint64_t>(p));
+  case DType::Bool:
+    return load<uint8_t>(p) ? 1 : 0;
   default: {
     double d = getDouble(i);
     // Float -> int conversion truncates toward zero, as ONNX Cast does;
@@ -258,13 +281,18 @@ template <typename T> static T saturate(double v) {
 void Tensor::setDouble(int64_t i, double v) {
   uint8_t *p = Bytes.data() + i * dtypeSize(Type.dtype());
   switch (Type.dtype()) {
-  case DType::F32: return store<float>(p, static_cast<float>(v));
-  case DType::F64: return store<double>(p, v);
-  case DType::F16: return store<uint16_t>(p, floatToHalf(static_cast<float>(v)));
+  case DType::F32:
+    return store<float>(p, static_cast<float>(v));
+  case DType::F64:
+    return store<double>(p, v);
+  case DType::F16:
+    return store<uint16_t>(p, floatToHalf(static_cast<float>(v)));
   case DType::BF16:
     return store<uint16_t>(p, floatToBf16(static_cast<float>(v)));
-  case DType::Bool: return store<uint8_t>(p, v != 0);
-  default: return setInt(i, getIntFromDouble(v));
+  case DType::Bool:
+    return store<uint8_t>(p, v != 0);
+  default:
+    return setInt(i, getIntFromDouble(v));
   }
 }
 
@@ -273,16 +301,26 @@ int64_t Tensor::getIntFromDouble(double v) { return saturate<int64_t>(v); }
 void Tensor::setInt(int64_t i, int64_t v) {
   uint8_t *p = Bytes.data() + i * dtypeSize(Type.dtype());
   switch (Type.dtype()) {
-  case DType::I8: return store<int8_t>(p, static_cast<int8_t>(v));
-  case DType::I16: return store<int16_t>(p, static_cast<int16_t>(v));
-  case DType::I32: return store<int32_t>(p, static_cast<int32_t>(v));
-  case DType::I64: return store<int64_t>(p, v);
-  case DType::U8: return store<uint8_t>(p, static_cast<uint8_t>(v));
-  case DType::U16: return store<uint16_t>(p, static_cast<uint16_t>(v));
-  case DType::U32: return store<uint32_t>(p, static_cast<uint32_t>(v));
-  case DType::U64: return store<uint64_t>(p, static_cast<uint64_t>(v));
-  case DType::Bool: return store<uint8_t>(p, v != 0);
-  default: return setDouble(i, static_cast<double>(v));
+  case DType::I8:
+    return store<int8_t>(p, static_cast<int8_t>(v));
+  case DType::I16:
+    return store<int16_t>(p, static_cast<int16_t>(v));
+  case DType::I32:
+    return store<int32_t>(p, static_cast<int32_t>(v));
+  case DType::I64:
+    return store<int64_t>(p, v);
+  case DType::U8:
+    return store<uint8_t>(p, static_cast<uint8_t>(v));
+  case DType::U16:
+    return store<uint16_t>(p, static_cast<uint16_t>(v));
+  case DType::U32:
+    return store<uint32_t>(p, static_cast<uint32_t>(v));
+  case DType::U64:
+    return store<uint64_t>(p, static_cast<uint64_t>(v));
+  case DType::Bool:
+    return store<uint8_t>(p, v != 0);
+  default:
+    return setDouble(i, static_cast<double>(v));
   }
 }
 

@@ -1,8 +1,8 @@
 //===- Types.h - Element types, tensor types and constant tensors ---------===//
 //
 // Every value in headroom's IR has a static TensorType: an element type and a
-// shape whose dimensions are all known. Dynamic ONNX dimensions are bound by the
-// user at import time (--batch, --shape), so nothing downstream ever sees a
+// shape whose dimensions are all known. Dynamic ONNX dimensions are bound by
+// the user at import time (--batch, --shape), so nothing downstream ever sees a
 // symbolic dimension. Tensor holds constant data (Constant nodes, folded shape
 // arithmetic) in little-endian host layout.
 //

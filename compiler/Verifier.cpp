@@ -27,10 +27,9 @@ private:
   llvm::Error verifyFunction(const Function &f);
   llvm::Error verifyNode(const Node &n);
   llvm::Error fail(const Node &n, const llvm::Twine &msg) {
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(), "in @%s, %s: %s",
-        n.parent()->name().c_str(), describeNode(n).c_str(),
-        msg.str().c_str());
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "in @%s, %s: %s", n.parent()->name().c_str(),
+                                   describeNode(n).c_str(), msg.str().c_str());
   }
   llvm::SmallPtrSet<const Value *, 32> Defined;
   llvm::SmallPtrSet<const StateSlot *, 32> States;
@@ -40,11 +39,13 @@ private:
 llvm::Error Verifier::verifyNode(const Node &n) {
   const OpInfo &info = *n.info();
   int ops = n.numOperands(), res = n.numResults();
-  if (ops < info.MinOperands || (info.MaxOperands >= 0 && ops > info.MaxOperands))
-    return fail(n, "has " + llvm::Twine(ops) + " operands, expected " +
-                       llvm::Twine(info.MinOperands) + ".." +
-                       (info.MaxOperands < 0 ? std::string("any")
-                                             : std::to_string(info.MaxOperands)));
+  if (ops < info.MinOperands ||
+      (info.MaxOperands >= 0 && ops > info.MaxOperands))
+    return fail(n,
+                "has " + llvm::Twine(ops) + " operands, expected " +
+                    llvm::Twine(info.MinOperands) + ".." +
+                    (info.MaxOperands < 0 ? std::string("any")
+                                          : std::to_string(info.MaxOperands)));
   if (res < info.MinResults || (info.MaxResults >= 0 && res > info.MaxResults))
     return fail(n, "has " + llvm::Twine(res) + " results, expected " +
                        llvm::Twine(info.MinResults) + ".." +
@@ -62,7 +63,8 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                          " is not defined before its use in this function");
   }
 
-  bool wantsState = info.has(opflags::ReadsState) || info.has(opflags::WritesState);
+  bool wantsState =
+      info.has(opflags::ReadsState) || info.has(opflags::WritesState);
   if (wantsState && !n.state())
     return fail(n, "needs a state operand");
   if (!wantsState && n.state())
@@ -104,7 +106,8 @@ llvm::Error Verifier::verifyNode(const Node &n) {
       shape = *b;
     }
     if (llvm::ArrayRef<int64_t>(shape) != n.result(0)->type().shape())
-      return fail(n, "result shape " + shapeString(n.result(0)->type().shape()) +
+      return fail(n, "result shape " +
+                         shapeString(n.result(0)->type().shape()) +
                          " is not the broadcast shape " + shapeString(shape));
   }
   if (n.op() == "Constant") {

@@ -6,6 +6,7 @@
 //    Shape and Size of any value fold, since every shape is static;
 //  * Identity, and Dropout in inference mode (training_mode absent or false,
 //    or ratio 0) with an unused mask, forward their input;
+//  * equal Constants are merged into the first of them;
 //  * nodes without side effects whose results are unused are deleted, and so
 //    are frozen state slots nothing reads any more.
 // Requires: verified IR. Guarantees: no Identity; no node with all-constant
@@ -20,6 +21,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
+#include <map>
+
 using namespace headroom;
 
 namespace {
@@ -31,6 +34,7 @@ public:
 
 private:
   llvm::Expected<bool> foldNode(Node &n);
+  static bool mergeConstants(Function &f);
   static bool deleteDeadNodes(Function &f);
 };
 
@@ -89,11 +93,10 @@ llvm::Expected<bool> Canonicalize::foldNode(Node &n) {
     return false;
   auto folded = foldConstantOp(n.op(), n.attrs(), operands);
   if (!folded)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "in @%s, %s: cannot fold: %s",
-                                   n.parent()->name().c_str(),
-                                   describeNode(n).c_str(),
-                                   llvm::toString(folded.takeError()).c_str());
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(), "in @%s, %s: cannot fold: %s",
+        n.parent()->name().c_str(), describeNode(n).c_str(),
+        llvm::toString(folded.takeError()).c_str());
   if (!*folded)
     return false;
   for (unsigned i = 0; i < n.numResults(); ++i) {
@@ -107,6 +110,23 @@ llvm::Expected<bool> Canonicalize::foldNode(Node &n) {
     replaceWithConstant(n.result(i), std::move(t), n);
   }
   return true;
+}
+
+bool Canonicalize::mergeConstants(Function &f) {
+  std::map<std::pair<std::string, std::vector<uint8_t>>, Value *> seen;
+  bool changed = false;
+  for (Node &n : f.nodes()) {
+    if (n.op() != "Constant")
+      continue;
+    const Tensor &t = n.attr("value")->asTensor();
+    auto [it, inserted] =
+        seen.try_emplace({t.type().str(), t.bytes()}, n.result(0));
+    if (inserted || !n.result(0)->hasUses())
+      continue;
+    n.result(0)->replaceAllUsesWith(it->second);
+    changed = true;
+  }
+  return changed;
 }
 
 bool Canonicalize::deleteDeadNodes(Function &f) {
@@ -133,6 +153,7 @@ llvm::Expected<bool> Canonicalize::run(Module &m) {
         return folded.takeError();
       changed |= *folded;
     }
+    changed |= mergeConstants(*f);
     changed |= deleteDeadNodes(*f);
   }
   llvm::SmallPtrSet<const StateSlot *, 32> used;

@@ -10,6 +10,7 @@ config.excludes = ["Inputs"]
 site = lit_config.params.get("site")
 if site:
     lit_config.load_config(config, site)
+config.substitutions.append(("%python", "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"))
 config.substitutions.append(("%models", os.path.join(config.headroom_src_dir, "test", "models")))
 config.environment["PATH"] = os.pathsep.join(
     [config.headroom_bin_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])

@@ -34,18 +34,24 @@ static cl::SubCommand DevicesCmd("devices",
 static cl::opt<int64_t> Batch("batch",
                               cl::desc("Bind the leading dimension of every "
                                        "data input"),
-                              cl::value_desc("N"), cl::init(0),
-                              cl::sub(OptCmd), cl::cat(Category));
-static cl::list<std::string> ShapeSpecs(
-    "shape", cl::desc("Bind the full shape of a data input"),
-    cl::value_desc("NAME=DIMS"), cl::sub(OptCmd), cl::cat(Category));
-static cl::list<std::string> Freeze("freeze", cl::CommaSeparated,
-                                    cl::desc("Keep these initializers constant"),
-                                    cl::value_desc("NAME,..."), cl::sub(OptCmd),
-                                    cl::cat(Category));
+                              cl::value_desc("N"), cl::init(0), cl::sub(OptCmd),
+                              cl::cat(Category));
+static cl::list<std::string>
+    ShapeSpecs("shape", cl::desc("Bind the full shape of a data input"),
+               cl::value_desc("NAME=DIMS"), cl::sub(OptCmd), cl::cat(Category));
+static cl::list<std::string>
+    Freeze("freeze", cl::CommaSeparated,
+           cl::desc("Keep these initializers constant"),
+           cl::value_desc("NAME,..."), cl::sub(OptCmd), cl::cat(Category));
+
+static cl::opt<bool> AllOutputs(
+    "all-outputs",
+    cl::desc("Return every graph output instead of requiring a scalar loss"),
+    cl::sub(OptCmd), cl::cat(Category));
 
 // headroom opt
-static cl::opt<std::string> OptInput(cl::Positional, cl::desc("<model.onnx|file.hr|->"),
+static cl::opt<std::string> OptInput(cl::Positional,
+                                     cl::desc("<model.onnx|file.hr|->"),
                                      cl::sub(OptCmd), cl::init("-"));
 static cl::opt<std::string> PassList("passes",
                                      cl::desc("Comma-separated passes to run"),
@@ -55,9 +61,14 @@ static cl::opt<bool> PrintAfterAll("print-after-all",
                                    cl::desc("Print the IR before and after "
                                             "every pass"),
                                    cl::sub(OptCmd), cl::cat(Category));
-static cl::opt<bool> NoVerify("no-verify",
-                              cl::desc("Do not run the verifier between passes"),
-                              cl::sub(OptCmd), cl::cat(Category));
+static cl::opt<bool> SplitInputFile(
+    "split-input-file",
+    cl::desc("Treat each '// -----' separated chunk of textual IR as its own "
+             "module (for tests)"),
+    cl::sub(OptCmd), cl::cat(Category));
+static cl::opt<bool>
+    NoVerify("no-verify", cl::desc("Do not run the verifier between passes"),
+             cl::sub(OptCmd), cl::cat(Category));
 static cl::opt<bool> Stats("stats",
                            cl::desc("After the IR, print a summary: ops, "
                                     "parameters, bytes"),
@@ -77,8 +88,8 @@ static cl::opt<std::string> OutputFile("o", cl::desc("Output file"),
                                        cl::sub(OptCmd), cl::cat(Category));
 
 static int fail(llvm::Error e) {
-  llvm::WithColor::error(llvm::errs(), "headroom") << llvm::toString(std::move(e))
-                                                   << '\n';
+  llvm::WithColor::error(llvm::errs(), "headroom")
+      << llvm::toString(std::move(e)) << '\n';
   return 1;
 }
 static int fail(const llvm::Twine &msg) {
@@ -86,7 +97,8 @@ static int fail(const llvm::Twine &msg) {
 }
 
 /// Imports .onnx or parses textual IR, by extension ("-" is textual IR).
-static llvm::Expected<std::unique_ptr<Module>> loadModule(llvm::StringRef path) {
+static llvm::Expected<std::unique_ptr<Module>>
+loadModule(llvm::StringRef path) {
   if (path.endswith(".onnx")) {
     ImportOptions options;
     options.Batch = Batch;
@@ -104,6 +116,7 @@ static llvm::Expected<std::unique_ptr<Module>> loadModule(llvm::StringRef path) 
       options.Shapes[name.str()] = *parsed;
     }
     options.Freeze.assign(Freeze.begin(), Freeze.end());
+    options.AllOutputs = AllOutputs;
     return importOnnxFile(path, options);
   }
   auto buf = llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
@@ -111,8 +124,7 @@ static llvm::Expected<std::unique_ptr<Module>> loadModule(llvm::StringRef path) 
     return llvm::createStringError(buf.getError(), "%s: cannot read: %s",
                                    path.str().c_str(),
                                    buf.getError().message().c_str());
-  return parseModule((*buf)->getBuffer(),
-                     path == "-" ? "<stdin>" : path);
+  return parseModule((*buf)->getBuffer(), path == "-" ? "<stdin>" : path);
 }
 
 static std::string bytesString(uint64_t b) {
@@ -216,28 +228,54 @@ static int runOpt() {
                    << '\n';
     return 0;
   }
-  auto m = loadModule(OptInput);
-  if (!m)
-    return fail(m.takeError());
   std::error_code ec;
   llvm::ToolOutputFile out(OutputFile, ec, llvm::sys::fs::OF_Text);
   if (ec)
     return fail(OutputFile + ": cannot write: " + ec.message());
-  PassManagerOptions options;
-  options.VerifyEach = !NoVerify;
-  options.PrintAfterAll = PrintAfterAll;
-  options.PrintStream = &out.os();
-  PassManager pm(options);
-  if (auto e = pm.addPipeline(PassList))
-    return fail(std::move(e));
-  if (auto e = pm.run(**m))
-    return fail(std::move(e));
-  if (!PrintAfterAll)
-    printModule(**m, out.os());
-  if (Stats)
-    printStats(**m, out.os());
-  out.keep(); // otherwise ToolOutputFile deletes the partial output
-  return 0;
+  auto process = [&](llvm::Expected<std::unique_ptr<Module>> m) -> llvm::Error {
+    if (!m)
+      return m.takeError();
+    PassManagerOptions options;
+    options.VerifyEach = !NoVerify;
+    options.PrintAfterAll = PrintAfterAll;
+    options.PrintStream = &out.os();
+    PassManager pm(options);
+    if (auto e = pm.addPipeline(PassList))
+      return e;
+    if (auto e = pm.run(**m))
+      return e;
+    if (!PrintAfterAll)
+      printModule(**m, out.os());
+    if (Stats)
+      printStats(**m, out.os());
+    return llvm::Error::success();
+  };
+  if (!SplitInputFile || llvm::StringRef(OptInput).endswith(".onnx")) {
+    if (auto e = process(loadModule(OptInput)))
+      return fail(std::move(e));
+    out.keep(); // otherwise ToolOutputFile deletes the partial output
+    return 0;
+  }
+  // Each chunk is parsed on its own; an error in one is printed (so tests can
+  // check it) and the next chunk still runs; the exit status reports it.
+  auto buf = llvm::MemoryBuffer::getFileOrSTDIN(OptInput, /*IsText=*/true);
+  if (!buf)
+    return fail(OptInput + ": cannot read: " + buf.getError().message());
+  llvm::SmallVector<llvm::StringRef, 8> chunks;
+  (*buf)->getBuffer().split(chunks, "// -----");
+  int status = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (i)
+      out.os() << "// -----\n";
+    std::string name = (OptInput + " (chunk " + llvm::Twine(i + 1) + ")").str();
+    if (auto e = process(parseModule(chunks[i], name))) {
+      llvm::WithColor::error(llvm::errs(), "headroom")
+          << llvm::toString(std::move(e)) << '\n';
+      status = 1;
+    }
+  }
+  out.keep();
+  return status;
 }
 
 static int runDevices() {

@@ -97,8 +97,8 @@ TEST(ConstantFoldingTest, ReshapeUnsqueezeTransposeTrilu) {
 
 TEST(ConstantFoldingTest, CastAndFloatMath) {
   Tensor f = Tensor::fromDoubles(DType::F32, {3}, {2.7, -2.7, 16.0});
-  auto c = foldConstantOp("Cast", {{"to", Attribute::getType(DType::I64)}},
-                          {&f});
+  auto c =
+      foldConstantOp("Cast", {{"to", Attribute::getType(DType::I64)}}, {&f});
   ASSERT_TRUE(c && *c);
   EXPECT_EQ((**c)[0].toInts(), std::vector<int64_t>({2, -2, 16}));
   auto s = foldConstantOp("Sqrt", {}, {&f});

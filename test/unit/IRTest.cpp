@@ -66,7 +66,7 @@ TEST(IRTest, PrinterMakesDuplicateAndNumericNamesUnique) {
   Value *x = f->addArgument(TensorType(DType::F32, {2}), "x");
   Builder b(*f);
   Value *a = b.createValue("Neg", {x}, x->type());
-  a->setName("x"); // clashes with the argument
+  a->setName("x");                                 // clashes with the argument
   Value *c = b.createValue("Neg", {a}, x->type()); // unnamed
   Value *d = b.createValue("Neg", {c}, x->type());
   d->setName("0"); // a hint that looks like a number

@@ -1,9 +1,9 @@
 //===- OnnxImportTest.cpp - Importing the test models and bad inputs ------===//
 #include "compiler/OnnxImport.h"
+#include "TestUtil.h"
 #include "compiler/Parser.h"
 #include "compiler/Printer.h"
 #include "compiler/Verifier.h"
-#include "TestUtil.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -48,7 +48,8 @@ TEST(OnnxImportTest, ParametersBecomeStateAndFreezeKeepsThemConstant) {
   auto m = takeOrFail(importOnnxFile(modelPath("mlp.onnx"), o));
   ASSERT_TRUE(m);
   ASSERT_EQ(m->states().size(), 6u);
-  EXPECT_EQ(m->lookupState("fc1.weight")->type(), TensorType(DType::F32, {32, 16}));
+  EXPECT_EQ(m->lookupState("fc1.weight")->type(),
+            TensorType(DType::F32, {32, 16}));
   EXPECT_EQ(m->lookupState("fc1.weight")->kind(), StateKind::Param);
   EXPECT_EQ(m->lookupState("fc1.bias")->kind(), StateKind::Frozen);
 }

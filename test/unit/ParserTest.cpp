@@ -1,8 +1,8 @@
 //===- ParserTest.cpp - Textual IR parsing, printing and errors -----------===//
 #include "compiler/Parser.h"
+#include "TestUtil.h"
 #include "compiler/Printer.h"
 #include "compiler/Verifier.h"
-#include "TestUtil.h"
 
 #include <cmath>
 
@@ -53,7 +53,8 @@ TEST(ParserTest, KeepsValuesAndAttributes) {
   const Node &half = *std::next(f->nodes().begin(), 4);
   const Tensor &t = half.attr("value")->asTensor();
   EXPECT_TRUE(std::isinf(t.getDouble(1)));
-  EXPECT_EQ(t.getDouble(2), static_cast<double>(halfToFloat(floatToHalf(0.1f))));
+  EXPECT_EQ(t.getDouble(2),
+            static_cast<double>(halfToFloat(floatToHalf(0.1f))));
 }
 
 /// Parses `text` and returns the error message.
@@ -68,8 +69,9 @@ TEST(ParserTest, ErrorsNameTheLocation) {
             "t.hr:2:8: unknown op 'Nope'");
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%z) : f32[2]\n}"),
             "t.hr:2:12: use of undefined value %z");
-  EXPECT_EQ(parseError("func @f(%x: q32[2]) {\n}"),
-            "t.hr:1:13: expected an element type (f32, i64, bool, ...), got 'q32'");
+  EXPECT_EQ(
+      parseError("func @f(%x: q32[2]) {\n}"),
+      "t.hr:1:13: expected an element type (f32, i64, bool, ...), got 'q32'");
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%x)\n  return %y\n}"),
             "t.hr:2:8: expected 1 result type(s) after ':', got 0");
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %x = Neg(%x) : f32[2]\n"),
@@ -78,9 +80,10 @@ TEST(ParserTest, ErrorsNameTheLocation) {
             "t.hr:3:1: expected '}' to close function @f");
   EXPECT_EQ(parseError("state @w : f32[2] weights\n"),
             "t.hr:1:19: expected a state kind ('param' or 'frozen')");
-  EXPECT_EQ(parseError("func @f() {\n  %c = Constant() {value = dense<i64[3]> "
-                       "[1, 2]} : i64[3]\n  return %c\n}"),
-            "t.hr:2:48: tensor literal has 2 elements, its type i64[3] needs 3");
+  EXPECT_EQ(
+      parseError("func @f() {\n  %c = Constant() {value = dense<i64[3]> "
+                 "[1, 2]} : i64[3]\n  return %c\n}"),
+      "t.hr:2:48: tensor literal has 2 elements, its type i64[3] needs 3");
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%\"x) : f32[2]\n}"),
             "t.hr:2:12: unterminated or malformed quoted name");
   EXPECT_EQ(parseError("bogus"), "t.hr:1:1: expected 'state' or 'func'");
@@ -89,8 +92,9 @@ TEST(ParserTest, ErrorsNameTheLocation) {
 }
 
 TEST(ParserTest, CommentsAreSkipped) {
-  auto m = takeOrFail(parseModule("// RUN: whatever\nfunc @f(%x: f32[]) { // c\n"
-                                  "  return %x // done\n}\n"));
+  auto m =
+      takeOrFail(parseModule("// RUN: whatever\nfunc @f(%x: f32[]) { // c\n"
+                             "  return %x // done\n}\n"));
   ASSERT_TRUE(m);
   EXPECT_EQ(moduleToString(*m), "func @f(%x: f32[]) {\n  return %x\n}\n");
 }

@@ -1,7 +1,7 @@
 //===- VerifierTest.cpp - Each invariant the verifier enforces ------------===//
-#include "compiler/Parser.h"
 #include "compiler/Verifier.h"
 #include "TestUtil.h"
+#include "compiler/Parser.h"
 
 using namespace headroom;
 
@@ -31,32 +31,36 @@ TEST(VerifierTest, RejectsBrokenInvariants) {
   EXPECT_EQ(verifyError("func @f(%x: f32[3]) {\n  %y = Add(%x) : f32[3]\n"
                         "  return %y\n}\n"),
             "in @f, node 0 ('Add' defining %y): has 1 operands, expected 2..2");
-  EXPECT_EQ(verifyError("func @f(%x: f32[3], %z: i64[3]) {\n"
-                        "  %y = Add(%x, %z) : f32[3]\n  return %y\n}\n"),
-            "in @f, node 0 ('Add' defining %y): operand type i64[3] has another "
-            "element type than the result f32[3]");
-  EXPECT_EQ(verifyError("func @f(%x: f32[3], %z: f32[4]) {\n"
-                        "  %y = Mul(%x, %z) : f32[3]\n  return %y\n}\n"),
-            "in @f, node 0 ('Mul' defining %y): operand shapes do not broadcast "
-            "(3 and 4)");
+  EXPECT_EQ(
+      verifyError("func @f(%x: f32[3], %z: i64[3]) {\n"
+                  "  %y = Add(%x, %z) : f32[3]\n  return %y\n}\n"),
+      "in @f, node 0 ('Add' defining %y): operand type i64[3] has another "
+      "element type than the result f32[3]");
+  EXPECT_EQ(
+      verifyError("func @f(%x: f32[3], %z: f32[4]) {\n"
+                  "  %y = Mul(%x, %z) : f32[3]\n  return %y\n}\n"),
+      "in @f, node 0 ('Mul' defining %y): operand shapes do not broadcast "
+      "(3 and 4)");
   EXPECT_EQ(verifyError("func @f(%x: f32[3], %z: f32[1]) {\n"
                         "  %y = Mul(%x, %z) : f32[1]\n  return %y\n}\n"),
             "in @f, node 0 ('Mul' defining %y): result shape 1 is not the "
             "broadcast shape 3");
-  EXPECT_EQ(verifyError("func @f(%x: f32[3]) {\n  %y = Neg(%x) : f32[2]\n"
-                        "  return %y\n}\n"),
-            "in @f, node 0 ('Neg' defining %y): result type f32[2] differs from "
-            "operand type f32[3]");
+  EXPECT_EQ(
+      verifyError("func @f(%x: f32[3]) {\n  %y = Neg(%x) : f32[2]\n"
+                  "  return %y\n}\n"),
+      "in @f, node 0 ('Neg' defining %y): result type f32[2] differs from "
+      "operand type f32[3]");
   EXPECT_EQ(verifyError("state @w : f32[2] param\n"
                         "func @f(%x: f32[3]) {\n  %w = Read(@w) : f32[3]\n"
                         "  return %w\n}\n"),
             "in @f, node 0 ('Read' defining %w): reads @w of type f32[2] as "
             "f32[3]");
-  EXPECT_EQ(verifyError("state @w : f32[2] param\n"
-                        "func @f(%x: f32[3]) {\n  %y = Neg(@w, %x) : f32[3]\n"
-                        "  return %y\n}\n"),
-            "in @f, node 0 ('Neg' defining %y): may not refer to state @w (only "
-            "Read and update ops do)");
+  EXPECT_EQ(
+      verifyError("state @w : f32[2] param\n"
+                  "func @f(%x: f32[3]) {\n  %y = Neg(@w, %x) : f32[3]\n"
+                  "  return %y\n}\n"),
+      "in @f, node 0 ('Neg' defining %y): may not refer to state @w (only "
+      "Read and update ops do)");
   EXPECT_EQ(verifyError("state @w : f32[2] param\n"
                         "func @f(%x: f32[3]) {\n  Assign(@w, %x)\n"
                         "  return %x\n}\n"),
