@@ -864,7 +864,7 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
       results.push_back(v);
     }
     f->createNode("Return", results, {});
-    return std::move(m);
+    return m;
   }
   // The loss: the output named "loss", else the only scalar float output.
   const onnx::ValueInfoProto *loss = nullptr;
@@ -895,16 +895,16 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
   if (!lossValue)
     return fail("output '" + loss->name() + "' is not computed by the graph");
   f->createNode("Return", {lossValue}, {});
-  return std::move(m);
+  return m;
 }
 
 Expected<std::unique_ptr<Module>> Importer::run() {
   if (auto e = checkModel())
-    return std::move(e);
+    return e;
   if (auto e = bindInputs())
-    return std::move(e);
+    return e;
   if (auto e = makeShapesStatic())
-    return std::move(e);
+    return e;
   return translate();
 }
 

@@ -267,12 +267,12 @@ llvm::Expected<TensorType> Parser::parseType() {
                  Tk.Text + "'");
   next();
   if (auto e = expectPunct('[', "after the element type"))
-    return std::move(e);
+    return e;
   llvm::SmallVector<int64_t, 4> shape;
   while (!isPunct(']')) {
     if (!shape.empty())
       if (auto e = expectPunct(',', "between dimensions"))
-        return std::move(e);
+        return e;
     if (Tk.Kind != Tok::Int || Tk.Text[0] == '-')
       return error("expected a non-negative dimension");
     shape.push_back(std::strtoll(Tk.Text.c_str(), nullptr, 10));
@@ -291,12 +291,12 @@ static double toDouble(const std::string &s) {
 llvm::Expected<Tensor> Parser::parseDense() {
   next(); // 'dense'
   if (auto e = expectPunct('<', "after 'dense'"))
-    return std::move(e);
+    return e;
   auto type = parseType();
   if (!type)
     return type.takeError();
   if (auto e = expectPunct('>', "after the tensor type"))
-    return std::move(e);
+    return e;
   std::vector<Token> elems;
   bool splat = !isPunct('[');
   if (!splat)
@@ -304,7 +304,7 @@ llvm::Expected<Tensor> Parser::parseDense() {
   while (splat ? elems.empty() : !isPunct(']')) {
     if (!splat && !elems.empty())
       if (auto e = expectPunct(',', "between tensor elements"))
-        return std::move(e);
+        return e;
     if (Tk.Kind != Tok::Int && Tk.Kind != Tok::Float)
       return error("expected a number in the tensor literal");
     if (!isFloat(type->dtype()) && Tk.Kind == Tok::Float)
@@ -373,7 +373,7 @@ llvm::Expected<Attribute> Parser::parseAttribute() {
   while (!isPunct(']')) {
     if (kind != Tok::Eof)
       if (auto e = expectPunct(',', "between list elements"))
-        return std::move(e);
+        return e;
     if (kind == Tok::Eof)
       kind = Tk.Kind;
     if (Tk.Kind == Tok::Int && kind == Tok::Float)
@@ -602,9 +602,9 @@ llvm::Expected<std::unique_ptr<Module>> Parser::parse() {
     else
       e = error("expected 'state' or 'func'");
     if (e)
-      return std::move(e);
+      return e;
   }
-  return std::move(m);
+  return m;
 }
 
 llvm::Expected<std::unique_ptr<Module>>
