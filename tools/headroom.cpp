@@ -53,10 +53,12 @@ static cl::opt<bool> AllOutputs(
 static cl::opt<std::string> OptInput(cl::Positional,
                                      cl::desc("<model.onnx|file.hr|->"),
                                      cl::sub(OptCmd), cl::init("-"));
-static cl::opt<std::string> PassList("passes",
-                                     cl::desc("Comma-separated passes to run"),
-                                     cl::value_desc("a,b"), cl::sub(OptCmd),
-                                     cl::cat(Category));
+static cl::opt<std::string>
+    PassList("passes",
+             cl::desc("Comma-separated passes to run (default: canonicalize; "
+                      "--passes= runs none)"),
+             cl::value_desc("a,b"), cl::init("canonicalize"), cl::sub(OptCmd),
+             cl::cat(Category));
 static cl::opt<bool> PrintAfterAll("print-after-all",
                                    cl::desc("Print the IR before and after "
                                             "every pass"),
