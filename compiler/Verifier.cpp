@@ -77,8 +77,9 @@ llvm::Error Verifier::verifyNode(const Node &n) {
     return fail(n, "reads @" + n.state()->name() + " of type " +
                        n.state()->type().str() + " as " +
                        n.result(0)->type().str());
-  if (n.op() == "Assign" && n.operand(0)->type() != n.state()->type())
-    return fail(n, "assigns " + n.operand(0)->type().str() + " to @" +
+  if (info.has(opflags::WritesState) && n.numOperands() == 1 &&
+      n.operand(0)->type() != n.state()->type())
+    return fail(n, "writes " + n.operand(0)->type().str() + " to @" +
                        n.state()->name() + " of type " +
                        n.state()->type().str());
 

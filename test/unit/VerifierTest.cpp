@@ -64,7 +64,7 @@ TEST(VerifierTest, RejectsBrokenInvariants) {
   EXPECT_EQ(verifyError("state @w : f32[2] param\n"
                         "func @f(%x: f32[3]) {\n  Assign(@w, %x)\n"
                         "  return %x\n}\n"),
-            "in @f, node 0 ('Assign'): assigns f32[3] to @w of type f32[2]");
+            "in @f, node 0 ('Assign'): writes f32[3] to @w of type f32[2]");
   EXPECT_EQ(verifyError("func @f(%x: f32[3]) {\n  %c = Cast(%x) {to = i64} : "
                         "i32[3]\n  return %c\n}\n"),
             "in @f, node 0 ('Cast' defining %c): result i32[3] is not the "

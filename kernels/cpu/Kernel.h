@@ -1,0 +1,95 @@
+//===- Kernel.h - The CPU kernel interface ---------------------------------===//
+//
+// A kernel computes one op on buffers the executor owns: it reads Inputs and
+// writes every Output, whose types (and so shapes) were fixed at compile time.
+// Kernels never allocate tensors that outlive the call; scratch memory they
+// need is their own business on the CPU (the CUDA backend declares workspace).
+//
+// A kernel returns an error, never crashes, for a form of its op it does not
+// implement (an element type, an attribute value); the message names the op
+// and what is unsupported, e.g. "Conv: auto_pad 'SAME_LOWER' is not
+// supported". Each family file registers its kernels in one function listed in
+// kernels/cpu/Kernels.cpp.
+//
+//===----------------------------------------------------------------------===//
+#ifndef HEADROOM_KERNELS_CPU_KERNEL_H
+#define HEADROOM_KERNELS_CPU_KERNEL_H
+
+#include "compiler/Attribute.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+
+namespace headroom {
+namespace cpu {
+
+/// A typed view of a buffer. Data is null for an absent optional input.
+struct TensorView {
+  DType Type = DType::F32;
+  llvm::ArrayRef<int64_t> Shape;
+  void *Data = nullptr;
+
+  bool present() const { return Data != nullptr; }
+  unsigned rank() const { return Shape.size(); }
+  int64_t numElements() const {
+    int64_t n = 1;
+    for (int64_t d : Shape)
+      n *= d;
+    return n;
+  }
+  uint64_t sizeInBytes() const { return numElements() * dtypeSize(Type); }
+  template <typename T> T *as() const { return static_cast<T *>(Data); }
+  TensorType type() const { return TensorType(Type, Shape); }
+};
+
+struct KernelContext {
+  llvm::StringRef Op;
+  llvm::ArrayRef<TensorView> Inputs;
+  llvm::ArrayRef<TensorView> Outputs;
+  const AttributeMap &Attrs;
+  /// Seed for random ops: fixed per (run seed, step, node), so a step can be
+  /// replayed exactly.
+  uint64_t Seed = 0;
+
+  int64_t attrInt(llvm::StringRef name, int64_t dflt) const;
+  double attrFloat(llvm::StringRef name, double dflt) const;
+  std::string attrString(llvm::StringRef name, llvm::StringRef dflt) const;
+  std::vector<int64_t> attrInts(llvm::StringRef name,
+                                std::vector<int64_t> dflt = {}) const;
+  const Attribute *attr(llvm::StringRef name) const;
+  bool hasInput(unsigned i) const {
+    return i < Inputs.size() && Inputs[i].present();
+  }
+  /// An error naming the op: "Conv: <msg>".
+  llvm::Error unsupported(const llvm::Twine &msg) const;
+};
+
+using KernelFn = llvm::Error (*)(const KernelContext &ctx);
+
+/// The kernel for `op`, or null.
+KernelFn lookupKernel(llvm::StringRef op);
+void registerKernel(llvm::StringRef op, KernelFn fn);
+
+// One registration function per family file (kernels/cpu/<Family>.cpp).
+void registerElementwiseKernels();
+void registerShapeKernels();
+void registerLinalgKernels();
+void registerReduceKernels();
+void registerNormKernels();
+void registerLossKernels();
+void registerConvPoolKernels();
+
+/// Dispatches on a float element type (f32 or f64) to fn<float>/fn<double>;
+/// other types are an "unsupported element type" error.
+#define HR_DISPATCH_FLOAT(ctx, dtype, FN, ...)                                 \
+  ((dtype) == DType::F32   ? FN<float>(__VA_ARGS__)                            \
+   : (dtype) == DType::F64 ? FN<double>(__VA_ARGS__)                           \
+                           : (ctx).unsupported("element type " +               \
+                                               dtypeName(dtype) +              \
+                                               " is not supported"))
+
+} // namespace cpu
+} // namespace headroom
+
+#endif // HEADROOM_KERNELS_CPU_KERNEL_H

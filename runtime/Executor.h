@@ -1,0 +1,56 @@
+//===- Executor.h - Running a plan ----------------------------------------===//
+//
+// The interface every backend implements. An executor owns the state and the
+// buffers of one plan, allocated once when it is created, and runs the plan's
+// functions. State starts zeroed; the caller loads initial weights with
+// writeState (runtime/ModelIO.h does it from the source ONNX model).
+//
+//===----------------------------------------------------------------------===//
+#ifndef HEADROOM_RUNTIME_EXECUTOR_H
+#define HEADROOM_RUNTIME_EXECUTOR_H
+
+#include "runtime/Plan.h"
+
+#include <map>
+#include <memory>
+
+namespace headroom {
+
+struct ExecutorOptions {
+  /// Seeds random ops (Dropout). Each run of a function advances the step;
+  /// the seed of a call is derived from (Seed, step, call), so runs replay.
+  uint64_t Seed = 0;
+};
+
+class Executor {
+public:
+  virtual ~Executor() = default;
+
+  /// Runs `function` on `args` (one tensor per argument, types matching).
+  virtual llvm::Expected<std::vector<Tensor>>
+  run(llvm::StringRef function, llvm::ArrayRef<const Tensor *> args) = 0;
+
+  virtual llvm::Expected<Tensor> readState(llvm::StringRef name) const = 0;
+  virtual llvm::Error writeState(llvm::StringRef name, const Tensor &value) = 0;
+
+  /// Gradients that ParamGrad nodes produced in the last run, by state name
+  /// (a plan without an optimizer reports its gradients this way).
+  virtual const std::map<std::string, Tensor> &gradients() const = 0;
+
+  /// Bytes allocated for state and buffers.
+  virtual uint64_t allocatedBytes() const = 0;
+
+  const Plan &plan() const { return ThePlan; }
+
+protected:
+  explicit Executor(Plan plan) : ThePlan(std::move(plan)) {}
+  Plan ThePlan;
+};
+
+/// The reference backend: kernels/cpu, GEMM through OpenBLAS.
+llvm::Expected<std::unique_ptr<Executor>>
+createCpuExecutor(Plan plan, const ExecutorOptions &options = {});
+
+} // namespace headroom
+
+#endif // HEADROOM_RUNTIME_EXECUTOR_H
