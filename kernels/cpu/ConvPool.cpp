@@ -1,4 +1,5 @@
-//===- ConvPool.cpp - CPU kernels ----------------------------------------------===//
+//===- ConvPool.cpp - CPU kernels
+//----------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
 
 using namespace headroom;

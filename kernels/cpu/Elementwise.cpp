@@ -1,4 +1,5 @@
-//===- Elementwise.cpp - CPU kernels ----------------------------------------------===//
+//===- Elementwise.cpp - CPU kernels
+//----------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
 
 using namespace headroom;

@@ -1,4 +1,5 @@
-//===- Kernel.h - The CPU kernel interface ---------------------------------===//
+//===- Kernel.h - The CPU kernel interface
+//---------------------------------===//
 //
 // A kernel computes one op on buffers the executor owns: it reads Inputs and
 // writes every Output, whose types (and so shapes) were fixed at compile time.
@@ -83,11 +84,11 @@ void registerConvPoolKernels();
 /// Dispatches on a float element type (f32 or f64) to fn<float>/fn<double>;
 /// other types are an "unsupported element type" error.
 #define HR_DISPATCH_FLOAT(ctx, dtype, FN, ...)                                 \
-  ((dtype) == DType::F32   ? FN<float>(__VA_ARGS__)                            \
-   : (dtype) == DType::F64 ? FN<double>(__VA_ARGS__)                           \
-                           : (ctx).unsupported("element type " +               \
-                                               dtypeName(dtype) +              \
-                                               " is not supported"))
+  ((dtype) == DType::F32 ? FN<float>(__VA_ARGS__)                              \
+   : (dtype) == DType::F64                                                     \
+       ? FN<double>(__VA_ARGS__)                                               \
+       : (ctx).unsupported("element type " + dtypeName(dtype) +                \
+                           " is not supported"))
 
 } // namespace cpu
 } // namespace headroom

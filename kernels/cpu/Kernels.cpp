@@ -53,8 +53,7 @@ double KernelContext::attrFloat(llvm::StringRef name, double dflt) const {
 std::string KernelContext::attrString(llvm::StringRef name,
                                       llvm::StringRef dflt) const {
   const Attribute *a = attr(name);
-  return a && a->kind() == Attribute::Kind::String ? a->asString()
-                                                   : dflt.str();
+  return a && a->kind() == Attribute::Kind::String ? a->asString() : dflt.str();
 }
 
 std::vector<int64_t> KernelContext::attrInts(llvm::StringRef name,

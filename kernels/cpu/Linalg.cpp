@@ -1,4 +1,5 @@
-//===- Linalg.cpp - CPU kernels ----------------------------------------------===//
+//===- Linalg.cpp - CPU kernels
+//----------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
 
 using namespace headroom;

@@ -1,4 +1,5 @@
-//===- Loss.cpp - CPU kernels ----------------------------------------------===//
+//===- Loss.cpp - CPU kernels
+//----------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
 
 using namespace headroom;

@@ -1,4 +1,5 @@
-//===- Norm.cpp - CPU kernels ----------------------------------------------===//
+//===- Norm.cpp - CPU kernels
+//----------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
 
 using namespace headroom;

@@ -1,4 +1,5 @@
-//===- Reduce.cpp - CPU kernels ----------------------------------------------===//
+//===- Reduce.cpp - CPU kernels
+//----------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
 
 using namespace headroom;

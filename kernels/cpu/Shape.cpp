@@ -1,4 +1,5 @@
-//===- Shape.cpp - CPU kernels ----------------------------------------------===//
+//===- Shape.cpp - CPU kernels
+//----------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
 
 using namespace headroom;

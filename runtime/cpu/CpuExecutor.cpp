@@ -121,7 +121,8 @@ llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
     ins.push_back(view(b));
   for (int b : c.Outputs)
     outs.push_back(view(b));
-  KernelContext ctx{c.Op, ins, outs, c.Attrs, mixSeed(Options.Seed, Step, c.Id)};
+  KernelContext ctx{c.Op, ins, outs, c.Attrs,
+                    mixSeed(Options.Seed, Step, c.Id)};
   if (auto e = fn(ctx))
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "@%s call %u: %s", f.Name.c_str(), c.Id,
@@ -145,9 +146,9 @@ CpuExecutor::run(llvm::StringRef function,
     const TensorType &want = ThePlan.Buffers[f->Args[i]];
     if (args[i]->type() != want)
       return llvm::createStringError(
-          llvm::inconvertibleErrorCode(), "argument %zu of @%s is %s, expected %s",
-          i, function.str().c_str(), args[i]->type().str().c_str(),
-          want.str().c_str());
+          llvm::inconvertibleErrorCode(),
+          "argument %zu of @%s is %s, expected %s", i, function.str().c_str(),
+          args[i]->type().str().c_str(), want.str().c_str());
     // Kernels never write their inputs, so arguments are used in place.
     Pointers[f->Args[i]] = const_cast<uint8_t *>(args[i]->bytes().data());
   }
