@@ -1,0 +1,4 @@
+//===- ShapeKernelTest.cpp - Unit tests of kernels/cpu/Shape.cpp ---===//
+#include "kernels/cpu/Kernel.h"
+
+#include <gtest/gtest.h>
