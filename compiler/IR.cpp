@@ -13,6 +13,10 @@ llvm::StringRef headroom::stateKindName(StateKind k) {
     return "param";
   case StateKind::Frozen:
     return "frozen";
+  case StateKind::Buffer:
+    return "buffer";
+  case StateKind::Optimizer:
+    return "optimizer";
   }
   llvm_unreachable("unknown state kind");
 }
@@ -22,6 +26,10 @@ llvm::Optional<StateKind> headroom::parseStateKind(llvm::StringRef s) {
     return StateKind::Param;
   if (s == "frozen")
     return StateKind::Frozen;
+  if (s == "buffer")
+    return StateKind::Buffer;
+  if (s == "optimizer")
+    return StateKind::Optimizer;
   return llvm::None;
 }
 

@@ -36,8 +36,10 @@ class Function;
 class Node;
 
 /// What a state slot holds. Parameters are trained; frozen slots are constant
-/// weights that still live in state (they come from the model's initializers).
-enum class StateKind { Param, Frozen };
+/// weights that still live in state (they come from the model's
+/// initializers); buffers are updated by the model itself (BatchNormalization's
+/// running statistics); optimizer slots hold moments and step counters.
+enum class StateKind { Param, Frozen, Buffer, Optimizer };
 llvm::StringRef stateKindName(StateKind k);
 llvm::Optional<StateKind> parseStateKind(llvm::StringRef s);
 
@@ -147,6 +149,7 @@ public:
   ~Function();
 
   const std::string &name() const { return Name; }
+  void setName(std::string n) { Name = std::move(n); }
   Module *parent() const { return Parent; }
 
   Value *addArgument(TensorType type, std::string name);

@@ -413,7 +413,7 @@ llvm::Error Parser::parseState(Module &m) {
     return type.takeError();
   auto kind = Tk.Kind == Tok::Ident ? parseStateKind(Tk.Text) : llvm::None;
   if (!kind)
-    return error("expected a state kind ('param' or 'frozen')");
+    return error("expected a state kind (param, frozen, buffer or optimizer)");
   next();
   m.addState(name.Text, *type, *kind);
   return llvm::Error::success();

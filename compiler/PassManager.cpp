@@ -10,11 +10,34 @@
 using namespace headroom;
 
 llvm::Error PassManager::addPipeline(llvm::StringRef list) {
-  llvm::SmallVector<llvm::StringRef, 8> names;
-  list.split(names, ',', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
-  for (llvm::StringRef name : names) {
+  // Split on commas outside `{...}` option groups.
+  llvm::SmallVector<llvm::StringRef, 8> entries;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= list.size(); ++i) {
+    char c = i < list.size() ? list[i] : ',';
+    depth += c == '{' ? 1 : c == '}' ? -1 : 0;
+    if (c == ',' && depth == 0) {
+      if (!list.slice(start, i).trim().empty())
+        entries.push_back(list.slice(start, i).trim());
+      start = i + 1;
+    }
+  }
+  for (llvm::StringRef entry : entries) {
+    auto [name, rest] = entry.split('{');
     name = name.trim();
-    std::unique_ptr<Pass> p = createPassByName(name);
+    llvm::StringRef options = rest;
+    if (entry.contains('{')) {
+      if (!options.endswith("}"))
+        return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                       "pass '%s': options must end with '}'",
+                                       name.str().c_str());
+      options = options.drop_back();
+    }
+    auto created = createPassByName(name, options);
+    if (!created)
+      return created.takeError();
+    std::unique_ptr<Pass> p = std::move(*created);
     if (!p) {
       std::string known;
       for (const PassInfo &info : allPasses())

@@ -170,6 +170,9 @@ llvm::Expected<bool> Canonicalize::run(Module &m) {
   return changed || !unused.empty();
 }
 
-std::unique_ptr<Pass> headroom::createCanonicalizePass() {
+llvm::Expected<std::unique_ptr<Pass>>
+headroom::createCanonicalizePass(llvm::StringRef options) {
+  if (auto e = checkNoOptions("canonicalize", options))
+    return e;
   return std::make_unique<Canonicalize>();
 }

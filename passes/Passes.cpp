@@ -10,11 +10,38 @@ static const PassInfo kPasses[] = {
 
 llvm::ArrayRef<PassInfo> headroom::allPasses() { return kPasses; }
 
-std::unique_ptr<Pass> headroom::createPassByName(llvm::StringRef name) {
+llvm::Expected<std::unique_ptr<Pass>>
+headroom::createPassByName(llvm::StringRef name, llvm::StringRef options) {
   for (const PassInfo &p : kPasses)
     if (p.Name == name)
-      return p.Create();
+      return p.Create(options);
   return nullptr;
+}
+
+llvm::Expected<std::vector<std::pair<std::string, std::string>>>
+headroom::parsePassOptions(llvm::StringRef pass, llvm::StringRef options) {
+  std::vector<std::pair<std::string, std::string>> out;
+  llvm::SmallVector<llvm::StringRef, 8> items;
+  options.split(items, ' ', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef item : items) {
+    auto [key, value] = item.split('=');
+    if (key.empty() || value.empty())
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "pass '%s': option '%s' is not of the form key=value",
+          pass.str().c_str(), item.str().c_str());
+    out.emplace_back(key.str(), value.str());
+  }
+  return out;
+}
+
+llvm::Error headroom::checkNoOptions(llvm::StringRef pass,
+                                     llvm::StringRef options) {
+  if (options.trim().empty())
+    return llvm::Error::success();
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "pass '%s' takes no options, got '%s'",
+                                 pass.str().c_str(), options.str().c_str());
 }
 
 std::string headroom::passesMarkdown() {

@@ -8,19 +8,33 @@
 
 namespace headroom {
 
-#define HR_PASS(Name, Factory, Summary) std::unique_ptr<Pass> Factory();
+/// Options as written in a pipeline: `optimizer{kind=adamw lr=1e-3}` passes
+/// "kind=adamw lr=1e-3". Each factory parses its own and rejects unknown keys.
+using PassFactory = llvm::Expected<std::unique_ptr<Pass>> (*)(
+    llvm::StringRef options);
+
+#define HR_PASS(Name, Factory, Summary)                                        \
+  llvm::Expected<std::unique_ptr<Pass>> Factory(llvm::StringRef options);
 #include "passes/Passes.def"
 
 struct PassInfo {
   llvm::StringRef Name;
-  std::unique_ptr<Pass> (*Create)();
+  PassFactory Create;
   llvm::StringRef Summary;
 };
 
 /// Every registered pass, in Passes.def order.
 llvm::ArrayRef<PassInfo> allPasses();
-/// A new instance of the pass called `name`, or null.
-std::unique_ptr<Pass> createPassByName(llvm::StringRef name);
+/// A new instance of the pass called `name` with `options`, or null when no
+/// pass has that name (an error when the options are bad).
+llvm::Expected<std::unique_ptr<Pass>> createPassByName(llvm::StringRef name,
+                                                       llvm::StringRef options);
+
+/// Splits `key=value key=value`; an entry without '=' is an error.
+llvm::Expected<std::vector<std::pair<std::string, std::string>>>
+parsePassOptions(llvm::StringRef pass, llvm::StringRef options);
+/// The error for a pass that takes no options but was given some.
+llvm::Error checkNoOptions(llvm::StringRef pass, llvm::StringRef options);
 /// docs/passes.md: a Markdown table of every pass.
 std::string passesMarkdown();
 

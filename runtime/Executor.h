@@ -37,6 +37,10 @@ public:
   /// (a plan without an optimizer reports its gradients this way).
   virtual const std::map<std::string, Tensor> &gradients() const = 0;
 
+  /// The step the next run uses for random seeds (runs advance it by one);
+  /// setting it replays a step's random numbers exactly.
+  virtual void setStep(uint64_t step) = 0;
+
   /// Bytes allocated for state and buffers.
   virtual uint64_t allocatedBytes() const = 0;
 

@@ -29,20 +29,24 @@ static cl::OptionCategory Category("headroom options");
 static cl::SubCommand OptCmd("opt", "Run passes on a model and print the IR");
 static cl::SubCommand DevicesCmd("devices",
                                  "List the devices the runtime can use");
+cl::SubCommand TrainCmd("train", "Compile the training step and run it on "
+                                 "data (tools/Train.cpp)");
 
 // Shared by every subcommand that imports a model.
 static cl::opt<int64_t> Batch("batch",
                               cl::desc("Bind the leading dimension of every "
                                        "data input"),
                               cl::value_desc("N"), cl::init(0), cl::sub(OptCmd),
-                              cl::cat(Category));
+                              cl::sub(TrainCmd), cl::cat(Category));
 static cl::list<std::string>
     ShapeSpecs("shape", cl::desc("Bind the full shape of a data input"),
-               cl::value_desc("NAME=DIMS"), cl::sub(OptCmd), cl::cat(Category));
+               cl::value_desc("NAME=DIMS"), cl::sub(OptCmd), cl::sub(TrainCmd),
+               cl::cat(Category));
 static cl::list<std::string>
     Freeze("freeze", cl::CommaSeparated,
            cl::desc("Keep these initializers constant"),
-           cl::value_desc("NAME,..."), cl::sub(OptCmd), cl::cat(Category));
+           cl::value_desc("NAME,..."), cl::sub(OptCmd), cl::sub(TrainCmd),
+           cl::cat(Category));
 
 static cl::opt<bool> AllOutputs(
     "all-outputs",
@@ -98,28 +102,38 @@ static int fail(const llvm::Twine &msg) {
   return fail(llvm::createStringError(llvm::inconvertibleErrorCode(), msg));
 }
 
+/// The import options the shared flags give.
+static llvm::Expected<ImportOptions> importOptionsFromFlags() {
+  ImportOptions options;
+  options.Batch = Batch;
+  for (const std::string &spec : ShapeSpecs) {
+    auto [name, dims] = llvm::StringRef(spec).split('=');
+    if (name.empty() || dims.empty())
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "--shape expects NAME=DIMS, got '%s'",
+                                     spec.c_str());
+    auto parsed = parseShapeSpec(dims);
+    if (!parsed)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(), "--shape %s: %s", spec.c_str(),
+          llvm::toString(parsed.takeError()).c_str());
+    options.Shapes[name.str()] = *parsed;
+  }
+  options.Freeze.assign(Freeze.begin(), Freeze.end());
+  options.AllOutputs = AllOutputs;
+  return options;
+}
+
+int runTrain(const ImportOptions &import); // tools/Train.cpp
+
 /// Imports .onnx or parses textual IR, by extension ("-" is textual IR).
 static llvm::Expected<std::unique_ptr<Module>>
 loadModule(llvm::StringRef path) {
   if (path.endswith(".onnx")) {
-    ImportOptions options;
-    options.Batch = Batch;
-    for (const std::string &spec : ShapeSpecs) {
-      auto [name, dims] = llvm::StringRef(spec).split('=');
-      if (name.empty() || dims.empty())
-        return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                       "--shape expects NAME=DIMS, got '%s'",
-                                       spec.c_str());
-      auto parsed = parseShapeSpec(dims);
-      if (!parsed)
-        return llvm::createStringError(
-            llvm::inconvertibleErrorCode(), "--shape %s: %s", spec.c_str(),
-            llvm::toString(parsed.takeError()).c_str());
-      options.Shapes[name.str()] = *parsed;
-    }
-    options.Freeze.assign(Freeze.begin(), Freeze.end());
-    options.AllOutputs = AllOutputs;
-    return importOnnxFile(path, options);
+    auto options = importOptionsFromFlags();
+    if (!options)
+      return options.takeError();
+    return importOnnxFile(path, *options);
   }
   auto buf = llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
   if (!buf)
@@ -301,6 +315,12 @@ int main(int argc, char **argv) {
     return runOpt();
   if (DevicesCmd)
     return runDevices();
+  if (TrainCmd) {
+    auto options = importOptionsFromFlags();
+    if (!options)
+      return fail(options.takeError());
+    return runTrain(*options);
+  }
   cl::PrintHelpMessage();
   return 1;
 }

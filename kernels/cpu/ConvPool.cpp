@@ -1,8 +1,668 @@
-//===- ConvPool.cpp - CPU kernels
-//----------------------------------------------===//
+//===- ConvPool.cpp - Convolution and pooling kernels ---------------------===//
+//
+// N-D Conv (im2col + OpenBLAS GEMM), MaxPool, AveragePool and
+// GlobalAveragePool with ONNX opset-17 semantics, and the gradient kernels
+// autodiff emits for them. The gradient ops carry their forward op's
+// attributes unchanged; their result type gives the shape the forward op's
+// operands had (ConvGradInput's x, ConvGradWeight's w, the pools' input).
+//
+// Every spatial geometry - strides, dilations, explicit or automatic pads,
+// ceil_mode - is resolved once into a Window; the result shape the compiler
+// computed is checked against it, so a kernel never guesses a shape.
+//
+//===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+#include <algorithm>
+#include <cblas.h>
+#include <cstring>
+#include <type_traits>
+#include <vector>
 
 using namespace headroom;
 using namespace headroom::cpu;
 
-void headroom::cpu::registerConvPoolKernels() {}
+namespace {
+
+using Dims = llvm::SmallVector<int64_t, 3>;
+
+int64_t product(llvm::ArrayRef<int64_t> dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    n *= d;
+  return n;
+}
+
+/// ceil(a / b) for b > 0 and any a.
+int64_t ceilDiv(int64_t a, int64_t b) {
+  return a >= 0 ? (a + b - 1) / b : -(-a / b);
+}
+
+/// Advances a row-major multi-index over `shape`.
+void advance(llvm::MutableArrayRef<int64_t> index,
+             llvm::ArrayRef<int64_t> shape) {
+  for (size_t a = index.size(); a-- > 0;) {
+    if (++index[a] < shape[a])
+      return;
+    index[a] = 0;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Window geometry
+//===----------------------------------------------------------------------===//
+
+/// The spatial geometry of a convolution or pooling: per spatial axis, input
+/// index of tap j of output o is o * Strides - PadBegin + j * Dilations.
+struct Window {
+  Dims In, Kernel, Out, Strides, Dilations, PadBegin, PadEnd;
+
+  unsigned rank() const { return In.size(); }
+  int64_t inSize() const { return product(In); }
+  int64_t kernelSize() const { return product(Kernel); }
+  int64_t outSize() const { return product(Out); }
+  /// A 1x1 window with unit strides and no padding: im2col is the identity.
+  bool isPointwise() const {
+    for (unsigned a = 0; a < rank(); ++a)
+      if (Kernel[a] != 1 || Strides[a] != 1 || PadBegin[a] || PadEnd[a])
+        return false;
+    return true;
+  }
+};
+
+/// An ints attribute of one value per spatial axis, or `dflt` everywhere.
+llvm::Expected<Dims> perAxis(const KernelContext &ctx, llvm::StringRef name,
+                             unsigned rank, int64_t dflt, unsigned copies = 1) {
+  std::vector<int64_t> v = ctx.attrInts(name);
+  if (v.empty())
+    return Dims(rank * copies, dflt);
+  if (v.size() != rank * copies)
+    return ctx.unsupported(name + " has " + llvm::Twine(v.size()) +
+                           " values, " + llvm::Twine(rank * copies) +
+                           " expected");
+  return Dims(v.begin(), v.end());
+}
+
+/// Resolves the window of an op with spatial input `in`, kernel `kernel` and
+/// the compiler's output `out`; errors when they disagree. `ceilMode` allows
+/// the pools' rounded-up output size.
+llvm::Expected<Window> makeWindow(const KernelContext &ctx,
+                                  llvm::ArrayRef<int64_t> in,
+                                  llvm::ArrayRef<int64_t> kernel,
+                                  llvm::ArrayRef<int64_t> out, bool ceilMode) {
+  unsigned rank = in.size();
+  Window w;
+  w.In.assign(in.begin(), in.end());
+  w.Kernel.assign(kernel.begin(), kernel.end());
+  w.Out.assign(out.begin(), out.end());
+  auto strides = perAxis(ctx, "strides", rank, 1);
+  auto dilations = perAxis(ctx, "dilations", rank, 1);
+  auto pads = perAxis(ctx, "pads", rank, 0, /*copies=*/2);
+  if (!strides || !dilations || !pads)
+    return llvm::joinErrors(
+        llvm::joinErrors(strides.takeError(), dilations.takeError()),
+        pads.takeError());
+  w.Strides = *strides;
+  w.Dilations = *dilations;
+  w.PadBegin.assign(pads->begin(), pads->begin() + rank);
+  w.PadEnd.assign(pads->begin() + rank, pads->end());
+  std::string autoPad = ctx.attrString("auto_pad", "NOTSET");
+  bool same = autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
+  if (!same && autoPad != "NOTSET" && autoPad != "VALID")
+    return ctx.unsupported("auto_pad '" + autoPad + "' is not supported");
+  for (unsigned a = 0; a < rank; ++a) {
+    int64_t s = w.Strides[a], d = w.Dilations[a], k = w.Kernel[a];
+    if (s < 1 || d < 1 || k < 1 || w.PadBegin[a] < 0 || w.PadEnd[a] < 0)
+      return ctx.unsupported("strides, dilations and kernel sizes must be "
+                             "positive and pads non-negative");
+    int64_t span = (k - 1) * d + 1, lo, hi;
+    if (same) {
+      lo = hi = ceilDiv(in[a], s);
+      int64_t total = std::max<int64_t>(0, (lo - 1) * s + span - in[a]);
+      w.PadBegin[a] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      w.PadEnd[a] = total - w.PadBegin[a];
+    } else {
+      if (autoPad == "VALID")
+        w.PadBegin[a] = w.PadEnd[a] = 0;
+      int64_t room = in[a] + w.PadBegin[a] + w.PadEnd[a] - span;
+      lo = room < 0 ? 0 : room / s + 1;
+      // ceil_mode may add a last partial window; some versions of ONNX's
+      // shape inference drop it when it starts in the end padding.
+      hi = room < 0 ? 0 : (ceilMode ? ceilDiv(room, s) : room / s) + 1;
+    }
+    if (out[a] < lo || out[a] > hi)
+      return ctx.unsupported("spatial output size " + llvm::Twine(out[a]) +
+                             " on axis " + llvm::Twine(a) +
+                             " does not match the window (expected " +
+                             llvm::Twine(hi) + ")");
+  }
+  return w;
+}
+
+//===----------------------------------------------------------------------===//
+// Conv and its gradients: im2col + GEMM
+//===----------------------------------------------------------------------===//
+
+/// Row-major C = alpha op(A) op(B) + beta C.
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+          int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+          int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+              tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b, ldb,
+              beta, c, ldc);
+}
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double *a,
+          int64_t lda, const double *b, int64_t ldb, double beta, double *c,
+          int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+              tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a, lda, b, ldb,
+              beta, c, ldc);
+}
+
+/// im2col of one channel: col[kernel position][output position] = the input
+/// tap (0 in padding). With Scatter it is col2im instead: each col entry is
+/// added to its input tap. The last axis is the contiguous inner loop.
+template <typename T, bool Scatter>
+void im2colChannel(std::conditional_t<Scatter, T, const T> *img,
+                   std::conditional_t<Scatter, const T, T> *col,
+                   const Window &w) {
+  unsigned rank = w.rank(), last = rank - 1;
+  int64_t outLast = w.Out[last], inLast = w.In[last], stride = w.Strides[last];
+  int64_t outer = w.outSize() / std::max<int64_t>(outLast, 1);
+  llvm::ArrayRef<int64_t> outerShape = llvm::makeArrayRef(w.Out).drop_back();
+  Dims tap(rank, 0), pos(last, 0);
+  for (int64_t k = 0, K = w.kernelSize(); k < K; ++k, advance(tap, w.Kernel)) {
+    // Input index along the last axis is o * stride + off, valid on [lo, hi).
+    int64_t off = tap[last] * w.Dilations[last] - w.PadBegin[last];
+    int64_t lo = std::min(off >= 0 ? 0 : ceilDiv(-off, stride), outLast);
+    int64_t hi = std::clamp(ceilDiv(inLast - off, stride), lo, outLast);
+    std::fill(pos.begin(), pos.end(), 0);
+    for (int64_t o = 0; o < outer; ++o, advance(pos, outerShape)) {
+      auto *line = col + (k * outer + o) * outLast;
+      int64_t row = 0;
+      bool valid = true;
+      for (unsigned a = 0; a < last && valid; ++a) {
+        int64_t i =
+            pos[a] * w.Strides[a] - w.PadBegin[a] + tap[a] * w.Dilations[a];
+        valid = i >= 0 && i < w.In[a];
+        row = row * w.In[a] + i;
+      }
+      if constexpr (Scatter) {
+        if (valid)
+          for (int64_t j = lo; j < hi; ++j)
+            img[row * inLast + j * stride + off] += line[j];
+      } else if (!valid) {
+        std::fill(line, line + outLast, T(0));
+      } else {
+        const T *src = img + row * inLast;
+        std::fill(line, line + lo, T(0));
+        for (int64_t j = lo; j < hi; ++j)
+          line[j] = src[j * stride + off];
+        std::fill(line + hi, line + outLast, T(0));
+      }
+    }
+  }
+}
+
+/// Conv's operands: x [N, C, In...], w [M, C/G, Kernel...], y [N, M, Out...].
+struct ConvShape {
+  int64_t N = 0, C = 0, M = 0, G = 1;
+  Window W;
+  int64_t cg() const { return C / G; }
+  int64_t mg() const { return M / G; }
+  /// Rows of one group's im2col matrix (and columns of its weight matrix).
+  int64_t colRows() const { return cg() * W.kernelSize(); }
+};
+
+llvm::Expected<ConvShape> convShape(const KernelContext &ctx,
+                                    const TensorView &x, const TensorView &w,
+                                    const TensorView &y) {
+  if (x.Type != w.Type || x.Type != y.Type)
+    return ctx.unsupported("operands of types " + dtypeName(x.Type) + ", " +
+                           dtypeName(w.Type) + " and " + dtypeName(y.Type) +
+                           " are not supported (expected one type)");
+  unsigned rank = x.rank();
+  if (rank < 3 || w.rank() != rank || y.rank() != rank)
+    return ctx.unsupported("x, w and y must have the same rank >= 3");
+  ConvShape s;
+  s.N = x.Shape[0];
+  s.C = x.Shape[1];
+  s.M = w.Shape[0];
+  s.G = ctx.attrInt("group", 1);
+  if (s.G < 1 || s.C != w.Shape[1] * s.G || s.M % s.G || y.Shape[0] != s.N ||
+      y.Shape[1] != s.M)
+    return ctx.unsupported("shapes " + x.type().str() + ", " + w.type().str() +
+                           ", " + y.type().str() + " do not match group " +
+                           llvm::Twine(s.G));
+  llvm::ArrayRef<int64_t> kernel = w.Shape.drop_front(2);
+  std::vector<int64_t> attrKernel = ctx.attrInts("kernel_shape");
+  if (!attrKernel.empty() && llvm::ArrayRef<int64_t>(attrKernel) != kernel)
+    return ctx.unsupported("kernel_shape does not match the weight's shape " +
+                           w.type().str());
+  auto win = makeWindow(ctx, x.Shape.drop_front(2), kernel,
+                        y.Shape.drop_front(2), /*ceilMode=*/false);
+  if (!win)
+    return win.takeError();
+  s.W = std::move(*win);
+  return s;
+}
+
+/// Fills `col` with the im2col matrix of group g of image n ([colRows, P]),
+/// or returns x's own data when the window is pointwise.
+template <typename T>
+const T *im2col(const T *x, const ConvShape &s, int64_t n, int64_t g,
+                std::vector<T> &col) {
+  int64_t in = s.W.inSize(), rows = s.W.kernelSize() * s.W.outSize();
+  const T *xg = x + (n * s.C + g * s.cg()) * in;
+  if (s.W.isPointwise())
+    return xg;
+  for (int64_t c = 0; c < s.cg(); ++c)
+    im2colChannel<T, /*Scatter=*/false>(xg + c * in, col.data() + c * rows,
+                                        s.W);
+  return col.data();
+}
+
+template <typename T> llvm::Error conv(const KernelContext &ctx, ConvShape s) {
+  const T *x = ctx.Inputs[0].as<T>(), *w = ctx.Inputs[1].as<T>();
+  T *y = ctx.Outputs[0].as<T>();
+  int64_t P = s.W.outSize(), K = s.colRows();
+  std::vector<T> col(s.W.isPointwise() ? 0 : K * P);
+  for (int64_t n = 0; n < s.N; ++n) {
+    for (int64_t g = 0; g < s.G; ++g) {
+      const T *cols = im2col(x, s, n, g, col);
+      gemm(false, false, s.mg(), P, K, w + g * s.mg() * K, K, cols, P, T(0),
+           y + (n * s.M + g * s.mg()) * P, P);
+    }
+  }
+  if (!ctx.hasInput(2))
+    return llvm::Error::success();
+  const T *b = ctx.Inputs[2].as<T>();
+  for (int64_t n = 0; n < s.N; ++n)
+    for (int64_t m = 0; m < s.M; ++m) {
+      T *ym = y + (n * s.M + m) * P;
+      for (int64_t p = 0; p < P; ++p)
+        ym[p] += b[m];
+    }
+  return llvm::Error::success();
+}
+
+/// Conv(X, W, B?) {auto_pad, dilations, group, kernel_shape, pads, strides}.
+llvm::Error convKernel(const KernelContext &ctx) {
+  auto s = convShape(ctx, ctx.Inputs[0], ctx.Inputs[1], ctx.Outputs[0]);
+  if (!s)
+    return s.takeError();
+  if (ctx.hasInput(2) && (ctx.Inputs[2].Type != ctx.Inputs[0].Type ||
+                          ctx.Inputs[2].numElements() != s->M))
+    return ctx.unsupported("bias of type " + ctx.Inputs[2].type().str() +
+                           " does not match " + llvm::Twine(s->M) +
+                           " output channels");
+  return HR_DISPATCH_FLOAT(ctx, ctx.Inputs[0].Type, conv, ctx, *s);
+}
+
+template <typename T>
+llvm::Error convGradInput(const KernelContext &ctx, ConvShape s) {
+  const T *dy = ctx.Inputs[0].as<T>(), *w = ctx.Inputs[1].as<T>();
+  T *dx = ctx.Outputs[0].as<T>();
+  int64_t P = s.W.outSize(), K = s.colRows(), in = s.W.inSize();
+  int64_t rows = s.W.kernelSize() * P;
+  bool pointwise = s.W.isPointwise();
+  std::vector<T> col(pointwise ? 0 : K * P);
+  std::memset(dx, 0, ctx.Outputs[0].sizeInBytes());
+  for (int64_t n = 0; n < s.N; ++n) {
+    for (int64_t g = 0; g < s.G; ++g) {
+      T *dxg = dx + (n * s.C + g * s.cg()) * in;
+      // d(col) = W_g^T dy_g, then col2im adds each entry to its input tap.
+      gemm(true, false, K, P, s.mg(), w + g * s.mg() * K, K,
+           dy + (n * s.M + g * s.mg()) * P, P, T(0),
+           pointwise ? dxg : col.data(), P);
+      if (pointwise)
+        continue;
+      for (int64_t c = 0; c < s.cg(); ++c)
+        im2colChannel<T, /*Scatter=*/true>(dxg + c * in, col.data() + c * rows,
+                                           s.W);
+    }
+  }
+  return llvm::Error::success();
+}
+
+/// ConvGradInput(dy, w) {Conv's attributes} -> dx, x's type.
+llvm::Error convGradInputKernel(const KernelContext &ctx) {
+  auto s = convShape(ctx, ctx.Outputs[0], ctx.Inputs[1], ctx.Inputs[0]);
+  if (!s)
+    return s.takeError();
+  return HR_DISPATCH_FLOAT(ctx, ctx.Inputs[0].Type, convGradInput, ctx, *s);
+}
+
+template <typename T>
+llvm::Error convGradWeight(const KernelContext &ctx, ConvShape s) {
+  const T *dy = ctx.Inputs[0].as<T>(), *x = ctx.Inputs[1].as<T>();
+  T *dw = ctx.Outputs[0].as<T>();
+  int64_t P = s.W.outSize(), K = s.colRows();
+  std::vector<T> col(s.W.isPointwise() ? 0 : K * P);
+  if (s.N == 0)
+    std::memset(dw, 0, ctx.Outputs[0].sizeInBytes());
+  for (int64_t n = 0; n < s.N; ++n) {
+    for (int64_t g = 0; g < s.G; ++g) {
+      // dW_g (+)= dy_g col^T, summed over the batch.
+      const T *cols = im2col(x, s, n, g, col);
+      gemm(false, true, s.mg(), K, P, dy + (n * s.M + g * s.mg()) * P, P, cols,
+           P, n == 0 ? T(0) : T(1), dw + g * s.mg() * K, K);
+    }
+  }
+  return llvm::Error::success();
+}
+
+/// ConvGradWeight(dy, x) {Conv's attributes} -> dw, w's type.
+llvm::Error convGradWeightKernel(const KernelContext &ctx) {
+  auto s = convShape(ctx, ctx.Inputs[1], ctx.Outputs[0], ctx.Inputs[0]);
+  if (!s)
+    return s.takeError();
+  return HR_DISPATCH_FLOAT(ctx, ctx.Inputs[0].Type, convGradWeight, ctx, *s);
+}
+
+//===----------------------------------------------------------------------===//
+// Pooling
+//===----------------------------------------------------------------------===//
+
+/// The input taps of every output position of a pool, the same for every
+/// [N, C] plane: output o reads the plane offsets Offsets[Begin[o] ..
+/// Begin[o+1]) in row-major window order (so the first max is PyTorch's).
+struct PoolTable {
+  Window W;
+  int64_t Planes = 0;
+  std::vector<int64_t> Begin, Offsets;
+  /// Taps inside the padded input (count_include_pad's divisor).
+  std::vector<int64_t> Padded;
+  bool HasEmptyWindow = false;
+};
+
+/// Appends the taps of the output at multi-index `pos` to `t`.
+void addWindowTaps(PoolTable &t, llvm::ArrayRef<int64_t> pos) {
+  const Window &w = t.W;
+  unsigned rank = w.rank();
+  Dims start(rank), lo(rank), hi(rank);
+  int64_t padded = 1;
+  for (unsigned a = 0; a < rank; ++a) {
+    int64_t s = pos[a] * w.Strides[a] - w.PadBegin[a], d = w.Dilations[a];
+    // Taps j with 0 <= s + j d < In, and with -PadBegin <= s + j d < In +
+    // PadEnd for the padded count.
+    lo[a] = std::min(s >= 0 ? 0 : ceilDiv(-s, d), w.Kernel[a]);
+    hi[a] = std::clamp(ceilDiv(w.In[a] - s, d), lo[a], w.Kernel[a]);
+    int64_t pHi = std::clamp(ceilDiv(w.In[a] + w.PadEnd[a] - s, d), int64_t(0),
+                             w.Kernel[a]);
+    padded *= pHi;
+    start[a] = s;
+  }
+  t.Padded.push_back(padded);
+  Dims j(lo);
+  Dims extent(rank);
+  for (unsigned a = 0; a < rank; ++a)
+    extent[a] = hi[a] - lo[a];
+  int64_t taps = product(extent);
+  t.HasEmptyWindow |= taps == 0;
+  Dims k(rank, 0);
+  for (int64_t i = 0; i < taps; ++i, advance(k, extent)) {
+    int64_t off = 0;
+    for (unsigned a = 0; a < rank; ++a)
+      off = off * w.In[a] + start[a] + (lo[a] + k[a]) * w.Dilations[a];
+    t.Offsets.push_back(off);
+  }
+  t.Begin.push_back(t.Offsets.size());
+}
+
+/// The pool table of input `x` [N, C, In...] and output `y` [N, C, Out...];
+/// kernel_shape is required.
+llvm::Expected<PoolTable> makePoolTable(const KernelContext &ctx,
+                                        const TensorView &x,
+                                        const TensorView &y) {
+  if (x.rank() < 3 || y.rank() != x.rank() || x.Shape[0] != y.Shape[0] ||
+      x.Shape[1] != y.Shape[1])
+    return ctx.unsupported("input " + x.type().str() + " and output " +
+                           y.type().str() + " are not [N, C, spatial...]");
+  std::vector<int64_t> kernel = ctx.attrInts("kernel_shape");
+  if (kernel.size() != x.rank() - 2)
+    return ctx.unsupported("kernel_shape must have one value per spatial "
+                           "axis");
+  auto w = makeWindow(ctx, x.Shape.drop_front(2), kernel, y.Shape.drop_front(2),
+                      ctx.attrInt("ceil_mode", 0) != 0);
+  if (!w)
+    return w.takeError();
+  PoolTable t;
+  t.W = std::move(*w);
+  t.Planes = x.Shape[0] * x.Shape[1];
+  t.Begin.push_back(0);
+  Dims pos(t.W.rank(), 0);
+  for (int64_t o = 0, e = t.W.outSize(); o < e; ++o, advance(pos, t.W.Out))
+    addWindowTaps(t, pos);
+  return t;
+}
+
+/// The flat index MaxPool's Indices output reports for plane offset `off`:
+/// over the whole tensor, row-major or (storage_order 1) column-major within
+/// the plane.
+int64_t argmaxIndex(const Window &w, int64_t plane, int64_t off,
+                    bool columnMajor) {
+  if (columnMajor) {
+    Dims index(w.rank());
+    for (unsigned a = w.rank(); a-- > 0; off /= w.In[a])
+      index[a] = off % w.In[a];
+    for (unsigned a = w.rank(); a-- > 0;)
+      off = off * w.In[a] + index[a];
+  }
+  return plane * w.inSize() + off;
+}
+
+/// The plane offset of the first maximum of output o's window (non-empty).
+template <typename T>
+int64_t windowArgmax(const T *plane, const PoolTable &t, int64_t o) {
+  int64_t best = t.Offsets[t.Begin[o]];
+  for (int64_t i = t.Begin[o] + 1, e = t.Begin[o + 1]; i < e; ++i)
+    if (plane[t.Offsets[i]] > plane[best])
+      best = t.Offsets[i];
+  return best;
+}
+
+template <typename T>
+llvm::Error maxPool(const KernelContext &ctx, const PoolTable &t) {
+  const T *x = ctx.Inputs[0].as<T>();
+  T *y = ctx.Outputs[0].as<T>();
+  int64_t *indices = ctx.Outputs.size() > 1 && ctx.Outputs[1].present()
+                         ? ctx.Outputs[1].as<int64_t>()
+                         : nullptr;
+  bool columnMajor = ctx.attrInt("storage_order", 0) == 1;
+  int64_t in = t.W.inSize(), out = t.W.outSize();
+  for (int64_t p = 0; p < t.Planes; ++p) {
+    const T *xp = x + p * in;
+    for (int64_t o = 0; o < out; ++o) {
+      int64_t best = windowArgmax(xp, t, o);
+      y[p * out + o] = xp[best];
+      if (indices)
+        indices[p * out + o] = argmaxIndex(t.W, p, best, columnMajor);
+    }
+  }
+  return llvm::Error::success();
+}
+
+/// The pool table of a pool whose windows must all read some input.
+llvm::Expected<PoolTable> makeNonEmptyPoolTable(const KernelContext &ctx,
+                                                const TensorView &x,
+                                                const TensorView &y) {
+  auto t = makePoolTable(ctx, x, y);
+  if (t && t->HasEmptyWindow)
+    return ctx.unsupported("a window lies entirely in the padding");
+  return t;
+}
+
+/// MaxPool(X) {auto_pad, ceil_mode, dilations, kernel_shape, pads,
+/// storage_order, strides} -> (Y, Indices?).
+llvm::Error maxPoolKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0];
+  if (ctx.Outputs[0].Type != x.Type)
+    return ctx.unsupported("Y must have X's element type");
+  if (ctx.Outputs.size() > 1 && ctx.Outputs[1].present() &&
+      (ctx.Outputs[1].type() != ctx.Outputs[0].type().withDType(DType::I64)))
+    return ctx.unsupported("Indices must be i64 with Y's shape");
+  auto t = makeNonEmptyPoolTable(ctx, x, ctx.Outputs[0]);
+  if (!t)
+    return t.takeError();
+  switch (x.Type) {
+  case DType::F32:
+    return maxPool<float>(ctx, *t);
+  case DType::F64:
+    return maxPool<double>(ctx, *t);
+  case DType::U8:
+    return maxPool<uint8_t>(ctx, *t);
+  case DType::I8:
+    return maxPool<int8_t>(ctx, *t);
+  default:
+    return ctx.unsupported("element type " + dtypeName(x.Type) +
+                           " is not supported");
+  }
+}
+
+template <typename T>
+llvm::Error maxPoolGrad(const KernelContext &ctx, const PoolTable &t) {
+  const T *dy = ctx.Inputs[0].as<T>(), *x = ctx.Inputs[1].as<T>();
+  T *dx = ctx.Outputs[0].as<T>();
+  int64_t in = t.W.inSize(), out = t.W.outSize();
+  std::memset(dx, 0, ctx.Outputs[0].sizeInBytes());
+  for (int64_t p = 0; p < t.Planes; ++p)
+    for (int64_t o = 0; o < out; ++o)
+      dx[p * in + windowArgmax(x + p * in, t, o)] += dy[p * out + o];
+  return llvm::Error::success();
+}
+
+/// MaxPoolGrad(dy, x) {MaxPool's attributes} -> dx: each dy goes to the
+/// first maximum of its window, summed where windows overlap.
+llvm::Error maxPoolGradKernel(const KernelContext &ctx) {
+  const TensorView &dy = ctx.Inputs[0], &x = ctx.Inputs[1];
+  if (dy.Type != x.Type || ctx.Outputs[0].type() != x.type())
+    return ctx.unsupported("dy and dx must have x's element type");
+  auto t = makeNonEmptyPoolTable(ctx, x, dy);
+  if (!t)
+    return t.takeError();
+  return HR_DISPATCH_FLOAT(ctx, x.Type, maxPoolGrad, ctx, *t);
+}
+
+/// What each output of an AveragePool divides by: its window's taps inside
+/// the input, or (count_include_pad) inside the padded input.
+llvm::Expected<std::vector<double>> poolDivisors(const KernelContext &ctx,
+                                                 const PoolTable &t) {
+  bool includePad = ctx.attrInt("count_include_pad", 0) != 0;
+  std::vector<double> div(t.W.outSize());
+  for (int64_t o = 0, e = div.size(); o < e; ++o) {
+    div[o] = includePad ? t.Padded[o] : t.Begin[o + 1] - t.Begin[o];
+    if (div[o] == 0)
+      return ctx.unsupported("a window lies entirely in the padding");
+  }
+  return div;
+}
+
+template <typename T>
+llvm::Error averagePool(const KernelContext &ctx, const PoolTable &t,
+                        const std::vector<double> &div) {
+  const T *x = ctx.Inputs[0].as<T>();
+  T *y = ctx.Outputs[0].as<T>();
+  int64_t in = t.W.inSize(), out = t.W.outSize();
+  for (int64_t p = 0; p < t.Planes; ++p) {
+    const T *xp = x + p * in;
+    for (int64_t o = 0; o < out; ++o) {
+      double sum = 0;
+      for (int64_t i = t.Begin[o], e = t.Begin[o + 1]; i < e; ++i)
+        sum += xp[t.Offsets[i]];
+      y[p * out + o] = sum / div[o];
+    }
+  }
+  return llvm::Error::success();
+}
+
+/// AveragePool(X) {auto_pad, ceil_mode, count_include_pad, kernel_shape,
+/// pads, strides} -> Y.
+llvm::Error averagePoolKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0];
+  if (ctx.Outputs[0].Type != x.Type)
+    return ctx.unsupported("Y must have X's element type");
+  auto t = makePoolTable(ctx, x, ctx.Outputs[0]);
+  if (!t)
+    return t.takeError();
+  auto div = poolDivisors(ctx, *t);
+  if (!div)
+    return div.takeError();
+  return HR_DISPATCH_FLOAT(ctx, x.Type, averagePool, ctx, *t, *div);
+}
+
+template <typename T>
+llvm::Error averagePoolGrad(const KernelContext &ctx, const PoolTable &t,
+                            const std::vector<double> &div) {
+  const T *dy = ctx.Inputs[0].as<T>();
+  T *dx = ctx.Outputs[0].as<T>();
+  int64_t in = t.W.inSize(), out = t.W.outSize();
+  std::memset(dx, 0, ctx.Outputs[0].sizeInBytes());
+  for (int64_t p = 0; p < t.Planes; ++p) {
+    T *dxp = dx + p * in;
+    for (int64_t o = 0; o < out; ++o) {
+      T g = dy[p * out + o] / div[o];
+      for (int64_t i = t.Begin[o], e = t.Begin[o + 1]; i < e; ++i)
+        dxp[t.Offsets[i]] += g;
+    }
+  }
+  return llvm::Error::success();
+}
+
+/// AveragePoolGrad(dy) {AveragePool's attributes} -> dx, the input's type:
+/// each dy spread evenly, dy / divisor, over its window's input taps.
+llvm::Error averagePoolGradKernel(const KernelContext &ctx) {
+  const TensorView &dy = ctx.Inputs[0], &dx = ctx.Outputs[0];
+  if (dy.Type != dx.Type)
+    return ctx.unsupported("dy and dx must have one element type");
+  auto t = makePoolTable(ctx, dx, dy);
+  if (!t)
+    return t.takeError();
+  auto div = poolDivisors(ctx, *t);
+  if (!div)
+    return div.takeError();
+  return HR_DISPATCH_FLOAT(ctx, dx.Type, averagePoolGrad, ctx, *t, *div);
+}
+
+template <typename T>
+llvm::Error globalAveragePool(const KernelContext &ctx, int64_t planes,
+                              int64_t size) {
+  const T *x = ctx.Inputs[0].as<T>();
+  T *y = ctx.Outputs[0].as<T>();
+  for (int64_t p = 0; p < planes; ++p) {
+    double sum = 0;
+    for (int64_t i = 0; i < size; ++i)
+      sum += x[p * size + i];
+    y[p] = sum / size;
+  }
+  return llvm::Error::success();
+}
+
+/// GlobalAveragePool(X [N, C, spatial...]) -> Y [N, C, 1...].
+llvm::Error globalAveragePoolKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (x.rank() < 2 || y.Type != x.Type)
+    return ctx.unsupported("input " + x.type().str() + " and output " +
+                           y.type().str() + " are not supported");
+  int64_t planes = x.Shape[0] * x.Shape[1];
+  if (y.numElements() != planes)
+    return ctx.unsupported("output " + y.type().str() + " does not have one " +
+                           "value per [N, C] plane");
+  int64_t size = product(x.Shape.drop_front(2));
+  return HR_DISPATCH_FLOAT(ctx, x.Type, globalAveragePool, ctx, planes, size);
+}
+
+} // namespace
+
+void headroom::cpu::registerConvPoolKernels() {
+  registerKernel("Conv", convKernel);
+  registerKernel("ConvGradInput", convGradInputKernel);
+  registerKernel("ConvGradWeight", convGradWeightKernel);
+  registerKernel("MaxPool", maxPoolKernel);
+  registerKernel("MaxPoolGrad", maxPoolGradKernel);
+  registerKernel("AveragePool", averagePoolKernel);
+  registerKernel("AveragePoolGrad", averagePoolGradKernel);
+  registerKernel("GlobalAveragePool", globalAveragePoolKernel);
+}

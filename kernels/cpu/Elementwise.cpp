@@ -1,8 +1,551 @@
-//===- Elementwise.cpp - CPU kernels
-//----------------------------------------------===//
+//===- Elementwise.cpp - Elementwise CPU kernels --------------------------===//
+//
+// Unary math, broadcasting binary arithmetic and comparisons, the variadic
+// Max/Min/Sum, Where, Cast and Dropout, with ONNX's semantics.
+//
+// Every loop is templated on the storage type and computes in
+// Elem<T>::Compute (kernels/cpu/KernelUtil.h), so f32/f64/integer loops are
+// plain loops the compiler can vectorize, and f16/bf16 compute in float.
+// Broadcasting goes through BroadcastLoops, whose rows are contiguous (stride
+// 1) or constant (stride 0) in the common cases; binaryRow specializes those.
+//
+// Integer arithmetic wraps (two's complement) instead of being undefined, and
+// integer division by zero gives 0: ONNX leaves both undefined, and a kernel
+// must not crash.
+//
+//===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+#include "kernels/cpu/KernelUtil.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
 
 using namespace headroom;
 using namespace headroom::cpu;
+using llvm::Error;
 
-void headroom::cpu::registerElementwiseKernels() {}
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Scalar semantics
+//===----------------------------------------------------------------------===//
+
+/// The unsigned type integer arithmetic wraps in: at least `unsigned`, so
+/// that u16 * u16 does not overflow a promoted int.
+template <typename T>
+using WrapType = std::common_type_t<std::make_unsigned_t<T>, unsigned>;
+
+template <typename T> T wrapAdd(T a, T b) {
+  if constexpr (std::is_integral_v<T>)
+    return T(WrapType<T>(a) + WrapType<T>(b));
+  else
+    return a + b;
+}
+template <typename T> T wrapSub(T a, T b) {
+  if constexpr (std::is_integral_v<T>)
+    return T(WrapType<T>(a) - WrapType<T>(b));
+  else
+    return a - b;
+}
+template <typename T> T wrapMul(T a, T b) {
+  if constexpr (std::is_integral_v<T>)
+    return T(WrapType<T>(a) * WrapType<T>(b));
+  else
+    return a * b;
+}
+template <typename T> T wrapNeg(T a) { return wrapSub(T(0), a); }
+
+/// C division (integers truncate toward zero); x / 0 is 0 and MIN / -1 wraps.
+template <typename T> T divide(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b == 0)
+      return 0;
+    if constexpr (std::is_signed_v<T>)
+      if (b == -1)
+        return wrapNeg(a);
+  }
+  return a / b;
+}
+
+template <typename T> bool isNaN(T v) {
+  if constexpr (std::is_floating_point_v<T>)
+    return std::isnan(v);
+  else
+    return false;
+}
+
+/// numpy's maximum/minimum: NaN in either operand gives NaN.
+template <typename T> T maximum(T a, T b) { return a > b || isNaN(a) ? a : b; }
+template <typename T> T minimum(T a, T b) { return a < b || isNaN(a) ? a : b; }
+
+template <typename T> T absolute(T v) {
+  if constexpr (std::is_unsigned_v<T>)
+    return v;
+  else
+    return v < T(0) ? wrapNeg(v) : v;
+}
+
+/// max(v, 0), written so that NaN stays NaN like numpy's maximum(v, 0).
+template <typename T> T relu(T v) {
+  if constexpr (std::is_unsigned_v<T>)
+    return v;
+  else
+    return v < T(0) ? T(0) : v;
+}
+
+/// Float to integer, truncating toward zero; NaN gives 0 and out-of-range
+/// values saturate (C++ leaves both undefined).
+template <typename I, typename F> I floatToInt(F x) {
+  using Lim = std::numeric_limits<I>;
+  if (std::isnan(x))
+    return 0;
+  if (x >= static_cast<F>(Lim::max()))
+    return Lim::max();
+  if (x <= static_cast<F>(Lim::min()) - F(1))
+    return Lim::min();
+  return static_cast<I>(x);
+}
+
+/// One element of type From converted to type To, as ONNX's Cast does.
+template <typename To, typename From> To convertElem(From v) {
+  using CF = typename Elem<From>::Compute;
+  using CT = typename Elem<To>::Compute;
+  CF x = Elem<From>::load(v);
+  if constexpr (std::is_same_v<CT, bool>)
+    return Elem<To>::store(x != CF(0));
+  else if constexpr (std::is_floating_point_v<CF> && std::is_integral_v<CT>)
+    return Elem<To>::store(floatToInt<CT>(x));
+  else
+    return Elem<To>::store(static_cast<CT>(x));
+}
+
+/// base^e with wrapping integer arithmetic; negative exponents truncate
+/// 1 / base^-e toward zero (0 unless |base| == 1).
+template <typename T> T intPow(T base, int64_t e) {
+  if (e < 0) {
+    if (base == 1)
+      return 1;
+    if constexpr (std::is_signed_v<T>)
+      if (base == -1)
+        return e % 2 ? -1 : 1;
+    return 0;
+  }
+  T result = 1;
+  for (; e; e >>= 1, base = wrapMul(base, base))
+    if (e & 1)
+      result = wrapMul(result, base);
+  return result;
+}
+
+/// ONNX Pow: the result has the base's type. Integer bases raised to
+/// integral exponents are exact; otherwise pow is computed in floating point
+/// (double for integer bases, then truncated like numpy's astype).
+template <typename T, typename E> T power(T base, E e) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::pow(base, static_cast<T>(e));
+  } else if constexpr (std::is_integral_v<E>) {
+    if constexpr (std::is_unsigned_v<E> && sizeof(E) == 8)
+      if (e > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        return intPow(base, std::numeric_limits<int64_t>::max());
+    return intPow(base, static_cast<int64_t>(e));
+  } else {
+    if (e == std::trunc(e) && std::fabs(e) < 9.2e18)
+      return intPow(base, static_cast<int64_t>(e));
+    return floatToInt<T>(
+        std::pow(static_cast<double>(base), static_cast<double>(e)));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Loops
+//===----------------------------------------------------------------------===//
+
+/// y[i] = f(x[i]) over every element; f works on compute types.
+template <typename T, typename U, typename F>
+void mapUnary(const TensorView &in, const TensorView &out, F f) {
+  const T *x = in.as<T>();
+  U *y = out.as<U>();
+  for (int64_t i = 0, n = out.numElements(); i < n; ++i)
+    y[i] = Elem<U>::store(f(Elem<T>::load(x[i])));
+}
+
+/// o[i] = f(a[i * as], b[i * bs]) for i < n, with the stride combinations
+/// that broadcasting produces most written out so that they vectorize.
+template <typename A, typename B, typename O, typename F>
+void binaryRow(const A *a, int64_t as, const B *b, int64_t bs, O *o, int64_t n,
+               F f) {
+  auto g = [&](A x, B y) {
+    return Elem<O>::store(f(Elem<A>::load(x), Elem<B>::load(y)));
+  };
+  if (as == 1 && bs == 1) {
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = g(a[i], b[i]);
+  } else if (as == 1 && bs == 0) {
+    B y = *b;
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = g(a[i], y);
+  } else if (as == 0 && bs == 1) {
+    A x = *a;
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = g(x, b[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = g(a[i * as], b[i * bs]);
+  }
+}
+
+/// out = f(a, b) with broadcasting. `out` may be `a` itself (same shape):
+/// each element is read before it is written.
+template <typename A, typename B, typename O, typename F>
+void mapBinary(const TensorView &a, const TensorView &b, const TensorView &out,
+               F f) {
+  const A *pa = a.as<A>();
+  const B *pb = b.as<B>();
+  O *po = out.as<O>();
+  BroadcastLoops<2> loops(out.Shape, {a.Shape, b.Shape});
+  loops.forEachRow([&](int64_t o, const BroadcastLoops<2>::Offsets &off,
+                       int64_t n, const BroadcastLoops<2>::Offsets &st) {
+    binaryRow(pa + off[0], st[0], pb + off[1], st[1], po + o, n, f);
+  });
+}
+
+/// Copies `in` into `out`, converting each element (Cast's semantics); `out`
+/// may have another element type but has the same number of elements.
+Error convertInto(const KernelContext &ctx, const TensorView &in,
+                  const TensorView &out) {
+  return dispatchType<AllTypes>(ctx, in.Type, [&](auto from) {
+    using From = typename decltype(from)::type;
+    return dispatchType<AllTypes>(ctx, out.Type, [&](auto to) {
+      using To = typename decltype(to)::type;
+      const From *x = in.as<From>();
+      To *y = out.as<To>();
+      for (int64_t i = 0, n = out.numElements(); i < n; ++i)
+        y[i] = convertElem<To>(x[i]);
+      return Error::success();
+    });
+  });
+}
+
+/// Copies `in` to `out` (same type and size), unless they are one buffer.
+void copyView(const TensorView &in, const TensorView &out) {
+  if (in.Data != out.Data && out.sizeInBytes())
+    std::memmove(out.Data, in.Data, out.sizeInBytes());
+}
+
+//===----------------------------------------------------------------------===//
+// Unary kernels
+//===----------------------------------------------------------------------===//
+
+/// A unary kernel applying Op{}(x) to every element of the types in Types.
+template <typename Op, unsigned Types>
+Error unaryKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  return dispatchType<Types>(ctx, x.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    mapUnary<T, T>(x, y, Op{});
+    return Error::success();
+  });
+}
+
+#define HR_UNARY(NAME, EXPR)                                                   \
+  struct NAME {                                                                \
+    template <typename T> T operator()(T x) const { return EXPR; }             \
+  };
+HR_UNARY(AbsOp, absolute(x))
+HR_UNARY(NegOp, wrapNeg(x))
+HR_UNARY(ExpOp, std::exp(x))
+HR_UNARY(LogOp, std::log(x))
+HR_UNARY(SqrtOp, std::sqrt(x))
+HR_UNARY(ReciprocalOp, T(1) / x)
+HR_UNARY(TanhOp, std::tanh(x))
+// Either form of the logistic function whose exp cannot overflow.
+HR_UNARY(SigmoidOp, x >= T(0) ? T(1) / (T(1) + std::exp(-x))
+                              : std::exp(x) / (T(1) + std::exp(x)))
+HR_UNARY(ReluOp, relu(x))
+HR_UNARY(ErfOp, std::erf(x))
+HR_UNARY(SinOp, std::sin(x))
+HR_UNARY(CosOp, std::cos(x))
+HR_UNARY(FloorOp, std::floor(x))
+HR_UNARY(CeilOp, std::ceil(x))
+HR_UNARY(NotOp, !x)
+#undef HR_UNARY
+
+Error leakyRelu(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  double alpha = ctx.attrFloat("alpha", 0.01);
+  return dispatchType<FloatTypes>(ctx, x.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = typename Elem<T>::Compute;
+    C a = static_cast<C>(alpha);
+    mapUnary<T, T>(x, y, [a](C v) { return v < C(0) ? a * v : v; });
+    return Error::success();
+  });
+}
+
+Error identity(const KernelContext &ctx) {
+  copyView(ctx.Inputs[0], ctx.Outputs[0]);
+  return Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Binary and variadic kernels
+//===----------------------------------------------------------------------===//
+
+#define HR_BINARY(NAME, EXPR)                                                  \
+  struct NAME {                                                                \
+    template <typename T> auto operator()(T a, T b) const { return EXPR; }     \
+  };
+HR_BINARY(AddOp, wrapAdd(a, b))
+HR_BINARY(SubOp, wrapSub(a, b))
+HR_BINARY(MulOp, wrapMul(a, b))
+HR_BINARY(DivOp, divide(a, b))
+HR_BINARY(MaxOp, maximum(a, b))
+HR_BINARY(MinOp, minimum(a, b))
+HR_BINARY(EqualOp, a == b)
+HR_BINARY(LessOp, a < b)
+HR_BINARY(LessOrEqualOp, a <= b)
+HR_BINARY(GreaterOp, a > b)
+HR_BINARY(GreaterOrEqualOp, a >= b)
+HR_BINARY(AndOp, a &&b)
+HR_BINARY(OrOp, a || b)
+#undef HR_BINARY
+
+/// A binary kernel whose operands share an element type in Types and whose
+/// result has that type too.
+template <typename Op, unsigned Types>
+Error binaryKernel(const KernelContext &ctx) {
+  const TensorView &a = ctx.Inputs[0], &b = ctx.Inputs[1], &y = ctx.Outputs[0];
+  return dispatchType<Types>(ctx, a.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    mapBinary<T, T, T>(a, b, y, Op{});
+    return Error::success();
+  });
+}
+
+/// A comparison: operands of one type in Types, a bool result.
+template <typename Op, unsigned Types>
+Error compareKernel(const KernelContext &ctx) {
+  const TensorView &a = ctx.Inputs[0], &b = ctx.Inputs[1], &y = ctx.Outputs[0];
+  return dispatchType<Types>(ctx, a.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    mapBinary<T, T, Bool>(a, b, y, Op{});
+    return Error::success();
+  });
+}
+
+/// Max, Min and Sum of one or more operands: the first is broadcast into the
+/// result, then each further operand is folded into it.
+template <typename Op> Error variadicKernel(const KernelContext &ctx) {
+  const TensorView &y = ctx.Outputs[0];
+  return dispatchType<FloatTypes | IntTypes>(ctx, y.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (ctx.Inputs.size() == 1) {
+      copyView(ctx.Inputs[0], y);
+      return Error::success();
+    }
+    mapBinary<T, T, T>(ctx.Inputs[0], ctx.Inputs[1], y, Op{});
+    for (size_t k = 2; k < ctx.Inputs.size(); ++k)
+      mapBinary<T, T, T>(y, ctx.Inputs[k], y, Op{});
+    return Error::success();
+  });
+}
+
+/// Pow: the exponent may have another element type than the base; then it is
+/// converted to f64 scratch first (it is usually a scalar or small).
+Error pow(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &e = ctx.Inputs[1], &y = ctx.Outputs[0];
+  std::vector<double> scratch;
+  TensorView e64{DType::F64, e.Shape, nullptr};
+  if (e.Type != x.Type) {
+    scratch.resize(e.numElements());
+    e64.Data = scratch.data();
+    if (Error err = convertInto(ctx, e, e64))
+      return err;
+  }
+  return dispatchType<FloatTypes | IntTypes>(ctx, x.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto f = [](auto b, auto p) { return power(b, p); };
+    if (e.Type == x.Type)
+      mapBinary<T, T, T>(x, e, y, f);
+    else
+      mapBinary<T, double, T>(x, e64, y, f);
+    return Error::success();
+  });
+}
+
+/// Where(cond, a, b): only moves elements, so it dispatches on their size.
+template <typename T>
+void selectRows(const TensorView &c, const TensorView &a, const TensorView &b,
+                const TensorView &out) {
+  const Bool *pc = c.as<Bool>();
+  const T *pa = a.as<T>(), *pb = b.as<T>();
+  T *po = out.as<T>();
+  BroadcastLoops<3> loops(out.Shape, {c.Shape, a.Shape, b.Shape});
+  loops.forEachRow([&](int64_t o, const BroadcastLoops<3>::Offsets &off,
+                       int64_t n, const BroadcastLoops<3>::Offsets &st) {
+    const Bool *rc = pc + off[0];
+    const T *ra = pa + off[1], *rb = pb + off[2];
+    T *ro = po + o;
+    if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+      for (int64_t i = 0; i < n; ++i)
+        ro[i] = rc[i].Value ? ra[i] : rb[i];
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i)
+      ro[i] = rc[i * st[0]].Value ? ra[i * st[1]] : rb[i * st[2]];
+  });
+}
+
+Error where(const KernelContext &ctx) {
+  const TensorView &c = ctx.Inputs[0], &a = ctx.Inputs[1], &b = ctx.Inputs[2],
+                   &y = ctx.Outputs[0];
+  if (c.Type != DType::Bool)
+    return ctx.unsupported("condition of type " + dtypeName(c.Type) +
+                           " is not supported");
+  switch (dtypeSize(y.Type)) {
+  case 1:
+    selectRows<uint8_t>(c, a, b, y);
+    return Error::success();
+  case 2:
+    selectRows<uint16_t>(c, a, b, y);
+    return Error::success();
+  case 4:
+    selectRows<uint32_t>(c, a, b, y);
+    return Error::success();
+  case 8:
+    selectRows<uint64_t>(c, a, b, y);
+    return Error::success();
+  }
+  return ctx.unsupported("element type " + dtypeName(y.Type) +
+                         " is not supported");
+}
+
+//===----------------------------------------------------------------------===//
+// Cast and Dropout
+//===----------------------------------------------------------------------===//
+
+Error cast(const KernelContext &ctx) {
+  const Attribute *to = ctx.attr("to");
+  if (!to || to->kind() != Attribute::Kind::Type)
+    return ctx.unsupported("needs an element type attribute `to`");
+  if (to->asType() != ctx.Outputs[0].Type)
+    return ctx.unsupported("result type " + dtypeName(ctx.Outputs[0].Type) +
+                           " differs from `to` " + dtypeName(to->asType()));
+  return convertInto(ctx, ctx.Inputs[0], ctx.Outputs[0]);
+}
+
+/// The value of a one-element tensor as a double.
+Error readScalar(const KernelContext &ctx, const TensorView &t, double &v) {
+  if (t.numElements() != 1)
+    return ctx.unsupported("expected a scalar, got shape " +
+                           shapeString(t.Shape));
+  TensorView out{DType::F64, {}, &v};
+  return convertInto(ctx, t, out);
+}
+
+/// splitmix64's output function at counter i of stream `seed`: a uniform
+/// 64-bit value per (seed, element), so a mask depends on the seed alone and
+/// not on how the elements are split among threads.
+uint64_t counterHash(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/// Dropout(data, ratio?, training_mode?) -> (output, mask?). In inference
+/// mode output = data and the mask is all true. In training mode element i is
+/// kept when the top 32 bits of counterHash(ctx.Seed, i), read as a uniform
+/// number in [0, 1), are >= ratio, and output = data * mask / (1 - ratio).
+/// ONNX's `seed` attribute is ignored: ctx.Seed changes every step, as a
+/// training run needs, and makes each step replayable.
+Error dropout(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  bool hasMask = ctx.Outputs.size() > 1 && ctx.Outputs[1].present();
+  if (hasMask && ctx.Outputs[1].Type != DType::Bool)
+    return ctx.unsupported("mask of type " + dtypeName(ctx.Outputs[1].Type) +
+                           " is not supported");
+  double ratio = 0.5, training = 0;
+  if (ctx.hasInput(1))
+    if (Error e = readScalar(ctx, ctx.Inputs[1], ratio))
+      return e;
+  if (ctx.hasInput(2))
+    if (Error e = readScalar(ctx, ctx.Inputs[2], training))
+      return e;
+  if (training == 0)
+    ratio = 0;
+  if (!(ratio >= 0 && ratio < 1))
+    return ctx.unsupported("ratio " + std::to_string(ratio) +
+                           " is not in [0, 1)");
+  int64_t n = x.numElements();
+  if (ratio == 0) {
+    copyView(x, y);
+    if (hasMask)
+      std::memset(ctx.Outputs[1].Data, 1, n);
+    return Error::success();
+  }
+  // keep[i] = hash >> 32 >= threshold, with probability 1 - ratio.
+  uint64_t threshold = static_cast<uint64_t>(ratio * 4294967296.0);
+  std::vector<uint8_t> keep(n);
+  for (int64_t i = 0; i < n; ++i)
+    keep[i] = (counterHash(ctx.Seed, i) >> 32) >= threshold;
+  if (hasMask)
+    std::memcpy(ctx.Outputs[1].Data, keep.data(), n);
+  double scale = 1 / (1 - ratio);
+  return dispatchType<FloatTypes>(ctx, x.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = typename Elem<T>::Compute;
+    const T *px = x.as<T>();
+    T *py = y.as<T>();
+    C s = static_cast<C>(scale);
+    // x * 0 rather than 0 for a dropped element: NaN stays NaN, as in ONNX.
+    for (int64_t i = 0; i < n; ++i)
+      py[i] = Elem<T>::store(Elem<T>::load(px[i]) * (keep[i] ? s : C(0)));
+    return Error::success();
+  });
+}
+
+} // namespace
+
+void headroom::cpu::registerElementwiseKernels() {
+  constexpr unsigned Num = FloatTypes | IntTypes;
+  registerKernel("Abs", unaryKernel<AbsOp, Num>);
+  registerKernel("Neg", unaryKernel<NegOp, Num>);
+  registerKernel("Exp", unaryKernel<ExpOp, FloatTypes>);
+  registerKernel("Log", unaryKernel<LogOp, FloatTypes>);
+  registerKernel("Sqrt", unaryKernel<SqrtOp, FloatTypes>);
+  registerKernel("Reciprocal", unaryKernel<ReciprocalOp, FloatTypes>);
+  registerKernel("Tanh", unaryKernel<TanhOp, FloatTypes>);
+  registerKernel("Sigmoid", unaryKernel<SigmoidOp, FloatTypes>);
+  registerKernel("Relu", unaryKernel<ReluOp, Num>);
+  registerKernel("LeakyRelu", leakyRelu);
+  registerKernel("Erf", unaryKernel<ErfOp, FloatTypes>);
+  registerKernel("Sin", unaryKernel<SinOp, FloatTypes>);
+  registerKernel("Cos", unaryKernel<CosOp, FloatTypes>);
+  registerKernel("Floor", unaryKernel<FloorOp, FloatTypes>);
+  registerKernel("Ceil", unaryKernel<CeilOp, FloatTypes>);
+  registerKernel("Not", unaryKernel<NotOp, BoolType>);
+  registerKernel("Identity", identity);
+
+  registerKernel("Add", binaryKernel<AddOp, Num>);
+  registerKernel("Sub", binaryKernel<SubOp, Num>);
+  registerKernel("Mul", binaryKernel<MulOp, Num>);
+  registerKernel("Div", binaryKernel<DivOp, Num>);
+  registerKernel("Pow", pow);
+  registerKernel("And", binaryKernel<AndOp, BoolType>);
+  registerKernel("Or", binaryKernel<OrOp, BoolType>);
+  registerKernel("Equal", compareKernel<EqualOp, AllTypes>);
+  registerKernel("Less", compareKernel<LessOp, Num>);
+  registerKernel("LessOrEqual", compareKernel<LessOrEqualOp, Num>);
+  registerKernel("Greater", compareKernel<GreaterOp, Num>);
+  registerKernel("GreaterOrEqual", compareKernel<GreaterOrEqualOp, Num>);
+  registerKernel("Max", variadicKernel<MaxOp>);
+  registerKernel("Min", variadicKernel<MinOp>);
+  registerKernel("Sum", variadicKernel<AddOp>);
+  registerKernel("Where", where);
+  registerKernel("Cast", cast);
+  registerKernel("Dropout", dropout);
+}

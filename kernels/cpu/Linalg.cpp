@@ -1,8 +1,200 @@
-//===- Linalg.cpp - CPU kernels
-//----------------------------------------------===//
+//===- Linalg.cpp - Gemm and MatMul on the CPU ----------------------------===//
+//
+// Both ops are thin layers over OpenBLAS's row-major gemm. Gemm fills the
+// output with beta*C broadcast to [M, N] and lets BLAS accumulate into it.
+// MatMul follows numpy: 1-D operands are promoted to matrices (and the added
+// axis dropped from the result), batch axes broadcast. A batched A against an
+// unbatched B is one tall gemm; otherwise each output batch is one gemm whose
+// operands are found through broadcast strides, so a broadcast batch axis is
+// never copied. OpenBLAS 0.3.21 has no strided-batch gemm, hence the loop.
+//
+//===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+#include <algorithm>
+#include <cblas.h>
 
 using namespace headroom;
 using namespace headroom::cpu;
+using llvm::ArrayRef;
+using llvm::Error;
+using llvm::SmallVector;
 
-void headroom::cpu::registerLinalgKernels() {}
+namespace {
+
+/// Row-major C = alpha * op(A) * op(B) + beta * C, for float and double.
+struct GemmArgs {
+  bool TransA = false, TransB = false;
+  int64_t M = 0, N = 0, K = 0;
+  double Alpha = 1, Beta = 0;
+  int64_t Lda = 0, Ldb = 0, Ldc = 0;
+};
+
+void blasGemm(const GemmArgs &g, const float *a, const float *b, float *c) {
+  cblas_sgemm(CblasRowMajor, g.TransA ? CblasTrans : CblasNoTrans,
+              g.TransB ? CblasTrans : CblasNoTrans, g.M, g.N, g.K,
+              static_cast<float>(g.Alpha), a, g.Lda, b, g.Ldb,
+              static_cast<float>(g.Beta), c, g.Ldc);
+}
+
+void blasGemm(const GemmArgs &g, const double *a, const double *b, double *c) {
+  cblas_dgemm(CblasRowMajor, g.TransA ? CblasTrans : CblasNoTrans,
+              g.TransB ? CblasTrans : CblasNoTrans, g.M, g.N, g.K, g.Alpha, a,
+              g.Lda, b, g.Ldb, g.Beta, c, g.Ldc);
+}
+
+/// Leading dimensions of contiguous operands. BLAS requires them >= 1 even
+/// when a matrix is empty.
+GemmArgs contiguousGemm(bool transA, bool transB, int64_t m, int64_t n,
+                        int64_t k) {
+  GemmArgs g;
+  g.TransA = transA;
+  g.TransB = transB;
+  g.M = m;
+  g.N = n;
+  g.K = k;
+  g.Lda = std::max<int64_t>(1, transA ? m : k);
+  g.Ldb = std::max<int64_t>(1, transB ? k : n);
+  g.Ldc = std::max<int64_t>(1, n);
+  return g;
+}
+
+/// Y[m, n] = C broadcast to [M, N] (C has rank 0, 1 or 2).
+template <typename T>
+void broadcastBias(const TensorView &c, T *y, int64_t m, int64_t n) {
+  int64_t cm = c.rank() == 2 ? c.Shape[0] : 1;
+  int64_t cn = c.rank() >= 1 ? c.Shape[c.rank() - 1] : 1;
+  const T *src = c.as<T>();
+  for (int64_t i = 0; i < m; ++i) {
+    const T *row = src + (cm == 1 ? 0 : i * cn);
+    T *out = y + i * n;
+    if (cn == 1)
+      std::fill(out, out + n, row[0]);
+    else
+      std::copy(row, row + n, out);
+  }
+}
+
+template <typename T> Error gemm(const KernelContext &ctx) {
+  const TensorView &a = ctx.Inputs[0], &b = ctx.Inputs[1];
+  const TensorView &y = ctx.Outputs[0];
+  if (a.rank() != 2 || b.rank() != 2)
+    return ctx.unsupported("A and B must be matrices");
+  bool transA = ctx.attrInt("transA", 0), transB = ctx.attrInt("transB", 0);
+  int64_t m = a.Shape[transA ? 1 : 0], k = a.Shape[transA ? 0 : 1];
+  int64_t n = b.Shape[transB ? 0 : 1];
+  if (b.Shape[transB ? 1 : 0] != k)
+    return ctx.unsupported("inner dimensions of A and B differ");
+  if (y.rank() != 2 || y.Shape[0] != m || y.Shape[1] != n)
+    return ctx.unsupported("result type is not [M, N]");
+  GemmArgs g = contiguousGemm(transA, transB, m, n, k);
+  g.Alpha = ctx.attrFloat("alpha", 1.0);
+  g.Beta = ctx.attrFloat("beta", 1.0);
+  if (ctx.hasInput(2) && g.Beta != 0) {
+    const TensorView &c = ctx.Inputs[2];
+    if (c.rank() > 2 || (c.rank() == 2 && c.Shape[0] != 1 && c.Shape[0] != m) ||
+        (c.rank() >= 1 && c.Shape.back() != 1 && c.Shape.back() != n))
+      return ctx.unsupported("C does not broadcast to [M, N]");
+    broadcastBias(c, y.as<T>(), m, n);
+  } else {
+    // beta*C is absent (or scaled away): BLAS must not read the output.
+    g.Beta = 0;
+  }
+  if (m == 0 || n == 0)
+    return Error::success();
+  blasGemm(g, a.as<T>(), b.as<T>(), y.as<T>());
+  return Error::success();
+}
+
+/// Strides (in elements) of an operand's batch axes, right-aligned to the
+/// output's batch shape: 0 where the operand is broadcast.
+SmallVector<int64_t, 4> batchStrides(ArrayRef<int64_t> batch,
+                                     ArrayRef<int64_t> outBatch,
+                                     int64_t matrixSize) {
+  SmallVector<int64_t, 4> strides(outBatch.size(), 0);
+  int64_t stride = matrixSize;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    size_t fromEnd = batch.size() - 1 - i;
+    size_t out = outBatch.size() - 1 - i;
+    strides[out] = batch[fromEnd] == 1 ? 0 : stride;
+    stride *= batch[fromEnd];
+  }
+  return strides;
+}
+
+int64_t product(ArrayRef<int64_t> dims) {
+  int64_t p = 1;
+  for (int64_t d : dims)
+    p *= d;
+  return p;
+}
+
+template <typename T> Error matMul(const KernelContext &ctx) {
+  const TensorView &a = ctx.Inputs[0], &b = ctx.Inputs[1];
+  const TensorView &y = ctx.Outputs[0];
+  if (a.rank() == 0 || b.rank() == 0)
+    return ctx.unsupported("operands must have rank >= 1");
+  // A 1-D A is a row [1, K]; a 1-D B is a column [K, 1].
+  int64_t m = a.rank() == 1 ? 1 : a.Shape[a.rank() - 2];
+  int64_t k = a.Shape.back();
+  int64_t kb = b.rank() == 1 ? b.Shape[0] : b.Shape[b.rank() - 2];
+  int64_t n = b.rank() == 1 ? 1 : b.Shape.back();
+  if (k != kb)
+    return ctx.unsupported("inner dimensions differ (" + llvm::Twine(k) +
+                           " vs " + llvm::Twine(kb) + ")");
+  ArrayRef<int64_t> aBatch = a.Shape.drop_back(a.rank() == 1 ? 1 : 2);
+  ArrayRef<int64_t> bBatch = b.Shape.drop_back(b.rank() == 1 ? 1 : 2);
+  auto outBatch = broadcastShapes(aBatch, bBatch);
+  if (!outBatch)
+    return ctx.unsupported("batch dimensions do not broadcast");
+  int64_t batches = product(*outBatch);
+  if (y.numElements() != batches * m * n)
+    return ctx.unsupported("result type does not match the operands");
+  if (y.numElements() == 0)
+    return Error::success();
+
+  const T *pa = a.as<T>(), *pb = b.as<T>();
+  T *py = y.as<T>();
+  GemmArgs g = contiguousGemm(false, false, m, n, k);
+  // A batched A against one B matrix: the batches of A stack into rows.
+  if (product(bBatch) == 1 && product(aBatch) == batches) {
+    g.M = batches * m;
+    blasGemm(g, pa, pb, py);
+    return Error::success();
+  }
+  SmallVector<int64_t, 4> aStrides = batchStrides(aBatch, *outBatch, m * k);
+  SmallVector<int64_t, 4> bStrides = batchStrides(bBatch, *outBatch, k * n);
+  SmallVector<int64_t, 4> index(outBatch->size(), 0);
+  int64_t aOff = 0, bOff = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    blasGemm(g, pa + aOff, pb + bOff, py + i * m * n);
+    // Advance the batch index like an odometer, keeping both offsets.
+    for (int d = static_cast<int>(index.size()) - 1; d >= 0; --d) {
+      aOff += aStrides[d];
+      bOff += bStrides[d];
+      if (++index[d] < (*outBatch)[d])
+        break;
+      aOff -= aStrides[d] * index[d];
+      bOff -= bStrides[d] * index[d];
+      index[d] = 0;
+    }
+  }
+  return Error::success();
+}
+
+Error gemmKernel(const KernelContext &ctx) {
+  return HR_DISPATCH_FLOAT(ctx, ctx.Inputs[0].Type, gemm, ctx);
+}
+
+Error matMulKernel(const KernelContext &ctx) {
+  return HR_DISPATCH_FLOAT(ctx, ctx.Inputs[0].Type, matMul, ctx);
+}
+
+} // namespace
+
+void headroom::cpu::registerLinalgKernels() {
+  registerKernel("Gemm", gemmKernel);
+  registerKernel("MatMul", matMulKernel);
+}

@@ -1,8 +1,266 @@
-//===- Loss.cpp - CPU kernels
-//----------------------------------------------===//
+//===- Loss.cpp - Cross-entropy losses and their gradient on the CPU ------===//
+//
+// Scores are [N, C, d1, ...] and labels [N, d1, ...]; the kernels see them as
+// [N, C, D] and [N, D]. Every target i has a weight w_i: 0 when its label is
+// `ignore_index`, else weight[label] (1 without a weight input). The loss of
+// a target is -w_i * log_prob[label]; reduction "none" returns them, "sum"
+// adds them and "mean" divides the sum by sum_i w_i — ONNX's rule, which
+// without weights is the count of targets that are not ignored.
+//
+// SoftmaxCrossEntropyLossGrad(dloss, scores, labels, weight?) is the
+// derivative autodiff emits: d scores = (softmax(scores) - onehot(label)) *
+// w_i * g_i / normalizer, where g_i is dloss (a scalar for mean and sum,
+// one value per target for none) and the normalizer is sum_i w_i for mean,
+// else 1. Ignored targets get zero rows.
+//
+//===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
 
 using namespace headroom;
 using namespace headroom::cpu;
+using llvm::Error;
+using llvm::Expected;
 
-void headroom::cpu::registerLossKernels() {}
+namespace {
+
+enum class Reduction { None, Sum, Mean };
+
+/// The problem's sizes and attributes, checked against the operands.
+struct LossShape {
+  int64_t N = 0, C = 0, D = 1;
+  Reduction Red = Reduction::Mean;
+  bool HasIgnore = false;
+  int64_t IgnoreIndex = 0;
+};
+
+Expected<LossShape> lossShape(const KernelContext &ctx,
+                              const TensorView &scores,
+                              const TensorView &labels,
+                              const TensorView *weight) {
+  LossShape s;
+  std::string red = ctx.attrString("reduction", "mean");
+  if (red == "none")
+    s.Red = Reduction::None;
+  else if (red == "sum")
+    s.Red = Reduction::Sum;
+  else if (red != "mean")
+    return ctx.unsupported("reduction '" + red + "' is not supported");
+  if (const Attribute *ii = ctx.attr("ignore_index")) {
+    s.HasIgnore = true;
+    s.IgnoreIndex = ii->asInt();
+  }
+  if (scores.rank() < 2)
+    return ctx.unsupported("scores must have rank >= 2");
+  if (labels.Type != DType::I64 && labels.Type != DType::I32)
+    return ctx.unsupported("labels of type " + dtypeName(labels.Type) +
+                           " are not supported");
+  s.N = scores.Shape[0];
+  s.C = scores.Shape[1];
+  for (unsigned i = 2; i < scores.rank(); ++i)
+    s.D *= scores.Shape[i];
+  if (labels.rank() + 1 != scores.rank() || labels.Shape[0] != s.N ||
+      labels.numElements() != s.N * s.D)
+    return ctx.unsupported("labels do not have the shape [N, d1, ...]");
+  if (weight && weight->present() &&
+      (weight->Type != scores.Type || weight->rank() != 1 ||
+       weight->Shape[0] != s.C))
+    return ctx.unsupported("weight must have the scores' type and shape [C]");
+  return s;
+}
+
+int64_t labelAt(const TensorView &labels, int64_t i) {
+  return labels.Type == DType::I64 ? labels.as<int64_t>()[i]
+                                   : labels.as<int32_t>()[i];
+}
+
+/// Per-target weights w_i (see the file header), after checking that every
+/// label that is not ignored is a class index.
+template <typename T>
+Expected<std::vector<T>>
+targetWeights(const KernelContext &ctx, const LossShape &s,
+              const TensorView &labels, const TensorView *weight) {
+  std::vector<T> w(s.N * s.D);
+  const T *classWeight =
+      weight && weight->present() ? weight->as<T>() : nullptr;
+  for (int64_t i = 0; i < s.N * s.D; ++i) {
+    int64_t label = labelAt(labels, i);
+    if (s.HasIgnore && label == s.IgnoreIndex) {
+      w[i] = 0;
+      continue;
+    }
+    if (label < 0 || label >= s.C)
+      return ctx.unsupported("label " + llvm::Twine(label) +
+                             " is not a class index in [0, " +
+                             llvm::Twine(s.C) + ")");
+    w[i] = classWeight ? classWeight[label] : T(1);
+  }
+  return w;
+}
+
+/// log_softmax over axis 1 of [N, C, D] scores, a row of D at a time.
+template <typename T>
+void logSoftmaxAxis1(const T *x, T *y, const LossShape &s) {
+  std::vector<T> shift(s.D);
+  for (int64_t n = 0; n < s.N; ++n) {
+    const T *in = x + n * s.C * s.D;
+    T *out = y + n * s.C * s.D;
+    std::copy(in, in + s.D, shift.begin());
+    for (int64_t c = 1; c < s.C; ++c)
+      for (int64_t d = 0; d < s.D; ++d)
+        shift[d] = std::max(shift[d], in[c * s.D + d]);
+    std::vector<T> sum(s.D, T(0));
+    for (int64_t c = 0; c < s.C; ++c)
+      for (int64_t d = 0; d < s.D; ++d)
+        sum[d] += std::exp(in[c * s.D + d] - shift[d]);
+    // (x - max) - log(sum) keeps f32 precision for large logits.
+    for (int64_t d = 0; d < s.D; ++d)
+      sum[d] = std::log(sum[d]);
+    for (int64_t c = 0; c < s.C; ++c)
+      for (int64_t d = 0; d < s.D; ++d)
+        out[c * s.D + d] = (in[c * s.D + d] - shift[d]) - sum[d];
+  }
+}
+
+/// Writes the reduced negative log-likelihood of `logProb` ([N, C, D]).
+template <typename T>
+void nllReduce(const T *logProb, const std::vector<T> &w,
+               const TensorView &labels, const LossShape &s, T *loss) {
+  double total = 0, weightSum = 0;
+  for (int64_t n = 0; n < s.N; ++n)
+    for (int64_t d = 0; d < s.D; ++d) {
+      int64_t i = n * s.D + d;
+      T l = w[i] == 0
+                ? T(0)
+                : -w[i] * logProb[(n * s.C + labelAt(labels, i)) * s.D + d];
+      if (s.Red == Reduction::None)
+        loss[i] = l;
+      total += l;
+      weightSum += w[i];
+    }
+  if (s.Red == Reduction::Sum)
+    loss[0] = T(total);
+  if (s.Red == Reduction::Mean)
+    loss[0] = T(total / weightSum);
+}
+
+Error checkLossType(const KernelContext &ctx, const LossShape &s,
+                    const TensorView &loss) {
+  int64_t want = s.Red == Reduction::None ? s.N * s.D : 1;
+  if (loss.numElements() != want)
+    return ctx.unsupported("result type does not match the reduction");
+  return Error::success();
+}
+
+template <typename T> Error nllLoss(const KernelContext &ctx) {
+  const TensorView &input = ctx.Inputs[0], &labels = ctx.Inputs[1];
+  const TensorView *weight = ctx.hasInput(2) ? &ctx.Inputs[2] : nullptr;
+  auto s = lossShape(ctx, input, labels, weight);
+  if (!s)
+    return s.takeError();
+  if (Error e = checkLossType(ctx, *s, ctx.Outputs[0]))
+    return e;
+  auto w = targetWeights<T>(ctx, *s, labels, weight);
+  if (!w)
+    return w.takeError();
+  nllReduce(input.as<T>(), *w, labels, *s, ctx.Outputs[0].as<T>());
+  return Error::success();
+}
+
+template <typename T> Error softmaxCrossEntropy(const KernelContext &ctx) {
+  const TensorView &scores = ctx.Inputs[0], &labels = ctx.Inputs[1];
+  const TensorView *weight = ctx.hasInput(2) ? &ctx.Inputs[2] : nullptr;
+  auto s = lossShape(ctx, scores, labels, weight);
+  if (!s)
+    return s.takeError();
+  if (Error e = checkLossType(ctx, *s, ctx.Outputs[0]))
+    return e;
+  auto w = targetWeights<T>(ctx, *s, labels, weight);
+  if (!w)
+    return w.takeError();
+  // log_prob goes straight to the optional second result when it is wanted.
+  std::vector<T> scratch;
+  T *logProb = nullptr;
+  if (ctx.Outputs.size() > 1 && ctx.Outputs[1].present()) {
+    if (ctx.Outputs[1].numElements() != scores.numElements())
+      return ctx.unsupported("log_prob type does not match the scores");
+    logProb = ctx.Outputs[1].as<T>();
+  } else {
+    scratch.resize(scores.numElements());
+    logProb = scratch.data();
+  }
+  logSoftmaxAxis1(scores.as<T>(), logProb, *s);
+  nllReduce(logProb, *w, labels, *s, ctx.Outputs[0].as<T>());
+  return Error::success();
+}
+
+template <typename T> Error softmaxCrossEntropyGrad(const KernelContext &ctx) {
+  const TensorView &dloss = ctx.Inputs[0], &scores = ctx.Inputs[1],
+                   &labels = ctx.Inputs[2];
+  const TensorView *weight = ctx.hasInput(3) ? &ctx.Inputs[3] : nullptr;
+  const TensorView &dscores = ctx.Outputs[0];
+  auto s = lossShape(ctx, scores, labels, weight);
+  if (!s)
+    return s.takeError();
+  if (Error e = checkLossType(ctx, *s, dloss))
+    return e;
+  if (dloss.Type != scores.Type || dscores.Type != scores.Type ||
+      dscores.numElements() != scores.numElements())
+    return ctx.unsupported("dloss and d scores must have the scores' type");
+  auto w = targetWeights<T>(ctx, *s, labels, weight);
+  if (!w)
+    return w.takeError();
+  double norm = 1;
+  if (s->Red == Reduction::Mean) {
+    norm = 0;
+    for (T wi : *w)
+      norm += wi;
+  }
+  // softmax = exp(log_softmax), computed in place in the result.
+  T *out = dscores.as<T>();
+  logSoftmaxAxis1(scores.as<T>(), out, *s);
+  const T *g = dloss.as<T>();
+  std::vector<T> scale(s->D);
+  for (int64_t n = 0; n < s->N; ++n) {
+    T *row = out + n * s->C * s->D;
+    for (int64_t d = 0; d < s->D; ++d) {
+      int64_t i = n * s->D + d;
+      T gi = s->Red == Reduction::None ? g[i] : g[0];
+      // An ignored target contributes nothing, even when norm is 0.
+      scale[d] = (*w)[i] == 0 ? T(0) : T((*w)[i] * gi / norm);
+    }
+    for (int64_t c = 0; c < s->C; ++c)
+      for (int64_t d = 0; d < s->D; ++d)
+        row[c * s->D + d] = std::exp(row[c * s->D + d]) * scale[d];
+    for (int64_t d = 0; d < s->D; ++d) {
+      int64_t i = n * s->D + d;
+      if ((*w)[i] != 0)
+        row[labelAt(labels, i) * s->D + d] -= scale[d];
+    }
+  }
+  return Error::success();
+}
+
+Error nllLossKernel(const KernelContext &ctx) {
+  return HR_DISPATCH_FLOAT(ctx, ctx.Inputs[0].Type, nllLoss, ctx);
+}
+
+Error softmaxCrossEntropyKernel(const KernelContext &ctx) {
+  return HR_DISPATCH_FLOAT(ctx, ctx.Inputs[0].Type, softmaxCrossEntropy, ctx);
+}
+
+Error softmaxCrossEntropyGradKernel(const KernelContext &ctx) {
+  return HR_DISPATCH_FLOAT(ctx, ctx.Inputs[1].Type, softmaxCrossEntropyGrad,
+                           ctx);
+}
+
+} // namespace
+
+void headroom::cpu::registerLossKernels() {
+  registerKernel("NegativeLogLikelihoodLoss", nllLossKernel);
+  registerKernel("SoftmaxCrossEntropyLoss", softmaxCrossEntropyKernel);
+  registerKernel("SoftmaxCrossEntropyLossGrad", softmaxCrossEntropyGradKernel);
+}

@@ -1,8 +1,393 @@
-//===- Norm.cpp - CPU kernels
-//----------------------------------------------===//
+//===- Norm.cpp - Normalization kernels -----------------------------------===//
+//
+// LayerNormalization and BatchNormalization (ONNX opset 17) and the gradient
+// kernels autodiff emits for them. The gradients recompute the statistics
+// from x instead of reading saved ones, so a forward node need not keep its
+// optional Mean/InvStdDev outputs alive for the backward pass.
+//
+// Statistics are accumulated in double whatever the element type: the
+// two-pass mean/variance is then accurate for f32 rows of any length, and the
+// result is rounded once to the output's type.
+//
+//===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+
+#include <cmath>
+#include <vector>
 
 using namespace headroom;
 using namespace headroom::cpu;
 
-void headroom::cpu::registerNormKernels() {}
+namespace {
+
+bool isF32OrF64(DType t) { return t == DType::F32 || t == DType::F64; }
+
+/// Element i of an f32 or f64 tensor.
+double loadElement(const TensorView &t, int64_t i) {
+  return t.Type == DType::F32 ? t.as<float>()[i] : t.as<double>()[i];
+}
+
+/// An f32 or f64 tensor converted to T (parameters and statistics: small).
+template <typename T> std::vector<T> loadAs(const TensorView &t) {
+  std::vector<T> out(t.numElements());
+  for (int64_t i = 0, e = out.size(); i < e; ++i)
+    out[i] = static_cast<T>(loadElement(t, i));
+  return out;
+}
+
+/// Writes `v` (numElements of `t` values) to an f32 or f64 tensor.
+void storeAll(const TensorView &t, const std::vector<double> &v) {
+  for (int64_t i = 0, e = v.size(); i < e; ++i) {
+    if (t.Type == DType::F32)
+      t.as<float>()[i] = static_cast<float>(v[i]);
+    else
+      t.as<double>()[i] = v[i];
+  }
+}
+
+/// Output i when the node has it (an absent optional output has no data).
+const TensorView *optionalOutput(const KernelContext &ctx, unsigned i) {
+  if (i >= ctx.Outputs.size() || !ctx.Outputs[i].present())
+    return nullptr;
+  return &ctx.Outputs[i];
+}
+
+/// Checks that every listed operand is f32 or f64 and has `n` elements.
+llvm::Error checkParams(const KernelContext &ctx,
+                        std::initializer_list<unsigned> operands, int64_t n) {
+  for (unsigned i : operands) {
+    const TensorView &p = ctx.Inputs[i];
+    if (!isF32OrF64(p.Type))
+      return ctx.unsupported("operand " + llvm::Twine(i) + " of element type " +
+                             dtypeName(p.Type) + " is not supported");
+    if (p.numElements() != n)
+      return ctx.unsupported("operand " + llvm::Twine(i) + " has " +
+                             llvm::Twine(p.numElements()) + " elements, " +
+                             llvm::Twine(n) + " expected");
+  }
+  return llvm::Error::success();
+}
+
+/// Mean and 1/sqrt(var + eps) of `n` values (biased variance, two passes).
+template <typename T>
+void moments(const T *x, int64_t n, double eps, double &mean, double &inv) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i)
+    sum += x[i];
+  mean = sum / n;
+  double sq = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double d = x[i] - mean;
+    sq += d * d;
+  }
+  inv = 1.0 / std::sqrt(sq / n + eps);
+}
+
+//===----------------------------------------------------------------------===//
+// LayerNormalization
+//===----------------------------------------------------------------------===//
+
+/// A LayerNormalization input seen as rows: [Rows, Cols], Cols the product of
+/// the axes from `axis` on.
+struct RowShape {
+  int64_t Rows = 1, Cols = 1;
+};
+
+llvm::Expected<RowShape> layerNormRows(const KernelContext &ctx,
+                                       const TensorView &x) {
+  int64_t rank = x.rank(), axis = ctx.attrInt("axis", -1);
+  if (axis < -rank || axis >= rank)
+    return ctx.unsupported("axis " + llvm::Twine(axis) + " is out of range " +
+                           "for rank " + llvm::Twine(rank));
+  if (axis < 0)
+    axis += rank;
+  RowShape s;
+  for (int64_t i = 0; i < rank; ++i)
+    (i < axis ? s.Rows : s.Cols) *= x.Shape[i];
+  return s;
+}
+
+template <typename T>
+llvm::Error layerNorm(const KernelContext &ctx, RowShape s) {
+  const T *x = ctx.Inputs[0].as<T>();
+  std::vector<T> scale = loadAs<T>(ctx.Inputs[1]);
+  std::vector<T> bias =
+      ctx.hasInput(2) ? loadAs<T>(ctx.Inputs[2]) : std::vector<T>(s.Cols, T(0));
+  T *y = ctx.Outputs[0].as<T>();
+  double eps = ctx.attrFloat("epsilon", 1e-5);
+  std::vector<double> means(s.Rows), invs(s.Rows);
+  for (int64_t r = 0; r < s.Rows; ++r) {
+    const T *xr = x + r * s.Cols;
+    T *yr = y + r * s.Cols;
+    moments(xr, s.Cols, eps, means[r], invs[r]);
+    T mean = means[r], inv = invs[r];
+    for (int64_t c = 0; c < s.Cols; ++c)
+      yr[c] = (xr[c] - mean) * inv * scale[c] + bias[c];
+  }
+  if (const TensorView *m = optionalOutput(ctx, 1))
+    storeAll(*m, means);
+  if (const TensorView *m = optionalOutput(ctx, 2))
+    storeAll(*m, invs);
+  return llvm::Error::success();
+}
+
+/// LayerNormalization(X, Scale, B?) {axis, epsilon} -> (Y, Mean?, InvStdDev?).
+/// Scale and B hold one value per normalized element; stash_type is ignored
+/// since the statistics are always computed in double.
+llvm::Error layerNormKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0];
+  auto s = layerNormRows(ctx, x);
+  if (!s)
+    return s.takeError();
+  if (ctx.Outputs[0].type() != x.type())
+    return ctx.unsupported("Y must have X's type " + x.type().str());
+  if (auto e = checkParams(ctx, {1}, s->Cols))
+    return e;
+  if (ctx.hasInput(2))
+    if (auto e = checkParams(ctx, {2}, s->Cols))
+      return e;
+  for (unsigned i : {1u, 2u}) {
+    const TensorView *m = optionalOutput(ctx, i);
+    if (m && (!isF32OrF64(m->Type) || m->numElements() != s->Rows))
+      return ctx.unsupported("statistics output " + llvm::Twine(i) + " of " +
+                             "type " + m->type().str() + " is not supported");
+  }
+  return HR_DISPATCH_FLOAT(ctx, x.Type, layerNorm, ctx, *s);
+}
+
+template <typename T>
+llvm::Error layerNormGrad(const KernelContext &ctx, RowShape s) {
+  const T *dy = ctx.Inputs[0].as<T>(), *x = ctx.Inputs[1].as<T>();
+  std::vector<T> scale = loadAs<T>(ctx.Inputs[2]);
+  T *dx = ctx.Outputs[0].as<T>();
+  double eps = ctx.attrFloat("epsilon", 1e-5);
+  std::vector<double> dscale(s.Cols, 0), dbias(s.Cols, 0);
+  std::vector<T> xhat(s.Cols);
+  for (int64_t r = 0; r < s.Rows; ++r) {
+    const T *xr = x + r * s.Cols, *dyr = dy + r * s.Cols;
+    T *dxr = dx + r * s.Cols;
+    double mean, inv;
+    moments(xr, s.Cols, eps, mean, inv);
+    // With g = dy * scale: dx = inv * (g - mean(g) - xhat * mean(g * xhat)).
+    double sumG = 0, sumGX = 0;
+    for (int64_t c = 0; c < s.Cols; ++c) {
+      xhat[c] = (xr[c] - mean) * inv;
+      double g = dyr[c] * scale[c];
+      sumG += g;
+      sumGX += g * xhat[c];
+      dscale[c] += dyr[c] * xhat[c];
+      dbias[c] += dyr[c];
+    }
+    T meanG = sumG / s.Cols, meanGX = sumGX / s.Cols, tinv = inv;
+    for (int64_t c = 0; c < s.Cols; ++c)
+      dxr[c] = tinv * (dyr[c] * scale[c] - meanG - xhat[c] * meanGX);
+  }
+  storeAll(ctx.Outputs[1], dscale);
+  storeAll(ctx.Outputs[2], dbias);
+  return llvm::Error::success();
+}
+
+/// LayerNormalizationGrad(dy, x, scale) {axis, epsilon} -> (dx, dscale,
+/// dbias); dscale and dbias have scale's shape.
+llvm::Error layerNormGradKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[1];
+  auto s = layerNormRows(ctx, x);
+  if (!s)
+    return s.takeError();
+  if (ctx.Inputs[0].type() != x.type() || ctx.Outputs[0].type() != x.type())
+    return ctx.unsupported("dy and dx must have x's type " + x.type().str());
+  if (auto e = checkParams(ctx, {2}, s->Cols))
+    return e;
+  for (unsigned i : {1u, 2u})
+    if (!isF32OrF64(ctx.Outputs[i].Type) ||
+        ctx.Outputs[i].numElements() != s->Cols)
+      return ctx.unsupported("result " + llvm::Twine(i) + " of type " +
+                             ctx.Outputs[i].type().str() + " is not supported");
+  return HR_DISPATCH_FLOAT(ctx, x.Type, layerNormGrad, ctx, *s);
+}
+
+//===----------------------------------------------------------------------===//
+// BatchNormalization
+//===----------------------------------------------------------------------===//
+
+/// An [N, C, D1, ...] input as N blocks of C channels of Spatial elements.
+struct ChannelShape {
+  int64_t N = 1, C = 1, Spatial = 1;
+};
+
+llvm::Expected<ChannelShape> channelShape(const KernelContext &ctx,
+                                          const TensorView &x) {
+  if (x.rank() < 2)
+    return ctx.unsupported("input of rank " + llvm::Twine(x.rank()) +
+                           " is not supported (expected [N, C, ...])");
+  ChannelShape s;
+  s.N = x.Shape[0];
+  s.C = x.Shape[1];
+  for (unsigned i = 2; i < x.rank(); ++i)
+    s.Spatial *= x.Shape[i];
+  return s;
+}
+
+/// Per-channel mean and biased variance over N and the spatial axes.
+template <typename T>
+void channelMoments(const T *x, ChannelShape s, std::vector<double> &mean,
+                    std::vector<double> &var) {
+  mean.assign(s.C, 0);
+  var.assign(s.C, 0);
+  double count = s.N * s.Spatial;
+  for (int64_t c = 0; c < s.C; ++c) {
+    double sum = 0;
+    for (int64_t n = 0; n < s.N; ++n) {
+      const T *p = x + (n * s.C + c) * s.Spatial;
+      for (int64_t i = 0; i < s.Spatial; ++i)
+        sum += p[i];
+    }
+    double m = sum / count, sq = 0;
+    for (int64_t n = 0; n < s.N; ++n) {
+      const T *p = x + (n * s.C + c) * s.Spatial;
+      for (int64_t i = 0; i < s.Spatial; ++i)
+        sq += (p[i] - m) * (p[i] - m);
+    }
+    mean[c] = m;
+    var[c] = sq / count;
+  }
+}
+
+/// y = (x - mean[c]) * scale[c] / sqrt(var[c] + eps) + bias[c]. Subtracting
+/// the mean first keeps precision when it is large against the deviation.
+template <typename T>
+void normalizeChannels(const T *x, T *y, ChannelShape s,
+                       const std::vector<double> &mean,
+                       const std::vector<double> &var, const TensorView &scale,
+                       const TensorView &bias, double eps) {
+  for (int64_t c = 0; c < s.C; ++c) {
+    T mul = loadElement(scale, c) / std::sqrt(var[c] + eps),
+      add = loadElement(bias, c), m = mean[c];
+    for (int64_t n = 0; n < s.N; ++n) {
+      int64_t off = (n * s.C + c) * s.Spatial;
+      for (int64_t i = 0; i < s.Spatial; ++i)
+        y[off + i] = (x[off + i] - m) * mul + add;
+    }
+  }
+}
+
+template <typename T>
+llvm::Error batchNorm(const KernelContext &ctx, ChannelShape s) {
+  const T *x = ctx.Inputs[0].as<T>();
+  T *y = ctx.Outputs[0].as<T>();
+  double eps = ctx.attrFloat("epsilon", 1e-5);
+  std::vector<double> mean(s.C), var(s.C);
+  if (!ctx.attrInt("training_mode", 0)) {
+    if (optionalOutput(ctx, 1) || optionalOutput(ctx, 2))
+      return ctx.unsupported("running statistics outputs are only defined "
+                             "in training mode");
+    for (int64_t c = 0; c < s.C; ++c) {
+      mean[c] = loadElement(ctx.Inputs[3], c);
+      var[c] = loadElement(ctx.Inputs[4], c);
+    }
+    normalizeChannels(x, y, s, mean, var, ctx.Inputs[1], ctx.Inputs[2], eps);
+    return llvm::Error::success();
+  }
+  channelMoments(x, s, mean, var);
+  normalizeChannels(x, y, s, mean, var, ctx.Inputs[1], ctx.Inputs[2], eps);
+  // The running variance is updated with the *biased* batch variance: that
+  // is what ONNX's reference implementation and its node tests
+  // (test_batchnorm_*_training_mode) expect, unlike PyTorch's unbiased one.
+  double momentum = ctx.attrFloat("momentum", 0.9);
+  std::vector<double> running(s.C);
+  for (unsigned k : {1u, 2u}) {
+    const TensorView *out = optionalOutput(ctx, k);
+    if (!out)
+      continue;
+    const std::vector<double> &batch = k == 1 ? mean : var;
+    for (int64_t c = 0; c < s.C; ++c)
+      running[c] = loadElement(ctx.Inputs[2 + k], c) * momentum +
+                   batch[c] * (1 - momentum);
+    storeAll(*out, running);
+  }
+  return llvm::Error::success();
+}
+
+/// BatchNormalization(X, scale, B, input_mean, input_var) {epsilon, momentum,
+/// training_mode} -> (Y, running_mean?, running_var?).
+llvm::Error batchNormKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0];
+  auto s = channelShape(ctx, x);
+  if (!s)
+    return s.takeError();
+  if (ctx.Outputs[0].type() != x.type())
+    return ctx.unsupported("Y must have X's type " + x.type().str());
+  if (auto e = checkParams(ctx, {1, 2, 3, 4}, s->C))
+    return e;
+  for (unsigned i : {1u, 2u}) {
+    const TensorView *m = optionalOutput(ctx, i);
+    if (m && (!isF32OrF64(m->Type) || m->numElements() != s->C))
+      return ctx.unsupported("running statistics output of type " +
+                             m->type().str() + " is not supported");
+  }
+  return HR_DISPATCH_FLOAT(ctx, x.Type, batchNorm, ctx, *s);
+}
+
+template <typename T>
+llvm::Error batchNormGrad(const KernelContext &ctx, ChannelShape s) {
+  const T *dy = ctx.Inputs[0].as<T>(), *x = ctx.Inputs[1].as<T>();
+  T *dx = ctx.Outputs[0].as<T>();
+  double eps = ctx.attrFloat("epsilon", 1e-5);
+  std::vector<double> mean, var, dscale(s.C, 0), dbias(s.C, 0);
+  channelMoments(x, s, mean, var);
+  double count = s.N * s.Spatial;
+  for (int64_t c = 0; c < s.C; ++c) {
+    double inv = 1.0 / std::sqrt(var[c] + eps), m = mean[c];
+    double sumDy = 0, sumDyX = 0;
+    for (int64_t n = 0; n < s.N; ++n) {
+      int64_t off = (n * s.C + c) * s.Spatial;
+      for (int64_t i = 0; i < s.Spatial; ++i) {
+        sumDy += dy[off + i];
+        sumDyX += dy[off + i] * (x[off + i] - m);
+      }
+    }
+    dbias[c] = sumDy;
+    dscale[c] = sumDyX * inv;
+    // dx = scale * inv * (dy - mean(dy) - xhat * mean(dy * xhat)).
+    double k = loadElement(ctx.Inputs[2], c) * inv;
+    T a = k, b = -k * sumDy / count,
+      g = -k * dscale[c] * inv / count; // multiplies (x - mean)
+    T tm = m;
+    for (int64_t n = 0; n < s.N; ++n) {
+      int64_t off = (n * s.C + c) * s.Spatial;
+      for (int64_t i = 0; i < s.Spatial; ++i)
+        dx[off + i] = a * dy[off + i] + b + g * (x[off + i] - tm);
+    }
+  }
+  storeAll(ctx.Outputs[1], dscale);
+  storeAll(ctx.Outputs[2], dbias);
+  return llvm::Error::success();
+}
+
+/// BatchNormalizationGrad(dy, x, scale) {epsilon} -> (dx, dscale, dbias): the
+/// gradient of training-mode BatchNormalization (batch statistics).
+llvm::Error batchNormGradKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[1];
+  auto s = channelShape(ctx, x);
+  if (!s)
+    return s.takeError();
+  if (ctx.Inputs[0].type() != x.type() || ctx.Outputs[0].type() != x.type())
+    return ctx.unsupported("dy and dx must have x's type " + x.type().str());
+  if (auto e = checkParams(ctx, {2}, s->C))
+    return e;
+  for (unsigned i : {1u, 2u})
+    if (!isF32OrF64(ctx.Outputs[i].Type) ||
+        ctx.Outputs[i].numElements() != s->C)
+      return ctx.unsupported("result " + llvm::Twine(i) + " of type " +
+                             ctx.Outputs[i].type().str() + " is not supported");
+  return HR_DISPATCH_FLOAT(ctx, x.Type, batchNormGrad, ctx, *s);
+}
+
+} // namespace
+
+void headroom::cpu::registerNormKernels() {
+  registerKernel("LayerNormalization", layerNormKernel);
+  registerKernel("LayerNormalizationGrad", layerNormGradKernel);
+  registerKernel("BatchNormalization", batchNormKernel);
+  registerKernel("BatchNormalizationGrad", batchNormGradKernel);
+}

@@ -1,8 +1,918 @@
-//===- Shape.cpp - CPU kernels
-//----------------------------------------------===//
+//===- Shape.cpp - Shape and data-movement kernels on the CPU -------------===//
+//
+// These ops only move elements, so all of them but Range and GatherGrad work
+// on raw elements of the type's size (1, 2, 4 or 8 bytes) and so accept every
+// element type; zero is all-zero bytes in every type. Reshape, Flatten,
+// Squeeze and Unsqueeze keep the layout: one memcpy, none when the executor
+// gave input and result the same buffer. Transpose, Slice, SliceGrad,
+// Expand and Tile are one strided copy (copyStrided): a loop nest with
+// independent source and destination strides that drops size-1 axes and
+// merges axes contiguous on both sides first, so that it ends in memcpy rows,
+// fills, or a cache-blocked 2-D transpose.
+//
+// Shape operands (Reshape's shape, Slice's starts, Gather's indices, ...) are
+// read at run time as i32 or i64. Where they determine a layout, the kernel
+// checks them against the result type the compiler computed and returns an
+// error on a mismatch (or an out-of-range index) rather than write outside a
+// buffer.
+//
+//===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+#include <vector>
 
 using namespace headroom;
 using namespace headroom::cpu;
+using llvm::ArrayRef;
+using llvm::Error;
+using llvm::Expected;
+using llvm::Twine;
 
-void headroom::cpu::registerShapeKernels() {}
+namespace {
+
+using Dims = llvm::SmallVector<int64_t, 6>;
+
+Dims contiguousStrides(ArrayRef<int64_t> shape) {
+  Dims s(shape.size(), 1);
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i)
+    s[i] = s[i + 1] * shape[i + 1];
+  return s;
+}
+
+int64_t product(ArrayRef<int64_t> dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    n *= d;
+  return n;
+}
+
+char *bytesAt(const TensorView &t, int64_t element) {
+  return static_cast<char *>(t.Data) + element * dtypeSize(t.Type);
+}
+
+/// Whether optional operand `i` is given. A zero-element operand has no
+/// buffer, so its null Data does not mean "absent" (an absent view is rank 0).
+bool hasOperand(const KernelContext &ctx, unsigned i) {
+  return i < ctx.Inputs.size() &&
+         (ctx.Inputs[i].present() || ctx.Inputs[i].numElements() == 0);
+}
+
+/// The elements of integer operand `i` (i32 or i64).
+Expected<std::vector<int64_t>> readInts(const KernelContext &ctx, unsigned i) {
+  const TensorView &t = ctx.Inputs[i];
+  std::vector<int64_t> v(t.numElements());
+  if (t.Type == DType::I64) {
+    std::copy_n(t.as<int64_t>(), v.size(), v.begin());
+    return v;
+  }
+  if (t.Type == DType::I32) {
+    std::copy_n(t.as<int32_t>(), v.size(), v.begin());
+    return v;
+  }
+  return ctx.unsupported("operand " + Twine(i) + " is " + dtypeName(t.Type) +
+                         ", expected i32 or i64");
+}
+
+Expected<int64_t> normAxis(const KernelContext &ctx, int64_t axis,
+                           int64_t rank) {
+  if (axis < -rank || axis >= rank)
+    return ctx.unsupported("axis " + Twine(axis) +
+                           " is out of range for rank " + Twine(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+/// An error unless the result type has the shape the operands give.
+Error expectResultShape(const KernelContext &ctx, const TensorView &result,
+                        ArrayRef<int64_t> shape) {
+  if (result.Shape == shape)
+    return Error::success();
+  return ctx.unsupported("the operands give shape " + shapeString(shape) +
+                         " but the result type is " + result.type().str());
+}
+
+Error expectSameType(const KernelContext &ctx, const TensorView &a,
+                     const TensorView &b) {
+  if (a.Type == b.Type)
+    return Error::success();
+  return ctx.unsupported("element types " + dtypeName(a.Type) + " and " +
+                         dtypeName(b.Type) + " differ");
+}
+
+/// Calls fn(T()) with T the unsigned integer of `bytes` bytes, the type that
+/// kernels which only move elements copy them as.
+template <typename Fn> void withBits(unsigned bytes, Fn fn) {
+  switch (bytes) {
+  case 1:
+    return fn(uint8_t());
+  case 2:
+    return fn(uint16_t());
+  case 4:
+    return fn(uint32_t());
+  default:
+    assert(bytes == 8 && "element types are 1, 2, 4 or 8 bytes");
+    return fn(uint64_t());
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// The strided copy
+//===----------------------------------------------------------------------===//
+
+/// A loop nest over Shape that copies Src[sum(i * SrcStrides)] to
+/// Dst[sum(i * DstStrides)]. Strides are in elements and may be 0 (a
+/// broadcast source) or negative (a reversed slice).
+struct CopyLoops {
+  Dims Shape, DstStrides, SrcStrides;
+};
+
+/// Drops size-1 axes and merges each axis into its outer neighbour when both
+/// sides step over it contiguously, so the innermost loop is as long as it
+/// can be.
+CopyLoops simplify(ArrayRef<int64_t> shape, ArrayRef<int64_t> dst,
+                   ArrayRef<int64_t> src) {
+  CopyLoops l;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 1)
+      continue;
+    if (!l.Shape.empty() && l.DstStrides.back() == dst[i] * shape[i] &&
+        l.SrcStrides.back() == src[i] * shape[i]) {
+      l.Shape.back() *= shape[i];
+      l.DstStrides.back() = dst[i];
+      l.SrcStrides.back() = src[i];
+      continue;
+    }
+    l.Shape.push_back(shape[i]);
+    l.DstStrides.push_back(dst[i]);
+    l.SrcStrides.push_back(src[i]);
+  }
+  return l;
+}
+
+/// When the innermost axis strides through one side (a transpose), moves the
+/// axis that is contiguous on that side next to it, so that copy2D can work
+/// in tiles that keep both sides in cache. The loop order does not change
+/// what is copied.
+void orderForTiles(CopyLoops &l) {
+  size_t r = l.Shape.size();
+  if (r < 3)
+    return;
+  ArrayRef<int64_t> side;
+  if (std::abs(l.DstStrides.back()) > 1)
+    side = l.DstStrides;
+  else if (std::abs(l.SrcStrides.back()) > 1)
+    side = l.SrcStrides;
+  else
+    return;
+  for (size_t a = 0; a + 2 < r; ++a) {
+    if (std::abs(side[a]) != 1)
+      continue;
+    for (Dims *v : {&l.Shape, &l.DstStrides, &l.SrcStrides})
+      std::rotate(v->begin() + a, v->begin() + a + 1, v->begin() + r - 1);
+    return;
+  }
+}
+
+template <typename T>
+void copyRow(T *dst, const T *src, int64_t n, int64_t ds, int64_t ss) {
+  if (ds == 1 && ss == 1) {
+    std::memcpy(dst, src, n * sizeof(T));
+    return;
+  }
+  if (ds == 1 && ss == 0) {
+    std::fill_n(dst, n, *src);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j)
+    dst[j * ds] = src[j * ss];
+}
+
+/// The two innermost axes: row by row, or in kTile x kTile tiles when the
+/// inner axis strides through one side and the outer one is contiguous there
+/// (a 2-D transpose), so that every cache line a tile touches is used fully.
+template <typename T>
+void copy2D(T *dst, const T *src, int64_t n1, int64_t n2, int64_t d1,
+            int64_t s1, int64_t d2, int64_t s2) {
+  constexpr int64_t kTile = 32;
+  bool tiled = (std::abs(d2) > 1 && std::abs(d1) == 1) ||
+               (std::abs(s2) > 1 && std::abs(s1) == 1);
+  if (!tiled) {
+    for (int64_t i = 0; i < n1; ++i)
+      copyRow(dst + i * d1, src + i * s1, n2, d2, s2);
+    return;
+  }
+  for (int64_t i0 = 0; i0 < n1; i0 += kTile) {
+    int64_t i1 = std::min(n1, i0 + kTile);
+    for (int64_t j0 = 0; j0 < n2; j0 += kTile) {
+      int64_t j1 = std::min(n2, j0 + kTile);
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = j0; j < j1; ++j)
+          dst[i * d1 + j * d2] = src[i * s1 + j * s2];
+    }
+  }
+}
+
+template <typename T> void runCopy(const CopyLoops &l, T *dst, const T *src) {
+  size_t r = l.Shape.size();
+  if (r == 0) {
+    *dst = *src;
+    return;
+  }
+  if (r == 1) {
+    copyRow(dst, src, l.Shape[0], l.DstStrides[0], l.SrcStrides[0]);
+    return;
+  }
+  size_t outerRank = r - 2;
+  int64_t outerCount =
+      product(ArrayRef<int64_t>(l.Shape).take_front(outerRank));
+  Dims index(outerRank, 0);
+  int64_t dOff = 0, sOff = 0;
+  for (int64_t o = 0; o < outerCount; ++o) {
+    copy2D(dst + dOff, src + sOff, l.Shape[r - 2], l.Shape[r - 1],
+           l.DstStrides[r - 2], l.SrcStrides[r - 2], l.DstStrides[r - 1],
+           l.SrcStrides[r - 1]);
+    for (int d = static_cast<int>(outerRank) - 1; d >= 0; --d) {
+      dOff += l.DstStrides[d];
+      sOff += l.SrcStrides[d];
+      if (++index[d] < l.Shape[d])
+        break;
+      dOff -= l.DstStrides[d] * l.Shape[d];
+      sOff -= l.SrcStrides[d] * l.Shape[d];
+      index[d] = 0;
+    }
+  }
+}
+
+/// Copies a `shape` of elements of `bytes` bytes; dst and src point at the
+/// element of index 0 on each side.
+void copyStrided(unsigned bytes, void *dst, const void *src,
+                 ArrayRef<int64_t> shape, ArrayRef<int64_t> dstStrides,
+                 ArrayRef<int64_t> srcStrides) {
+  if (product(shape) == 0)
+    return;
+  CopyLoops l = simplify(shape, dstStrides, srcStrides);
+  orderForTiles(l);
+  withBits(bytes, [&](auto zero) {
+    using T = decltype(zero);
+    runCopy(l, static_cast<T *>(dst), static_cast<const T *>(src));
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Layout-preserving ops, Transpose, Concat, Split
+//===----------------------------------------------------------------------===//
+
+/// Reshape, Flatten, Squeeze, Unsqueeze: the bytes are unchanged.
+Error copyKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (x.Type != y.Type || x.numElements() != y.numElements())
+    return ctx.unsupported("input " + x.type().str() + " and result " +
+                           y.type().str() + " differ in size");
+  if (y.Data != x.Data && y.sizeInBytes())
+    std::memcpy(y.Data, x.Data, y.sizeInBytes());
+  return Error::success();
+}
+
+Error transposeKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  int64_t rank = x.rank();
+  std::vector<int64_t> perm = ctx.attrInts("perm");
+  if (!ctx.attr("perm"))
+    for (int64_t d = rank - 1; d >= 0; --d)
+      perm.push_back(d);
+  if (static_cast<int64_t>(perm.size()) != rank)
+    return ctx.unsupported("perm has " + Twine(perm.size()) +
+                           " entries for rank " + Twine(rank));
+  std::vector<bool> seen(rank, false);
+  Dims shape, srcStrides, xStrides = contiguousStrides(x.Shape);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= rank || seen[p])
+      return ctx.unsupported("perm is not a permutation of 0.." +
+                             Twine(rank - 1));
+    seen[p] = true;
+    shape.push_back(x.Shape[p]);
+    srcStrides.push_back(xStrides[p]);
+  }
+  if (auto e = expectResultShape(ctx, y, shape))
+    return e;
+  if (auto e = expectSameType(ctx, x, y))
+    return e;
+  copyStrided(dtypeSize(x.Type), y.Data, x.Data, y.Shape,
+              contiguousStrides(y.Shape), srcStrides);
+  return Error::success();
+}
+
+/// Checks that `part` matches `whole` on every axis but `axis`.
+Error expectSameOffAxis(const KernelContext &ctx, const TensorView &part,
+                        const TensorView &whole, int64_t axis) {
+  bool same = part.rank() == whole.rank() && part.Type == whole.Type;
+  for (unsigned d = 0; same && d < part.rank(); ++d)
+    same = d == axis || part.Shape[d] == whole.Shape[d];
+  if (same)
+    return Error::success();
+  return ctx.unsupported(part.type().str() + " and " + whole.type().str() +
+                         " differ off axis " + Twine(axis));
+}
+
+/// Concat and Split: copies `parts` into or out of `whole` along `axis`. Seen
+/// as [outer, axis, inner], each part is a block of rows in every outer
+/// slice of the whole.
+Error joinOrSplit(const KernelContext &ctx, const TensorView &whole,
+                  ArrayRef<TensorView> parts, bool join) {
+  auto axis = normAxis(ctx, ctx.attrInt("axis", 0), whole.rank());
+  if (!axis)
+    return axis.takeError();
+  int64_t total = 0;
+  for (const TensorView &p : parts) {
+    if (auto e = expectSameOffAxis(ctx, p, whole, *axis))
+      return e;
+    total += p.Shape[*axis];
+  }
+  if (total != whole.Shape[*axis])
+    return ctx.unsupported("the parts' axis sizes sum to " + Twine(total) +
+                           ", expected " + Twine(whole.Shape[*axis]));
+  int64_t outer = product(whole.Shape.take_front(*axis));
+  int64_t rowBytes =
+      product(whole.Shape.drop_front(*axis + 1)) * dtypeSize(whole.Type);
+  int64_t wholeBytes = whole.Shape[*axis] * rowBytes, offset = 0;
+  for (const TensorView &p : parts) {
+    int64_t partBytes = p.Shape[*axis] * rowBytes;
+    for (int64_t o = 0; partBytes && o < outer; ++o) {
+      char *w = static_cast<char *>(whole.Data) + o * wholeBytes + offset;
+      char *q = static_cast<char *>(p.Data) + o * partBytes;
+      if (join)
+        std::memcpy(w, q, partBytes);
+      else
+        std::memcpy(q, w, partBytes);
+    }
+    offset += partBytes;
+  }
+  return Error::success();
+}
+
+Error concatKernel(const KernelContext &ctx) {
+  return joinOrSplit(ctx, ctx.Outputs[0], ctx.Inputs, /*join=*/true);
+}
+
+Error splitKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0];
+  if (hasOperand(ctx, 1)) {
+    auto split = readInts(ctx, 1);
+    if (!split)
+      return split.takeError();
+    auto axis = normAxis(ctx, ctx.attrInt("axis", 0), x.rank());
+    if (!axis)
+      return axis.takeError();
+    bool same = split->size() == ctx.Outputs.size();
+    for (size_t i = 0; same && i < split->size(); ++i)
+      same = ctx.Outputs[i].rank() == x.rank() &&
+             (*split)[i] == ctx.Outputs[i].Shape[*axis];
+    if (!same)
+      return ctx.unsupported("the split sizes do not match the result types");
+  }
+  return joinOrSplit(ctx, x, ctx.Outputs, /*join=*/false);
+}
+
+//===----------------------------------------------------------------------===//
+// Slice and SliceGrad
+//===----------------------------------------------------------------------===//
+
+/// The elements Slice reads from data of `dataShape`: a box of Shape
+/// elements starting at index Begin with step Step along each axis.
+struct SliceBox {
+  Dims Begin, Step, Shape;
+};
+
+/// Operands (starts, ends, axes?, steps?) begin at operand 1, for Slice and
+/// SliceGrad alike. Clamping follows the ONNX spec: starts into [0, dim]
+/// (negative step: [0, dim-1]), ends into [0, dim] (negative step:
+/// [-1, dim-1]), after adding dim to negative values.
+Expected<SliceBox> sliceBox(const KernelContext &ctx,
+                            ArrayRef<int64_t> dataShape) {
+  int64_t rank = dataShape.size();
+  auto starts = readInts(ctx, 1);
+  if (!starts)
+    return starts.takeError();
+  auto ends = readInts(ctx, 2);
+  if (!ends)
+    return ends.takeError();
+  size_t n = starts->size();
+  std::vector<int64_t> axes, steps(n, 1);
+  for (size_t i = 0; i < n; ++i)
+    axes.push_back(i);
+  for (unsigned operand : {3u, 4u}) {
+    if (!hasOperand(ctx, operand))
+      continue;
+    auto v = readInts(ctx, operand);
+    if (!v)
+      return v.takeError();
+    (operand == 3 ? axes : steps) = std::move(*v);
+  }
+  if (ends->size() != n || axes.size() != n || steps.size() != n)
+    return ctx.unsupported("starts, ends, axes and steps differ in length");
+  SliceBox box{Dims(rank, 0), Dims(rank, 1),
+               Dims(dataShape.begin(), dataShape.end())};
+  std::vector<bool> seen(rank, false);
+  for (size_t i = 0; i < n; ++i) {
+    auto a = normAxis(ctx, axes[i], rank);
+    if (!a)
+      return a.takeError();
+    int64_t step = steps[i], dim = dataShape[*a];
+    if (step == 0 || seen[*a])
+      return ctx.unsupported("a step is 0 or an axis repeats");
+    seen[*a] = true;
+    auto clampTo = [](int64_t v, int64_t dim, int64_t lo, int64_t hi) {
+      return std::max(lo, std::min(v < 0 ? v + dim : v, hi));
+    };
+    int64_t b = step > 0 ? clampTo((*starts)[i], dim, 0, dim)
+                         : clampTo((*starts)[i], dim, 0, dim - 1);
+    int64_t e = step > 0 ? clampTo((*ends)[i], dim, 0, dim)
+                         : clampTo((*ends)[i], dim, -1, dim - 1);
+    int64_t len =
+        step > 0 ? (e - b + step - 1) / step : (b - e + (-step) - 1) / -step;
+    box.Begin[*a] = b;
+    box.Step[*a] = step;
+    box.Shape[*a] = std::max<int64_t>(0, len);
+  }
+  return box;
+}
+
+/// The box's first element's offset and its strides, in elements of data
+/// with `dataShape`.
+int64_t boxLayout(const SliceBox &box, ArrayRef<int64_t> dataShape,
+                  Dims &strides) {
+  strides = contiguousStrides(dataShape);
+  int64_t first = 0;
+  for (size_t d = 0; d < strides.size(); ++d) {
+    first += box.Begin[d] * strides[d];
+    strides[d] *= box.Step[d];
+  }
+  return first;
+}
+
+Error sliceKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  auto box = sliceBox(ctx, x.Shape);
+  if (!box)
+    return box.takeError();
+  if (auto e = expectResultShape(ctx, y, box->Shape))
+    return e;
+  if (auto e = expectSameType(ctx, x, y))
+    return e;
+  if (y.numElements() == 0)
+    return Error::success();
+  Dims strides;
+  int64_t first = boxLayout(*box, x.Shape, strides);
+  copyStrided(dtypeSize(x.Type), y.Data, bytesAt(x, first), y.Shape,
+              contiguousStrides(y.Shape), strides);
+  return Error::success();
+}
+
+/// SliceGrad(dy, starts, ends, axes?, steps?): zeros shaped like Slice's
+/// data, with dy written where Slice read. Slice reads each position at most
+/// once, so writing (not adding) is exact.
+Error sliceGradKernel(const KernelContext &ctx) {
+  const TensorView &dy = ctx.Inputs[0], &dx = ctx.Outputs[0];
+  auto box = sliceBox(ctx, dx.Shape);
+  if (!box)
+    return box.takeError();
+  if (dy.Shape != ArrayRef<int64_t>(box->Shape))
+    return ctx.unsupported("dy is " + dy.type().str() + ", but the slice of " +
+                           dx.type().str() + " is " + shapeString(box->Shape));
+  if (auto e = expectSameType(ctx, dy, dx))
+    return e;
+  if (dx.sizeInBytes())
+    std::memset(dx.Data, 0, dx.sizeInBytes());
+  if (dy.numElements() == 0)
+    return Error::success();
+  Dims strides;
+  int64_t first = boxLayout(*box, dx.Shape, strides);
+  copyStrided(dtypeSize(dx.Type), bytesAt(dx, first), dy.Data, dy.Shape,
+              strides, contiguousStrides(dy.Shape));
+  return Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Gather and GatherGrad
+//===----------------------------------------------------------------------===//
+
+/// Gather's data seen as [Outer, N, Inner] around the axis, and the indices,
+/// normalized into [0, N).
+struct GatherLayout {
+  int64_t Outer, N, Inner;
+  std::vector<int64_t> Indices;
+};
+
+/// `data` is Gather's data (for GatherGrad, its result); `gathered` is
+/// Gather's result (GatherGrad's dy), checked against data and indices.
+Expected<GatherLayout> gatherLayout(const KernelContext &ctx,
+                                    const TensorView &data,
+                                    const TensorView &gathered) {
+  const TensorView &indices = ctx.Inputs[1];
+  auto axis = normAxis(ctx, ctx.attrInt("axis", 0), data.rank());
+  if (!axis)
+    return axis.takeError();
+  auto idx = readInts(ctx, 1);
+  if (!idx)
+    return idx.takeError();
+  GatherLayout l{product(data.Shape.take_front(*axis)), data.Shape[*axis],
+                 product(data.Shape.drop_front(*axis + 1)), std::move(*idx)};
+  for (int64_t &i : l.Indices) {
+    if (i < -l.N || i >= l.N)
+      return ctx.unsupported("index " + Twine(i) +
+                             " is out of range for axis " + Twine(*axis) +
+                             " of " + data.type().str());
+    i = i < 0 ? i + l.N : i;
+  }
+  Dims shape(data.Shape.begin(), data.Shape.begin() + *axis);
+  shape.append(indices.Shape.begin(), indices.Shape.end());
+  shape.append(data.Shape.begin() + *axis + 1, data.Shape.end());
+  if (gathered.Shape != ArrayRef<int64_t>(shape))
+    return ctx.unsupported(
+        "data " + data.type().str() + " and indices " + indices.type().str() +
+        " gather " + shapeString(shape) + ", not " + gathered.type().str());
+  if (auto e = expectSameType(ctx, data, gathered))
+    return e;
+  return l;
+}
+
+Error gatherKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  auto l = gatherLayout(ctx, x, y);
+  if (!l)
+    return l.takeError();
+  int64_t k = l->Indices.size();
+  withBits(dtypeSize(x.Type), [&](auto zero) {
+    using T = decltype(zero);
+    const T *src = x.as<T>();
+    T *dst = y.as<T>();
+    for (int64_t o = 0; o < l->Outer; ++o) {
+      for (int64_t j = 0; j < k; ++j) {
+        const T *row = src + (o * l->N + l->Indices[j]) * l->Inner;
+        T *out = dst + (o * k + j) * l->Inner;
+        if (l->Inner == 1)
+          *out = *row;
+        else
+          std::memcpy(out, row, l->Inner * sizeof(T));
+      }
+    }
+  });
+  return Error::success();
+}
+
+template <typename T>
+Error gatherGrad(const TensorView &dy, const TensorView &dx,
+                 const GatherLayout &l) {
+  T *out = dx.as<T>();
+  const T *g = dy.as<T>();
+  std::fill_n(out, dx.numElements(), T(0));
+  int64_t k = l.Indices.size();
+  for (int64_t o = 0; o < l.Outer; ++o) {
+    for (int64_t j = 0; j < k; ++j) {
+      T *row = out + (o * l.N + l.Indices[j]) * l.Inner;
+      const T *grow = g + (o * k + j) * l.Inner;
+      for (int64_t i = 0; i < l.Inner; ++i)
+        row[i] += grow[i];
+    }
+  }
+  return Error::success();
+}
+
+/// GatherGrad(dy, indices) {axis}: zeros shaped like Gather's data with each
+/// row of dy added at the row it was gathered from, so repeated indices
+/// accumulate (the embedding gradient: rows of a table for axis 0).
+Error gatherGradKernel(const KernelContext &ctx) {
+  const TensorView &dy = ctx.Inputs[0], &dx = ctx.Outputs[0];
+  auto l = gatherLayout(ctx, dx, dy);
+  if (!l)
+    return l.takeError();
+  return HR_DISPATCH_FLOAT(ctx, dx.Type, gatherGrad, dy, dx, *l);
+}
+
+//===----------------------------------------------------------------------===//
+// Expand, Tile, Pad, Trilu
+//===----------------------------------------------------------------------===//
+
+Error expandKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (auto e = expectSameType(ctx, x, y))
+    return e;
+  if (x.rank() > y.rank())
+    return ctx.unsupported(x.type().str() + " has a higher rank than " +
+                           y.type().str());
+  // x's axes align with y's last ones; a size-1 axis of x is read with
+  // stride 0.
+  size_t lead = y.rank() - x.rank();
+  Dims xStrides = contiguousStrides(x.Shape), srcStrides(y.rank(), 0);
+  for (size_t d = 0; d < x.rank(); ++d) {
+    if (x.Shape[d] == y.Shape[lead + d])
+      srcStrides[lead + d] = xStrides[d];
+    else if (x.Shape[d] != 1)
+      return ctx.unsupported(x.type().str() + " does not broadcast to " +
+                             y.type().str());
+  }
+  copyStrided(dtypeSize(x.Type), y.Data, x.Data, y.Shape,
+              contiguousStrides(y.Shape), srcStrides);
+  return Error::success();
+}
+
+/// Tile sees the result of axis d as [repeats[d], x.Shape[d]]: a copy of x
+/// with stride 0 over the repeats.
+Error tileKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  auto repeats = readInts(ctx, 1);
+  if (!repeats)
+    return repeats.takeError();
+  if (repeats->size() != x.rank())
+    return ctx.unsupported("repeats has " + Twine(repeats->size()) +
+                           " entries for rank " + Twine(x.rank()));
+  Dims shape, xStrides = contiguousStrides(x.Shape);
+  for (size_t d = 0; d < x.rank(); ++d)
+    shape.push_back(x.Shape[d] * (*repeats)[d]);
+  if (auto e = expectResultShape(ctx, y, shape))
+    return e;
+  if (auto e = expectSameType(ctx, x, y))
+    return e;
+  Dims yStrides = contiguousStrides(y.Shape), loops, dst, src;
+  for (size_t d = 0; d < x.rank(); ++d) {
+    loops.append({(*repeats)[d], x.Shape[d]});
+    dst.append({yStrides[d] * x.Shape[d], yStrides[d]});
+    src.append({0, xStrides[d]});
+  }
+  copyStrided(dtypeSize(x.Type), y.Data, x.Data, loops, dst, src);
+  return Error::success();
+}
+
+enum class PadMode { Constant, Reflect, Edge };
+
+/// For each index of a padded axis, the index of the input it copies, or -1
+/// for the constant. `o - before` is the unpadded position.
+std::vector<int64_t> padSources(int64_t outDim, int64_t inDim, int64_t before,
+                                PadMode mode) {
+  std::vector<int64_t> src(outDim);
+  int64_t period = 2 * (inDim - 1);
+  for (int64_t o = 0; o < outDim; ++o) {
+    int64_t i = o - before;
+    if (i >= 0 && i < inDim)
+      src[o] = i;
+    else if (mode == PadMode::Constant)
+      src[o] = -1;
+    else if (mode == PadMode::Edge || inDim == 1)
+      src[o] = i < 0 ? 0 : inDim - 1;
+    else { // reflect without repeating the edge, as numpy.pad does
+      i = ((i % period) + period) % period;
+      src[o] = i < inDim ? i : period - i;
+    }
+  }
+  return src;
+}
+
+template <typename T>
+void padCopy(const TensorView &x, const TensorView &y,
+             ArrayRef<std::vector<int64_t>> sources, T fill) {
+  const T *in = x.as<T>();
+  T *out = y.as<T>();
+  size_t rank = y.rank();
+  if (rank == 0) {
+    *out = *in;
+    return;
+  }
+  Dims xStrides = contiguousStrides(x.Shape), index(rank - 1, 0);
+  const std::vector<int64_t> &inner = sources.back();
+  int64_t n = y.Shape.back(), rows = y.numElements() / n;
+  for (int64_t r = 0; r < rows; ++r, out += n) {
+    int64_t off = 0;
+    bool padded = false;
+    for (size_t d = 0; d + 1 < rank; ++d) {
+      int64_t s = sources[d][index[d]];
+      padded |= s < 0;
+      off += s * xStrides[d];
+    }
+    if (padded)
+      std::fill_n(out, n, fill);
+    for (int64_t j = 0; !padded && j < n; ++j)
+      out[j] = inner[j] < 0 ? fill : in[off + inner[j]];
+    for (int d = static_cast<int>(rank) - 2; d >= 0; --d) {
+      if (++index[d] < y.Shape[d])
+        break;
+      index[d] = 0;
+    }
+  }
+}
+
+/// Pad(data, pads, constant_value?) {mode}. Negative pads crop.
+Error padKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  std::string modeName = ctx.attrString("mode", "constant");
+  PadMode mode = modeName == "reflect" ? PadMode::Reflect
+                 : modeName == "edge"  ? PadMode::Edge
+                                       : PadMode::Constant;
+  if (mode == PadMode::Constant && modeName != "constant")
+    return ctx.unsupported("mode '" + modeName + "' is not supported");
+  if (hasOperand(ctx, 3))
+    return ctx.unsupported("the axes operand (opset 18) is not supported");
+  auto pads = readInts(ctx, 1);
+  if (!pads)
+    return pads.takeError();
+  size_t rank = x.rank();
+  if (pads->size() != 2 * rank)
+    return ctx.unsupported("pads has " + Twine(pads->size()) +
+                           " entries for rank " + Twine(rank));
+  if (auto e = expectSameType(ctx, x, y))
+    return e;
+  Dims shape;
+  std::vector<std::vector<int64_t>> sources;
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t before = (*pads)[d], after = (*pads)[rank + d];
+    shape.push_back(x.Shape[d] + before + after);
+    if (mode != PadMode::Constant && x.Shape[d] == 0 && shape.back() > 0)
+      return ctx.unsupported("cannot pad an empty axis in mode '" + modeName +
+                             "'");
+    sources.push_back(padSources(shape.back(), x.Shape[d], before, mode));
+  }
+  if (auto e = expectResultShape(ctx, y, shape))
+    return e;
+  if (y.numElements() == 0)
+    return Error::success();
+  bool hasFill = hasOperand(ctx, 2) && ctx.Inputs[2].numElements() > 0;
+  if (hasFill)
+    if (auto e = expectSameType(ctx, x, ctx.Inputs[2]))
+      return e;
+  withBits(dtypeSize(x.Type), [&](auto zero) {
+    using T = decltype(zero);
+    padCopy<T>(x, y, sources, hasFill ? *ctx.Inputs[2].as<T>() : T(0));
+  });
+  return Error::success();
+}
+
+/// Trilu(x, k?) {upper}: keeps, in each matrix of the last two axes, the
+/// elements with col - row >= k (upper) or <= k (lower), one row at a time.
+Error triluKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (x.rank() < 2)
+    return ctx.unsupported("the input must have rank >= 2, not " +
+                           x.type().str());
+  if (x.type() != y.type())
+    return ctx.unsupported("result " + y.type().str() + " differs from " +
+                           x.type().str());
+  int64_t rows = x.Shape[x.rank() - 2], cols = x.Shape.back();
+  int64_t k = 0;
+  if (hasOperand(ctx, 1)) {
+    auto kv = readInts(ctx, 1);
+    if (!kv)
+      return kv.takeError();
+    if (kv->size() != 1)
+      return ctx.unsupported("k must have one element");
+    // Clamped so that row + k cannot overflow; the kept columns are the same.
+    k = std::max(-rows - 1, std::min((*kv)[0], cols + 1));
+  }
+  bool upper = ctx.attrInt("upper", 1) != 0;
+  if (x.numElements() == 0)
+    return Error::success();
+  int64_t bytes = dtypeSize(x.Type), count = x.numElements() / cols;
+  for (int64_t r = 0; r < count; ++r) {
+    int64_t row = r % rows;
+    // Columns [0, split) are zeroed (upper) or kept (lower).
+    int64_t split =
+        std::max<int64_t>(0, std::min(cols, upper ? row + k : row + k + 1));
+    char *out = bytesAt(y, r * cols);
+    const char *in = bytesAt(x, r * cols);
+    if (out != in)
+      std::memcpy(out, in, cols * bytes);
+    if (upper)
+      std::memset(out, 0, split * bytes);
+    else
+      std::memset(out + split * bytes, 0, (cols - split) * bytes);
+  }
+  return Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Shape, Size, ConstantOfShape, Range
+//===----------------------------------------------------------------------===//
+
+Error shapeKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  int64_t rank = x.rank();
+  auto clampAxis = [&](int64_t a) {
+    return std::max<int64_t>(0, std::min(a < 0 ? a + rank : a, rank));
+  };
+  int64_t start = clampAxis(ctx.attrInt("start", 0));
+  int64_t end = std::max(start, clampAxis(ctx.attrInt("end", rank)));
+  if (y.Type != DType::I64 || y.Shape != ArrayRef<int64_t>{end - start})
+    return ctx.unsupported("the result must be i64[" + Twine(end - start) +
+                           "], not " + y.type().str());
+  std::copy(x.Shape.begin() + start, x.Shape.begin() + end, y.as<int64_t>());
+  return Error::success();
+}
+
+Error sizeKernel(const KernelContext &ctx) {
+  const TensorView &y = ctx.Outputs[0];
+  if (y.Type != DType::I64 || y.numElements() != 1)
+    return ctx.unsupported("the result must be one i64, not " + y.type().str());
+  *y.as<int64_t>() = ctx.Inputs[0].numElements();
+  return Error::success();
+}
+
+/// ConstantOfShape(shape) {value}: the result type already has the shape;
+/// the fill is the one element of `value` (default f32 0).
+Error constantOfShapeKernel(const KernelContext &ctx) {
+  const TensorView &y = ctx.Outputs[0];
+  auto shape = readInts(ctx, 0);
+  if (!shape)
+    return shape.takeError();
+  if (auto e = expectResultShape(ctx, y, *shape))
+    return e;
+  const Attribute *value = ctx.attr("value");
+  if (!value) {
+    if (y.Type != DType::F32)
+      return ctx.unsupported("without `value` the result must be f32");
+    if (y.sizeInBytes())
+      std::memset(y.Data, 0, y.sizeInBytes());
+    return Error::success();
+  }
+  if (value->kind() != Attribute::Kind::Tensor ||
+      value->asTensor().numElements() != 1 ||
+      value->asTensor().type().dtype() != y.Type)
+    return ctx.unsupported("`value` must be one element of the result type");
+  withBits(dtypeSize(y.Type), [&](auto zero) {
+    using T = decltype(zero);
+    T fill;
+    std::memcpy(&fill, value->asTensor().bytes().data(), sizeof(T));
+    std::fill_n(y.as<T>(), y.numElements(), fill);
+  });
+  return Error::success();
+}
+
+/// Range's element i is start + i * delta (the ONNX spec's formula, not a
+/// running sum), computed in double for floats and int64 for integers.
+template <typename T> Error range(const KernelContext &ctx) {
+  const TensorView &y = ctx.Outputs[0];
+  for (const TensorView &t : ctx.Inputs)
+    if (t.numElements() != 1 || t.Type != y.Type)
+      return ctx.unsupported("start, limit and delta must be scalars of the "
+                             "result's element type");
+  T start = *ctx.Inputs[0].as<T>(), limit = *ctx.Inputs[1].as<T>(),
+    delta = *ctx.Inputs[2].as<T>();
+  if (delta == 0)
+    return ctx.unsupported("delta is 0");
+  double count = std::ceil((double(limit) - double(start)) / double(delta));
+  int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  if (y.rank() != 1 || y.Shape[0] != n)
+    return ctx.unsupported("the operands give " + Twine(n) +
+                           " elements, but the result type is " +
+                           y.type().str());
+  T *out = y.as<T>();
+  for (int64_t i = 0; i < y.Shape[0]; ++i) {
+    if constexpr (std::is_floating_point_v<T>)
+      out[i] = T(double(start) + double(i) * double(delta));
+    else
+      out[i] = T(int64_t(start) + i * int64_t(delta));
+  }
+  return Error::success();
+}
+
+Error rangeKernel(const KernelContext &ctx) {
+  switch (ctx.Outputs[0].Type) {
+  case DType::F32:
+    return range<float>(ctx);
+  case DType::F64:
+    return range<double>(ctx);
+  case DType::I16:
+    return range<int16_t>(ctx);
+  case DType::I32:
+    return range<int32_t>(ctx);
+  case DType::I64:
+    return range<int64_t>(ctx);
+  default:
+    return ctx.unsupported("element type " + dtypeName(ctx.Outputs[0].Type) +
+                           " is not supported");
+  }
+}
+
+} // namespace
+
+void headroom::cpu::registerShapeKernels() {
+  for (const char *op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+    registerKernel(op, copyKernel);
+  registerKernel("Transpose", transposeKernel);
+  registerKernel("Concat", concatKernel);
+  registerKernel("Split", splitKernel);
+  registerKernel("Slice", sliceKernel);
+  registerKernel("SliceGrad", sliceGradKernel);
+  registerKernel("Gather", gatherKernel);
+  registerKernel("GatherGrad", gatherGradKernel);
+  registerKernel("Expand", expandKernel);
+  registerKernel("Tile", tileKernel);
+  registerKernel("Pad", padKernel);
+  registerKernel("Trilu", triluKernel);
+  registerKernel("Shape", shapeKernel);
+  registerKernel("Size", sizeKernel);
+  registerKernel("ConstantOfShape", constantOfShapeKernel);
+  registerKernel("Range", rangeKernel);
+}

@@ -29,6 +29,7 @@ public:
     return Gradients;
   }
   uint64_t allocatedBytes() const override { return Allocated; }
+  void setStep(uint64_t step) override { Step = step; }
 
 private:
   llvm::Error runCall(const PlanFunction &f, const KernelCall &call);

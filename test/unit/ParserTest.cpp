@@ -79,7 +79,8 @@ TEST(ParserTest, ErrorsNameTheLocation) {
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%x) : f32[2]\n"),
             "t.hr:3:1: expected '}' to close function @f");
   EXPECT_EQ(parseError("state @w : f32[2] weights\n"),
-            "t.hr:1:19: expected a state kind ('param' or 'frozen')");
+            "t.hr:1:19: expected a state kind (param, frozen, buffer or "
+            "optimizer)");
   EXPECT_EQ(
       parseError("func @f() {\n  %c = Constant() {value = dense<i64[3]> "
                  "[1, 2]} : i64[3]\n  return %c\n}"),

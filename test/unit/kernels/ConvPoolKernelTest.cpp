@@ -1,4 +1,446 @@
 //===- ConvPoolKernelTest.cpp - Unit tests of kernels/cpu/ConvPool.cpp ---===//
+//
+// Conv against a direct (naive) N-D reference over strided, padded, dilated,
+// grouped and auto-padded cases in 1-D, 2-D and 3-D; every gradient kernel
+// against central differences of its forward kernel in float64. ONNX's node
+// tests (CpuNodeTest) cover the forward kernels' f32 results.
+//
+//===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+using namespace headroom;
+using namespace headroom::cpu;
+
+namespace {
+
+int64_t product(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+/// An f64 tensor owned by the test.
+struct T64 {
+  std::vector<int64_t> Shape;
+  std::vector<double> Data;
+  explicit T64(std::vector<int64_t> shape, unsigned seed = 0)
+      : Shape(std::move(shape)), Data(product(Shape)) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<double> dist(-1, 1);
+    if (seed)
+      for (double &v : Data)
+        v = dist(gen);
+  }
+  TensorView view() { return TensorView{DType::F64, Shape, Data.data()}; }
+};
+
+/// Runs `op`; "" on success, else the kernel's error.
+std::string run(llvm::StringRef op, std::vector<TensorView> ins,
+                std::vector<TensorView> outs, const AttributeMap &attrs) {
+  KernelFn fn = lookupKernel(op);
+  if (!fn)
+    return "no kernel for " + op.str();
+  KernelContext ctx{op, ins, outs, attrs, /*Seed=*/0};
+  return errorOf(fn(ctx));
+}
+
+double dot(const std::vector<double> &a, const std::vector<double> &b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    s += a[i] * b[i];
+  return s;
+}
+
+/// Checks `analytic` = d(loss)/d(param) by central differences. In f64 with
+/// h = 1e-6 the truncation error is O(h^2) ~ 1e-12 and the rounding error
+/// ~ 1e-16 * |loss| / h ~ 1e-9 for these losses of size <= 10; 1e-6 is far
+/// above both and far below any real mistake (a missed tap or a wrong
+/// divisor changes a gradient entry by ~0.1 or more).
+void expectGradient(std::vector<double> &param,
+                    const std::function<double()> &loss,
+                    const std::vector<double> &analytic, const char *what) {
+  const double h = 1e-6, tol = 1e-6;
+  ASSERT_EQ(param.size(), analytic.size()) << what;
+  for (size_t i = 0; i < param.size(); ++i) {
+    double saved = param[i];
+    param[i] = saved + h;
+    double plus = loss();
+    param[i] = saved - h;
+    double minus = loss();
+    param[i] = saved;
+    double numeric = (plus - minus) / (2 * h);
+    ASSERT_NEAR(analytic[i], numeric, tol * (1 + std::fabs(numeric)))
+        << what << " element " << i;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Conv
+//===----------------------------------------------------------------------===//
+
+struct ConvCase {
+  const char *Name;
+  std::vector<int64_t> X, W, Y;
+  AttributeMap Attrs;
+  /// The pads the reference uses ([begin..., end...]; resolved by hand for
+  /// auto_pad), and its strides, dilations and group.
+  std::vector<int64_t> Pads, Strides, Dilations;
+  int64_t Group = 1;
+};
+
+AttributeMap convAttrs(std::vector<int64_t> strides, std::vector<int64_t> pads,
+                       std::vector<int64_t> dilations, int64_t group) {
+  AttributeMap a;
+  a["strides"] = Attribute::getInts(strides);
+  a["pads"] = Attribute::getInts(pads);
+  a["dilations"] = Attribute::getInts(dilations);
+  a["group"] = Attribute::getInt(group);
+  return a;
+}
+
+AttributeMap autoPadAttrs(const char *autoPad, std::vector<int64_t> strides) {
+  AttributeMap a;
+  a["auto_pad"] = Attribute::getString(autoPad);
+  a["strides"] = Attribute::getInts(strides);
+  return a;
+}
+
+std::vector<ConvCase> convCases() {
+  std::vector<ConvCase> cases;
+  // H: 7 + 1 + 2 - 3 = 6 -> 6/2 + 1 = 4; W: 6 + 0 + 1 - 3 = 4 -> 5.
+  cases.push_back({"strided_padded_dilated_grouped",
+                   {2, 4, 7, 6},
+                   {6, 2, 3, 2},
+                   {2, 6, 4, 5},
+                   convAttrs({2, 1}, {1, 0, 2, 1}, {1, 2}, 2),
+                   {1, 0, 2, 1},
+                   {2, 1},
+                   {1, 2},
+                   2});
+  // ceil(5/2) = 3 outputs need 1 pad: SAME_LOWER puts it first.
+  cases.push_back({"same_lower",
+                   {1, 3, 5, 5},
+                   {2, 3, 2, 2},
+                   {1, 2, 3, 3},
+                   autoPadAttrs("SAME_LOWER", {2, 2}),
+                   {1, 1, 0, 0},
+                   {2, 2},
+                   {1, 1}});
+  cases.push_back({"same_upper",
+                   {1, 3, 5, 5},
+                   {2, 3, 2, 2},
+                   {1, 2, 3, 3},
+                   autoPadAttrs("SAME_UPPER", {2, 2}),
+                   {0, 0, 1, 1},
+                   {2, 2},
+                   {1, 1}});
+  cases.push_back({"valid",
+                   {1, 2, 6, 6},
+                   {3, 2, 3, 3},
+                   {1, 3, 2, 2},
+                   autoPadAttrs("VALID", {2, 2}),
+                   {0, 0, 0, 0},
+                   {2, 2},
+                   {1, 1}});
+  cases.push_back({"pointwise",
+                   {2, 3, 4, 4},
+                   {5, 3, 1, 1},
+                   {2, 5, 4, 4},
+                   AttributeMap(),
+                   {0, 0, 0, 0},
+                   {1, 1},
+                   {1, 1}});
+  // 9 + 1 + 2 - 5 = 7 -> 7/2 + 1 = 4.
+  cases.push_back({"1d",
+                   {2, 3, 9},
+                   {4, 3, 3},
+                   {2, 4, 4},
+                   convAttrs({2}, {1, 2}, {2}, 1),
+                   {1, 2},
+                   {2},
+                   {2}});
+  cases.push_back({"3d_grouped",
+                   {1, 2, 4, 3, 5},
+                   {2, 1, 2, 2, 3},
+                   {1, 2, 4, 2, 3},
+                   convAttrs({1, 2, 1}, {0, 1, 1, 1, 0, 1}, {1, 1, 2}, 2),
+                   {0, 1, 1, 1, 0, 1},
+                   {1, 2, 1},
+                   {1, 1, 2},
+                   2});
+  return cases;
+}
+
+/// Advances a row-major multi-index; false after the last one.
+bool next(std::vector<int64_t> &index, const std::vector<int64_t> &shape) {
+  for (size_t a = index.size(); a-- > 0;) {
+    if (++index[a] < shape[a])
+      return true;
+    index[a] = 0;
+  }
+  return false;
+}
+
+/// Conv by its definition, one output element at a time.
+std::vector<double> referenceConv(const ConvCase &c, const T64 &x, const T64 &w,
+                                  const T64 &b) {
+  unsigned rank = c.X.size() - 2;
+  int64_t cg = c.W[1], mg = c.W[0] / c.Group;
+  std::vector<int64_t> inDims(c.X.begin() + 2, c.X.end());
+  std::vector<int64_t> kDims(c.W.begin() + 2, c.W.end());
+  std::vector<int64_t> outDims(c.Y.begin() + 2, c.Y.end());
+  std::vector<double> y;
+  for (int64_t n = 0; n < c.Y[0]; ++n) {
+    for (int64_t m = 0; m < c.Y[1]; ++m) {
+      std::vector<int64_t> o(rank, 0);
+      do {
+        double sum = b.Data[m];
+        for (int64_t ci = 0; ci < cg; ++ci) {
+          int64_t channel = (m / mg) * cg + ci;
+          std::vector<int64_t> k(rank, 0);
+          do {
+            int64_t xi = n * c.X[1] + channel, wi = m * cg + ci;
+            bool valid = true;
+            for (unsigned a = 0; a < rank; ++a) {
+              int64_t i =
+                  o[a] * c.Strides[a] - c.Pads[a] + k[a] * c.Dilations[a];
+              valid &= i >= 0 && i < inDims[a];
+              xi = xi * inDims[a] + i;
+              wi = wi * kDims[a] + k[a];
+            }
+            if (valid)
+              sum += x.Data[xi] * w.Data[wi];
+          } while (next(k, kDims));
+        }
+        y.push_back(sum);
+      } while (next(o, outDims));
+    }
+  }
+  return y;
+}
+
+TEST(ConvPoolKernelTest, ConvMatchesDirectDefinition) {
+  for (ConvCase &c : convCases()) {
+    T64 x(c.X, 1), w(c.W, 2), b({c.W[0]}, 3), y(c.Y);
+    ASSERT_EQ(run("Conv", {x.view(), w.view(), b.view()}, {y.view()}, c.Attrs),
+              "")
+        << c.Name;
+    std::vector<double> want = referenceConv(c, x, w, b);
+    ASSERT_EQ(want.size(), y.Data.size()) << c.Name;
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(y.Data[i], want[i], 1e-12) << c.Name << " element " << i;
+  }
+}
+
+TEST(ConvPoolKernelTest, ConvWithoutBiasAndInF32) {
+  T64 x({1, 2, 3, 3}, 1), w({1, 2, 2, 2}, 2), y({1, 1, 2, 2});
+  ASSERT_EQ(run("Conv", {x.view(), w.view(), TensorView()}, {y.view()},
+                AttributeMap()),
+            "");
+  std::vector<float> xf(x.Data.begin(), x.Data.end()),
+      wf(w.Data.begin(), w.Data.end()), yf(4);
+  ASSERT_EQ(run("Conv",
+                {TensorView{DType::F32, x.Shape, xf.data()},
+                 TensorView{DType::F32, w.Shape, wf.data()}},
+                {TensorView{DType::F32, y.Shape, yf.data()}}, AttributeMap()),
+            "");
+  // One output by hand: the top-left 2x2 patch of both channels.
+  double want = 0;
+  for (int c = 0; c < 2; ++c)
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j)
+        want += x.Data[c * 9 + i * 3 + j] * w.Data[c * 4 + i * 2 + j];
+  EXPECT_NEAR(y.Data[0], want, 1e-12);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_NEAR(yf[i], y.Data[i], 1e-5);
+}
+
+TEST(ConvPoolKernelTest, ConvRejectsAMismatchedOutputShape) {
+  T64 x({1, 2, 5, 5}, 1), w({3, 2, 3, 3}, 2), y({1, 3, 4, 4});
+  std::string error =
+      run("Conv", {x.view(), w.view()}, {y.view()}, AttributeMap());
+  EXPECT_NE(error.find("Conv: spatial output size 4"), std::string::npos)
+      << error;
+  AttributeMap a;
+  a["auto_pad"] = Attribute::getString("SAME_SIDEWAYS");
+  error = run("Conv", {x.view(), w.view()}, {y.view()}, a);
+  EXPECT_NE(error.find("auto_pad 'SAME_SIDEWAYS'"), std::string::npos) << error;
+}
+
+TEST(ConvPoolKernelTest, ConvGradientsMatchFiniteDifferences) {
+  for (ConvCase &c : convCases()) {
+    T64 x(c.X, 1), w(c.W, 2), y(c.Y), r(c.Y, 4), dx(c.X), dw(c.W);
+    auto loss = [&] {
+      std::string e = run("Conv", {x.view(), w.view()}, {y.view()}, c.Attrs);
+      EXPECT_EQ(e, "");
+      return dot(y.Data, r.Data);
+    };
+    ASSERT_EQ(run("ConvGradInput", {r.view(), w.view()}, {dx.view()}, c.Attrs),
+              "")
+        << c.Name;
+    ASSERT_EQ(run("ConvGradWeight", {r.view(), x.view()}, {dw.view()}, c.Attrs),
+              "")
+        << c.Name;
+    expectGradient(x.Data, loss, dx.Data, c.Name);
+    expectGradient(w.Data, loss, dw.Data, c.Name);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Pooling
+//===----------------------------------------------------------------------===//
+
+AttributeMap poolAttrs(std::vector<int64_t> kernel,
+                       std::vector<int64_t> strides, std::vector<int64_t> pads,
+                       std::vector<int64_t> dilations = {}) {
+  AttributeMap a;
+  a["kernel_shape"] = Attribute::getInts(kernel);
+  a["strides"] = Attribute::getInts(strides);
+  a["pads"] = Attribute::getInts(pads);
+  if (!dilations.empty())
+    a["dilations"] = Attribute::getInts(dilations);
+  return a;
+}
+
+struct PoolCase {
+  const char *Name;
+  std::vector<int64_t> X, Y;
+  AttributeMap Attrs;
+};
+
+/// Overlapping, padded, dilated, ceil-mode and auto-padded windows.
+std::vector<PoolCase> poolCases() {
+  std::vector<PoolCase> cases;
+  // Overlapping 3x3 windows: H 7 + 2 - 3 = 6 -> 4, W 6 + 2 - 3 = 5 -> 6.
+  cases.push_back({"overlapping_padded",
+                   {2, 3, 7, 6},
+                   {2, 3, 4, 6},
+                   poolAttrs({3, 3}, {2, 1}, {1, 1, 1, 1})});
+  // H: span 3, 8 - 3 = 5 -> ceil(5/3) + 1 = 3 (the last window is partial).
+  PoolCase ceil{"dilated_ceil_mode",
+                {1, 2, 8, 7},
+                {1, 2, 3, 3},
+                poolAttrs({2, 3}, {3, 2}, {0, 0, 0, 0}, {2, 1})};
+  ceil.Attrs["ceil_mode"] = Attribute::getInt(1);
+  cases.push_back(ceil);
+  PoolCase same{"same_lower_1d", {2, 2, 7}, {2, 2, 4}, AttributeMap()};
+  same.Attrs["kernel_shape"] = Attribute::getInts({3});
+  same.Attrs["strides"] = Attribute::getInts({2});
+  same.Attrs["auto_pad"] = Attribute::getString("SAME_LOWER");
+  cases.push_back(same);
+  cases.push_back({"3d",
+                   {1, 2, 3, 4, 4},
+                   {1, 2, 2, 3, 2},
+                   poolAttrs({2, 2, 3}, {1, 1, 2}, {0, 0, 1, 0, 0, 1})});
+  return cases;
+}
+
+TEST(ConvPoolKernelTest, MaxPoolGradMatchesFiniteDifferences) {
+  for (PoolCase &c : poolCases()) {
+    T64 x(c.X, 1), y(c.Y), r(c.Y, 4), dx(c.X);
+    auto loss = [&] {
+      EXPECT_EQ(run("MaxPool", {x.view()}, {y.view()}, c.Attrs), "");
+      return dot(y.Data, r.Data);
+    };
+    ASSERT_EQ(run("MaxPoolGrad", {r.view(), x.view()}, {dx.view()}, c.Attrs),
+              "")
+        << c.Name;
+    expectGradient(x.Data, loss, dx.Data, c.Name);
+  }
+}
+
+TEST(ConvPoolKernelTest, MaxPoolGradRoutesTiesToTheFirstMaximum) {
+  // 1-D windows {0, 1} and {1, 2} of equal values: the first tap of each
+  // window wins, and element 1 is not counted twice.
+  T64 x({1, 1, 3}), dy({1, 1, 2}), dx({1, 1, 3});
+  x.Data = {5, 5, 5};
+  dy.Data = {1, 10};
+  ASSERT_EQ(run("MaxPoolGrad", {dy.view(), x.view()}, {dx.view()},
+                poolAttrs({2}, {1}, {0, 0})),
+            "");
+  EXPECT_EQ(dx.Data, (std::vector<double>{1, 10, 0}));
+  // Overlapping windows sharing a strict maximum accumulate into it.
+  x.Data = {0, 7, 1};
+  ASSERT_EQ(run("MaxPoolGrad", {dy.view(), x.view()}, {dx.view()},
+                poolAttrs({2}, {1}, {0, 0})),
+            "");
+  EXPECT_EQ(dx.Data, (std::vector<double>{0, 11, 0}));
+}
+
+TEST(ConvPoolKernelTest, MaxPoolIndicesInBothStorageOrders) {
+  // Two planes of 2x3; one 2x2 window per plane at the left, stride 1.
+  T64 x({1, 2, 2, 3}), y({1, 2, 1, 2});
+  x.Data = {1, 2, 3, 9, 4, 5, /*plane 1*/ 6, 1, 1, 1, 1, 8};
+  std::vector<int64_t> idx(4);
+  TensorView indices{DType::I64, y.Shape, idx.data()};
+  AttributeMap a = poolAttrs({2, 2}, {1, 1}, {0, 0, 0, 0});
+  ASSERT_EQ(run("MaxPool", {x.view()}, {y.view(), indices}, a), "");
+  EXPECT_EQ(y.Data, (std::vector<double>{9, 5, 6, 8}));
+  EXPECT_EQ(idx, (std::vector<int64_t>{3, 5, 6, 11}));
+  a["storage_order"] = Attribute::getInt(1);
+  ASSERT_EQ(run("MaxPool", {x.view()}, {y.view(), indices}, a), "");
+  // Column-major within a plane: (h, w) -> w * 2 + h.
+  EXPECT_EQ(idx, (std::vector<int64_t>{1, 5, 6, 11}));
+}
+
+TEST(ConvPoolKernelTest, MaxPoolRejectsUnsupportedForms) {
+  std::vector<int32_t> data(4);
+  std::vector<int64_t> shape = {1, 1, 2, 2}, outShape = {1, 1, 1, 1};
+  TensorView x{DType::I32, shape, data.data()},
+      y{DType::I32, outShape, data.data()};
+  std::string error =
+      run("MaxPool", {x}, {y}, poolAttrs({2, 2}, {1, 1}, {0, 0, 0, 0}));
+  EXPECT_NE(error.find("MaxPool: element type i32"), std::string::npos)
+      << error;
+  // A window entirely in the padding has no maximum.
+  T64 xf({1, 1, 1}), yf({1, 1, 3});
+  error = run("MaxPool", {xf.view()}, {yf.view()}, poolAttrs({1}, {1}, {1, 1}));
+  EXPECT_NE(error.find("entirely in the padding"), std::string::npos) << error;
+}
+
+TEST(ConvPoolKernelTest, AveragePoolDivisors) {
+  // 1-D, input [1, 2, 3], kernel 2, stride 1, pads 1/1: windows
+  // {pad, 1}, {1, 2}, {2, 3}, {3, pad}.
+  T64 x({1, 1, 3}), y({1, 1, 4});
+  x.Data = {1, 2, 3};
+  AttributeMap a = poolAttrs({2}, {1}, {1, 1});
+  ASSERT_EQ(run("AveragePool", {x.view()}, {y.view()}, a), "");
+  EXPECT_EQ(y.Data, (std::vector<double>{1, 1.5, 2.5, 3}));
+  a["count_include_pad"] = Attribute::getInt(1);
+  ASSERT_EQ(run("AveragePool", {x.view()}, {y.view()}, a), "");
+  EXPECT_EQ(y.Data, (std::vector<double>{0.5, 1.5, 2.5, 1.5}));
+}
+
+TEST(ConvPoolKernelTest, AveragePoolGradMatchesFiniteDifferences) {
+  for (int includePad : {0, 1}) {
+    for (PoolCase &c : poolCases()) {
+      c.Attrs["count_include_pad"] = Attribute::getInt(includePad);
+      T64 x(c.X, 1), y(c.Y), r(c.Y, 4), dx(c.X);
+      auto loss = [&] {
+        EXPECT_EQ(run("AveragePool", {x.view()}, {y.view()}, c.Attrs), "");
+        return dot(y.Data, r.Data);
+      };
+      ASSERT_EQ(run("AveragePoolGrad", {r.view()}, {dx.view()}, c.Attrs), "")
+          << c.Name;
+      expectGradient(x.Data, loss, dx.Data, c.Name);
+    }
+  }
+}
+
+TEST(ConvPoolKernelTest, GlobalAveragePool) {
+  T64 x({2, 1, 2, 2}), y({2, 1, 1, 1});
+  x.Data = {1, 2, 3, 4, -1, -1, -1, 3};
+  ASSERT_EQ(run("GlobalAveragePool", {x.view()}, {y.view()}, AttributeMap()),
+            "");
+  EXPECT_EQ(y.Data, (std::vector<double>{2.5, 0}));
+}
+
+} // namespace

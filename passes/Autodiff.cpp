@@ -1,0 +1,170 @@
+//===- Autodiff.cpp - Reverse-mode differentiation of the loss ------------===//
+//
+// Turns @forward (which returns the loss) into @step: the forward nodes, then
+// the backward nodes built by the rule table (passes/GradientRules.cpp) in
+// reverse order, then one `ParamGrad(@w, %dw)` per trainable parameter the
+// loss depends on. Gradients reaching a value along several uses are summed.
+// Only float values on a path from a parameter to the loss are
+// differentiated: integer tensors, shape operands, indices and masks are
+// never on such a path, so the cut is automatic.
+//
+// Requires: canonicalized IR with one function returning a scalar float
+// loss. Guarantees: @step returns the loss; every parameter with a
+// gradient has exactly one ParamGrad, after all nodes its gradient needs.
+// The optimizer pass runs next; it turns ParamGrad into updates.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/Verifier.h"
+#include "passes/GradientRules.h"
+#include "passes/Passes.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
+
+using namespace headroom;
+
+namespace {
+
+class Autodiff : public Pass {
+public:
+  llvm::StringRef name() const override { return "autodiff"; }
+  llvm::Expected<bool> run(Module &m) override;
+
+private:
+  llvm::Error differentiate(Function &f);
+};
+
+llvm::Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "autodiff: " + msg.str());
+}
+
+bool isDifferentiable(const Value *v) { return isFloat(v->type().dtype()); }
+
+/// Training-mode Dropout needs its mask for the backward pass; give it the
+/// mask result when the model did not ask for it.
+void addDropoutMasks(Function &f) {
+  for (auto it = f.nodes().begin(); it != f.nodes().end();) {
+    Node &n = *it++;
+    if (n.op() != "Dropout" || n.numResults() > 1)
+      continue;
+    llvm::SmallVector<Value *, 3> operands(n.operands().begin(),
+                                           n.operands().end());
+    TensorType maskType = n.result(0)->type().withDType(DType::Bool);
+    Node *with = f.createNode("Dropout", operands,
+                              {n.result(0)->type(), maskType}, n.attrs(),
+                              nullptr, &n);
+    with->result(0)->setName(n.result(0)->name());
+    n.result(0)->replaceAllUsesWith(with->result(0));
+    n.erase();
+  }
+}
+
+} // namespace
+
+llvm::Error Autodiff::differentiate(Function &f) {
+  if (f.returnValues().empty())
+    return fail("@" + f.name() + " returns nothing; it must return the loss");
+  Value *loss = f.returnValues()[0];
+  if (!isFloat(loss->type().dtype()) || loss->type().numElements() != 1)
+    return fail("the loss must be a scalar float, @" + f.name() + " returns " +
+                loss->type().str());
+  addDropoutMasks(f);
+
+  // Forward: which values depend on a trainable parameter.
+  llvm::DenseSet<const Value *> requiresGrad;
+  for (Node &n : f.nodes()) {
+    bool fromParam = n.op() == "Read" && n.state()->kind() == StateKind::Param;
+    for (Value *v : n.operands())
+      fromParam |= v && requiresGrad.count(v);
+    if (!fromParam)
+      continue;
+    for (Value *r : n.results())
+      if (isDifferentiable(r))
+        requiresGrad.insert(r);
+  }
+  if (!requiresGrad.count(loss))
+    return fail("the loss does not depend on any trainable parameter");
+
+  // Backward, in reverse order, from dloss = 1.
+  Node *ret = f.returnNode();
+  Builder b(f, ret);
+  llvm::DenseMap<const Value *, Value *> grads;
+  grads[loss] = b.constant(Tensor::fromDoubles(loss->type().dtype(),
+                                               loss->type().shape(), {1.0}));
+  auto accumulate = [&](Value *v, Value *g) {
+    auto [it, inserted] = grads.try_emplace(v, g);
+    if (!inserted)
+      it->second = b.createValue("Add", {it->second, g}, v->type());
+  };
+  llvm::SmallVector<Node *, 64> forward;
+  for (Node &n : f.nodes())
+    if (&n != ret)
+      forward.push_back(&n);
+  llvm::MapVector<StateSlot *, Value *> paramGrads;
+  for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
+    Node &n = **it;
+    llvm::SmallVector<Value *, 2> dOut;
+    bool any = false;
+    for (Value *r : n.results()) {
+      Value *g = grads.lookup(r);
+      dOut.push_back(g);
+      any |= g != nullptr;
+    }
+    if (!any)
+      continue;
+    if (n.op() == "Read") {
+      if (n.state()->kind() == StateKind::Param) {
+        auto [pit, inserted] = paramGrads.insert({n.state(), dOut[0]});
+        if (!inserted)
+          pit->second = b.createValue("Add", {pit->second, dOut[0]},
+                                      dOut[0]->type());
+      }
+      continue;
+    }
+    llvm::SmallVector<bool, 4> needs;
+    bool anyNeeds = false;
+    for (Value *v : n.operands()) {
+      needs.push_back(v && requiresGrad.count(v));
+      anyNeeds |= needs.back();
+    }
+    if (!anyNeeds)
+      continue;
+    GradRule rule = lookupGradRule(n.op());
+    if (!rule)
+      return fail(describeNode(n) + ": no gradient rule for op '" + n.op() +
+                  "' (docs/autodiff.md lists the ops that have one)");
+    GradContext ctx(b, n, dOut, needs);
+    if (auto e = rule(ctx))
+      return e;
+    for (unsigned i = 0; i < n.numOperands(); ++i) {
+      if (!needs[i] || !ctx.DIn[i])
+        continue;
+      assert(ctx.DIn[i]->type() == n.operand(i)->type() &&
+             "gradient rule produced a gradient of the wrong type");
+      accumulate(n.operand(i), ctx.DIn[i]);
+    }
+  }
+  for (auto &kv : paramGrads)
+    b.create("ParamGrad", {kv.second}, {}, {}, kv.first);
+  return llvm::Error::success();
+}
+
+llvm::Expected<bool> Autodiff::run(Module &m) {
+  if (m.functions().size() != 1)
+    return fail("expected one function (the forward), found " +
+                llvm::Twine(m.functions().size()));
+  Function &f = *m.functions()[0];
+  if (auto e = differentiate(f))
+    return e;
+  f.setName("step");
+  return true;
+}
+
+llvm::Expected<std::unique_ptr<Pass>>
+headroom::createAutodiffPass(llvm::StringRef options) {
+  if (auto e = checkNoOptions("autodiff", options))
+    return e;
+  return std::make_unique<Autodiff>();
+}

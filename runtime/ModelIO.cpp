@@ -1,0 +1,121 @@
+//===- ModelIO.cpp - Initial weights in, trained model out ----------------===//
+#include "runtime/ModelIO.h"
+
+#include "compiler/OnnxTensor.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <google/protobuf/io/coded_stream.h>
+
+#include <climits>
+#include <cstdio>
+
+using namespace headroom;
+
+static llvm::Error err(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+static llvm::Expected<onnx::ModelProto> readModel(llvm::StringRef path) {
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                         /*RequiresNullTerminator=*/false);
+  if (!buf)
+    return err(path + ": cannot read: " + buf.getError().message());
+  onnx::ModelProto model;
+  google::protobuf::io::CodedInputStream in(
+      reinterpret_cast<const uint8_t *>((*buf)->getBufferStart()),
+      static_cast<int>(std::min<size_t>((*buf)->getBufferSize(), INT_MAX)));
+  in.SetTotalBytesLimit(INT_MAX);
+  if (!model.ParseFromCodedStream(&in))
+    return err(path + ": not a valid ONNX model");
+  return model;
+}
+
+static std::string dirOf(llvm::StringRef path) {
+  llvm::StringRef dir = llvm::sys::path::parent_path(path);
+  return dir.empty() ? "." : dir.str();
+}
+
+llvm::Expected<unsigned> headroom::loadInitialState(Executor &exec,
+                                                    llvm::StringRef modelPath) {
+  auto model = readModel(modelPath);
+  if (!model)
+    return model.takeError();
+  unsigned loaded = 0;
+  for (const auto &init : model->graph().initializer()) {
+    if (exec.plan().stateIndex(init.name()) < 0)
+      continue;
+    auto t = tensorFromProto(init, dirOf(modelPath));
+    if (!t)
+      return err(modelPath + ": " + llvm::toString(t.takeError()));
+    if (auto e = exec.writeState(init.name(), *t))
+      return e;
+    ++loaded;
+  }
+  return loaded;
+}
+
+llvm::Error headroom::writeFileAtomically(llvm::StringRef path,
+                                          llvm::StringRef bytes) {
+  llvm::SmallString<256> tmp;
+  int fd;
+  std::string model = (path + ".tmp-%%%%%%").str();
+  if (std::error_code ec = llvm::sys::fs::createUniqueFile(model, fd, tmp))
+    return err(path + ": cannot create a temporary file next to it: " +
+               ec.message());
+  {
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    os << bytes;
+    os.flush();
+    if (os.has_error()) {
+      std::string msg = os.error().message();
+      os.clear_error();
+      llvm::sys::fs::remove(tmp);
+      return err(path + ": write failed: " + msg);
+    }
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(tmp, path)) {
+    llvm::sys::fs::remove(tmp);
+    return err(path + ": cannot rename the temporary file: " + ec.message());
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error headroom::saveTrainedModel(const Executor &exec,
+                                       llvm::StringRef modelPath,
+                                       llvm::StringRef outPath) {
+  auto model = readModel(modelPath);
+  if (!model)
+    return model.takeError();
+  std::string srcDir = dirOf(modelPath);
+  uint64_t total = 0;
+  for (auto &init : *model->mutable_graph()->mutable_initializer()) {
+    auto value = exec.readState(init.name());
+    if (!value) {
+      llvm::consumeError(value.takeError());
+      if (isExternal(init)) {
+        // Not trained, but stored beside the source model: inline it so the
+        // saved model stands on its own.
+        auto t = tensorFromProto(init, srcDir);
+        if (!t)
+          return t.takeError();
+        init = tensorToProto(*t, init.name());
+      }
+      total += init.ByteSizeLong();
+      continue;
+    }
+    init = tensorToProto(*value, init.name());
+    total += value->bytes().size();
+  }
+  if (total >= (uint64_t(2) << 30))
+    return err(outPath + ": the trained model's " + llvm::Twine(total) +
+               " bytes of weights exceed ONNX's 2 GiB limit for one file; "
+               "saving with external data is not supported yet");
+  std::string bytes;
+  if (!model->SerializeToString(&bytes))
+    return err(outPath + ": cannot serialize the model");
+  return writeFileAtomically(outPath, bytes);
+}

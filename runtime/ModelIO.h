@@ -1,0 +1,26 @@
+//===- ModelIO.h - Initial weights in, trained model out ------------------===//
+#ifndef HEADROOM_RUNTIME_MODELIO_H
+#define HEADROOM_RUNTIME_MODELIO_H
+
+#include "runtime/Executor.h"
+
+namespace headroom {
+
+/// Writes each state slot that has an initializer of the same name in the
+/// ONNX model at `modelPath` (weights, frozen weights, buffers) into `exec`.
+/// Returns the number of slots loaded.
+llvm::Expected<unsigned> loadInitialState(Executor &exec,
+                                          llvm::StringRef modelPath);
+
+/// Writes the model at `modelPath` to `outPath` with every initializer that
+/// is a state slot replaced by the slot's current value, atomically (a
+/// temporary file in the same folder, then rename).
+llvm::Error saveTrainedModel(const Executor &exec, llvm::StringRef modelPath,
+                             llvm::StringRef outPath);
+
+/// Writes `bytes` to `path` atomically.
+llvm::Error writeFileAtomically(llvm::StringRef path, llvm::StringRef bytes);
+
+} // namespace headroom
+
+#endif // HEADROOM_RUNTIME_MODELIO_H

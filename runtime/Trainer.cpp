@@ -1,0 +1,91 @@
+//===- Trainer.cpp - Compile a training step and run it -------------------===//
+#include "runtime/Trainer.h"
+
+#include "compiler/PassManager.h"
+#include "passes/Passes.h"
+#include "runtime/ModelIO.h"
+
+using namespace headroom;
+
+static void disableDropout(Module &m) {
+  for (const auto &f : m.functions())
+    for (Node &n : f->nodes()) {
+      if (n.op() != "Dropout")
+        continue;
+      DType t = n.numOperands() > 1 && n.operand(1)
+                    ? n.operand(1)->type().dtype()
+                    : n.operand(0)->type().dtype();
+      Value *zero = Builder(*f, &n).constant(Tensor::fromDoubles(t, {}, {0.0}));
+      if (n.numOperands() > 1)
+        n.setOperand(1, zero);
+      else
+        n.setAttr("headroom.ratio_zero", Attribute::getInt(1));
+    }
+}
+
+llvm::Expected<std::unique_ptr<Module>>
+headroom::buildTrainingStep(llvm::StringRef modelPath,
+                            const TrainOptions &options) {
+  auto m = importOnnxFile(modelPath, options.Import);
+  if (!m)
+    return m.takeError();
+  if (options.DisableDropout)
+    disableDropout(**m);
+  PassManager pm;
+  if (auto e = pm.addPipeline("canonicalize,autodiff"))
+    return e;
+  if (options.ApplyOptimizer)
+    pm.add(createOptimizerPass(options.Optimizer));
+  if (auto e = pm.addPipeline("canonicalize"))
+    return e;
+  if (auto e = pm.run(**m))
+    return e;
+  return m;
+}
+
+llvm::Expected<std::unique_ptr<Trainer>>
+Trainer::create(llvm::StringRef modelPath, const TrainOptions &options) {
+  auto t = std::unique_ptr<Trainer>(new Trainer());
+  auto m = buildTrainingStep(modelPath, options);
+  if (!m)
+    return m.takeError();
+  t->M = std::move(*m);
+  auto plan = lowerModule(*t->M);
+  if (!plan)
+    return plan.takeError();
+  ExecutorOptions eo;
+  eo.Seed = options.Seed;
+  auto exec = createCpuExecutor(std::move(*plan), eo);
+  if (!exec)
+    return exec.takeError();
+  t->Exec = std::move(*exec);
+  auto loaded = loadInitialState(*t->Exec, modelPath);
+  if (!loaded)
+    return loaded.takeError();
+  return t;
+}
+
+int64_t Trainer::batch() const {
+  const Function &f = stepFunction();
+  return f.arguments().empty() ? 0 : f.arguments()[0]->type().dim(0);
+}
+
+llvm::Expected<StepResult> Trainer::step(const Dataset &data,
+                                         llvm::ArrayRef<int64_t> order,
+                                         int64_t start) {
+  std::vector<Tensor> args;
+  for (Value *a : stepFunction().arguments())
+    args.push_back(gatherRows(data.Arrays.at(a->name()), order, start,
+                              a->type().dim(0)));
+  std::vector<const Tensor *> ptrs;
+  for (const Tensor &t : args)
+    ptrs.push_back(&t);
+  auto results = Exec->run(stepFunction().name(), ptrs);
+  if (!results)
+    return results.takeError();
+  StepResult r;
+  r.Loss = (*results)[0].getDouble(0);
+  if (results->size() > 1)
+    r.GradNorm = (*results)[1].getDouble(0);
+  return r;
+}

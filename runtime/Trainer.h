@@ -1,0 +1,58 @@
+//===- Trainer.h - Compile a training step and run it ---------------------===//
+//
+// What `headroom train` does, as a library (the e2e tests use it directly):
+// import the model, build the step (canonicalize, autodiff, optimizer,
+// canonicalize), lower it, create the executor, load the initial weights.
+//
+//===----------------------------------------------------------------------===//
+#ifndef HEADROOM_RUNTIME_TRAINER_H
+#define HEADROOM_RUNTIME_TRAINER_H
+
+#include "compiler/OnnxImport.h"
+#include "passes/Optimizer.h"
+#include "runtime/Data.h"
+#include "runtime/Executor.h"
+
+namespace headroom {
+
+struct TrainOptions {
+  ImportOptions Import;     // Batch is the batch size
+  OptimizerOptions Optimizer;
+  /// Without an optimizer the step only reports gradients (ParamGrad).
+  bool ApplyOptimizer = true;
+  /// Sets every Dropout's ratio to 0 (to reproduce references computed
+  /// without dropout; the trained model is then not the one described).
+  bool DisableDropout = false;
+  uint64_t Seed = 0;
+};
+
+/// Imports `modelPath` and builds @step.
+llvm::Expected<std::unique_ptr<Module>>
+buildTrainingStep(llvm::StringRef modelPath, const TrainOptions &options);
+
+struct StepResult {
+  double Loss = 0;
+  llvm::Optional<double> GradNorm; // with clipping
+};
+
+class Trainer {
+public:
+  static llvm::Expected<std::unique_ptr<Trainer>>
+  create(llvm::StringRef modelPath, const TrainOptions &options);
+
+  /// Runs one step on rows order[start, start + batch) of `data`.
+  llvm::Expected<StepResult> step(const Dataset &data,
+                                  llvm::ArrayRef<int64_t> order, int64_t start);
+  const Function &stepFunction() const { return *M->functions()[0]; }
+  const Module &module() const { return *M; }
+  Executor &executor() { return *Exec; }
+  int64_t batch() const;
+
+private:
+  std::unique_ptr<Module> M;
+  std::unique_ptr<Executor> Exec;
+};
+
+} // namespace headroom
+
+#endif // HEADROOM_RUNTIME_TRAINER_H

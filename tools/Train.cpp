@@ -1,0 +1,227 @@
+//===- Train.cpp - `headroom train` ---------------------------------------===//
+//
+// Compile the training step, then run it over the data: step s of an epoch
+// reads samples [s*B, (s+1)*B) of that epoch's order (a permutation with
+// --shuffle SEED); a final partial batch is dropped, as with
+// DataLoader(drop_last=True). Progress goes to stderr: one rewritten line on
+// a terminal, plain lines otherwise.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/ModelIO.h"
+#include "runtime/Trainer.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/WithColor.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+using namespace headroom;
+namespace cl = llvm::cl;
+
+extern cl::SubCommand TrainCmd;
+static cl::OptionCategory TrainCat("training options");
+
+static cl::opt<std::string> Model(cl::Positional, cl::desc("<model.onnx>"),
+                                  cl::Required, cl::sub(TrainCmd));
+static cl::opt<std::string> DataPath("data",
+                                     cl::desc(".npz archive or folder of .npy"),
+                                     cl::value_desc("PATH"), cl::Required,
+                                     cl::sub(TrainCmd), cl::cat(TrainCat));
+static cl::opt<int64_t> Steps("steps", cl::desc("Optimizer steps to run"),
+                              cl::init(0), cl::sub(TrainCmd), cl::cat(TrainCat));
+static cl::opt<int64_t> Epochs("epochs",
+                               cl::desc("Passes over the data (instead of "
+                                        "--steps)"),
+                               cl::init(0), cl::sub(TrainCmd), cl::cat(TrainCat));
+static cl::opt<std::string>
+    OptimizerName("optimizer", cl::desc("sgd | momentum | adamw"),
+                  cl::init("sgd"), cl::sub(TrainCmd), cl::cat(TrainCat));
+static cl::opt<double> Lr("lr", cl::desc("Learning rate (default 0.01; "
+                                         "adamw 0.001)"),
+                          cl::init(-1), cl::sub(TrainCmd), cl::cat(TrainCat));
+static cl::opt<double> Momentum("momentum", cl::desc("Momentum factor"),
+                                cl::init(0.9), cl::sub(TrainCmd),
+                                cl::cat(TrainCat));
+static cl::opt<bool> Nesterov("nesterov", cl::desc("Nesterov momentum"),
+                              cl::sub(TrainCmd), cl::cat(TrainCat));
+static cl::opt<double> WeightDecay("weight-decay",
+                                   cl::desc("Weight decay (default 0; adamw "
+                                            "0.01)"),
+                                   cl::init(-1), cl::sub(TrainCmd),
+                                   cl::cat(TrainCat));
+static cl::opt<std::string> Betas("betas", cl::desc("AdamW betas"),
+                                  cl::value_desc("B1,B2"), cl::init("0.9,0.999"),
+                                  cl::sub(TrainCmd), cl::cat(TrainCat));
+static cl::opt<double> Eps("eps", cl::desc("AdamW epsilon"), cl::init(1e-8),
+                           cl::sub(TrainCmd), cl::cat(TrainCat));
+static cl::opt<double> ClipGradNorm("clip-grad-norm",
+                                    cl::desc("Clip the global gradient norm"),
+                                    cl::init(0), cl::sub(TrainCmd),
+                                    cl::cat(TrainCat));
+static cl::opt<uint64_t> Seed("seed", cl::desc("Seed for dropout"),
+                              cl::init(0), cl::sub(TrainCmd), cl::cat(TrainCat));
+static cl::opt<int64_t> Shuffle("shuffle",
+                                cl::desc("Shuffle the samples every epoch with "
+                                         "this seed"),
+                                cl::value_desc("SEED"), cl::init(-1),
+                                cl::sub(TrainCmd), cl::cat(TrainCat));
+static cl::opt<std::string> Save("save",
+                                 cl::desc("Write the trained model (ONNX)"),
+                                 cl::value_desc("OUT.onnx"), cl::sub(TrainCmd),
+                                 cl::cat(TrainCat));
+static cl::opt<std::string> Log("log",
+                                cl::desc("Write one JSON line per step"),
+                                cl::value_desc("FILE"), cl::sub(TrainCmd),
+                                cl::cat(TrainCat));
+static cl::opt<bool> DisableDropout(
+    "disable-dropout",
+    cl::desc("Train with every Dropout ratio set to 0 (to reproduce "
+             "references computed without dropout)"),
+    cl::sub(TrainCmd), cl::cat(TrainCat));
+
+static int failTrain(llvm::Error e) {
+  llvm::WithColor::error(llvm::errs(), "headroom")
+      << llvm::toString(std::move(e)) << '\n';
+  return 1;
+}
+static int failTrain(const llvm::Twine &msg) {
+  return failTrain(llvm::createStringError(llvm::inconvertibleErrorCode(), msg));
+}
+
+static llvm::Expected<OptimizerOptions> optimizerFromFlags() {
+  OptimizerOptions o;
+  if (OptimizerName == "sgd")
+    o.Kind = OptimizerOptions::Kind::Sgd;
+  else if (OptimizerName == "momentum")
+    o.Kind = OptimizerOptions::Kind::Momentum;
+  else if (OptimizerName == "adamw")
+    o.Kind = OptimizerOptions::Kind::AdamW;
+  else
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--optimizer %s: expected sgd, momentum or adamw (lomo and adalomo "
+        "are not implemented yet)",
+        OptimizerName.c_str());
+  bool adamw = o.Kind == OptimizerOptions::Kind::AdamW;
+  o.Lr = Lr >= 0 ? Lr : adamw ? 1e-3 : 0.01;
+  o.WeightDecay = WeightDecay >= 0 ? WeightDecay : adamw ? 0.01 : 0.0;
+  o.Momentum = Momentum;
+  o.Nesterov = Nesterov;
+  o.Eps = Eps;
+  o.ClipGradNorm = ClipGradNorm;
+  auto [b1, b2] = llvm::StringRef(Betas).split(',');
+  if (b1.trim().getAsDouble(o.Beta1) || b2.trim().getAsDouble(o.Beta2))
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--betas %s: expected two numbers B1,B2",
+                                   Betas.c_str());
+  if (o.Lr <= 0)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--lr must be positive");
+  return o;
+}
+
+static std::string formatDuration(double seconds) {
+  int64_t s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", (long long)(s / 3600),
+                (long long)(s / 60 % 60), (long long)(s % 60));
+  return buf;
+}
+
+int runTrain(const ImportOptions &import) {
+  if (import.Batch <= 0 && import.Shapes.empty())
+    return failTrain("--batch N is required: the number of samples per step");
+  if ((Steps > 0) == (Epochs > 0))
+    return failTrain("give exactly one of --steps N or --epochs N");
+  auto opt = optimizerFromFlags();
+  if (!opt)
+    return failTrain(opt.takeError());
+  TrainOptions options;
+  options.Import = import;
+  options.Optimizer = *opt;
+  options.DisableDropout = DisableDropout;
+  options.Seed = Seed;
+
+  auto data = loadDataset(DataPath);
+  if (!data)
+    return failTrain(data.takeError());
+  auto trainer = Trainer::create(Model, options);
+  if (!trainer)
+    return failTrain(trainer.takeError());
+  Trainer &t = **trainer;
+  if (auto e = checkDataset(*data, t.stepFunction()))
+    return failTrain(std::move(e));
+  int64_t batch = t.batch();
+  int64_t perEpoch = data->Samples / batch;
+  int64_t total = Steps > 0 ? Steps : Epochs * perEpoch;
+
+  std::unique_ptr<llvm::raw_fd_ostream> log;
+  if (!Log.empty()) {
+    std::error_code ec;
+    log = std::make_unique<llvm::raw_fd_ostream>(Log, ec);
+    if (ec)
+      return failTrain(Log + ": cannot write: " + ec.message());
+  }
+  bool tty = llvm::sys::Process::StandardErrIsDisplayed();
+  std::vector<int64_t> order(data->Samples);
+  auto start = std::chrono::steady_clock::now();
+  double lastLoss = 0;
+  for (int64_t s = 0; s < total; ++s) {
+    int64_t epoch = s / perEpoch, inEpoch = s % perEpoch;
+    if (inEpoch == 0) {
+      std::iota(order.begin(), order.end(), 0);
+      if (Shuffle >= 0) {
+        std::mt19937_64 rng(uint64_t(Shuffle) * 1000003ull + epoch);
+        std::shuffle(order.begin(), order.end(), rng);
+      }
+    }
+    auto r = t.step(*data, order, inEpoch * batch);
+    if (!r)
+      return failTrain(r.takeError());
+    lastLoss = r->Loss;
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    if (log) {
+      *log << "{\"step\": " << s + 1 << ", \"loss\": "
+           << llvm::format("%.9g", r->Loss) << ", \"lr\": "
+           << llvm::format("%.9g", opt->Lr);
+      if (r->GradNorm)
+        *log << ", \"grad_norm\": " << llvm::format("%.9g", *r->GradNorm);
+      *log << ", \"seconds\": " << llvm::format("%.6f", seconds) << "}\n";
+      log->flush();
+    }
+    double rate = (s + 1) * batch / std::max(seconds, 1e-9);
+    double eta = (total - s - 1) * seconds / (s + 1);
+    std::string line;
+    llvm::raw_string_ostream os(line);
+    os << "step " << s + 1 << "/" << total << "  loss "
+       << llvm::format("%.4f", r->Loss);
+    if (r->GradNorm)
+      os << "  grad_norm " << llvm::format("%.4f", *r->GradNorm);
+    os << "  " << llvm::format("%.0f", rate) << " samples/s  ETA "
+       << formatDuration(eta);
+    if (tty)
+      llvm::errs() << "\r" << os.str() << "\x1b[K";
+    else if ((s + 1) % std::max<int64_t>(1, total / 20) == 0 || s + 1 == total)
+      llvm::errs() << os.str() << "\n";
+    if (!std::isfinite(r->Loss))
+      llvm::WithColor::warning(llvm::errs(), "headroom")
+          << "the loss is " << r->Loss << " at step " << s + 1 << "\n";
+  }
+  if (tty)
+    llvm::errs() << "\n";
+  if (!Save.empty()) {
+    if (auto e = saveTrainedModel(t.executor(), Model, Save))
+      return failTrain(std::move(e));
+    llvm::errs() << "saved " << Save << " (final loss "
+                 << llvm::format("%.4f", lastLoss) << ")\n";
+  }
+  return 0;
+}
