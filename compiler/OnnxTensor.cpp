@@ -37,8 +37,8 @@ Expected<TensorType> headroom::tensorProtoType(const onnx::TensorProto &t) {
 /// Reads an external-data tensor's bytes (small tensors only: shape constants
 /// and the like; float weights are never read).
 static Expected<std::vector<uint8_t>> readExternal(const onnx::TensorProto &t,
-                                            llvm::StringRef modelDir,
-                                            uint64_t size) {
+                                                   llvm::StringRef modelDir,
+                                                   uint64_t size) {
   std::string location;
   uint64_t offset = 0;
   for (const auto &kv : t.external_data()) {
@@ -60,7 +60,7 @@ static Expected<std::vector<uint8_t>> readExternal(const onnx::TensorProto &t,
 }
 
 Expected<Tensor> headroom::tensorFromProto(const onnx::TensorProto &t,
-                                 llvm::StringRef modelDir) {
+                                           llvm::StringRef modelDir) {
   auto type = tensorProtoType(t);
   if (!type)
     return type.takeError();
@@ -134,7 +134,8 @@ Expected<Tensor> headroom::tensorFromProto(const onnx::TensorProto &t,
   return out;
 }
 
-onnx::TensorProto headroom::tensorToProto(const Tensor &t, const std::string &name) {
+onnx::TensorProto headroom::tensorToProto(const Tensor &t,
+                                          const std::string &name) {
   onnx::TensorProto p;
   p.set_name(name);
   p.set_data_type(dtypeToOnnx(t.type().dtype()));
@@ -143,4 +144,3 @@ onnx::TensorProto headroom::tensorToProto(const Tensor &t, const std::string &na
   p.set_raw_data(t.bytes().data(), t.bytes().size());
   return p;
 }
-

@@ -52,9 +52,9 @@ void addDropoutMasks(Function &f) {
     llvm::SmallVector<Value *, 3> operands(n.operands().begin(),
                                            n.operands().end());
     TensorType maskType = n.result(0)->type().withDType(DType::Bool);
-    Node *with = f.createNode("Dropout", operands,
-                              {n.result(0)->type(), maskType}, n.attrs(),
-                              nullptr, &n);
+    Node *with =
+        f.createNode("Dropout", operands, {n.result(0)->type(), maskType},
+                     n.attrs(), nullptr, &n);
     with->result(0)->setName(n.result(0)->name());
     n.result(0)->replaceAllUsesWith(with->result(0));
     n.erase();
@@ -91,8 +91,8 @@ llvm::Error Autodiff::differentiate(Function &f) {
   Node *ret = f.returnNode();
   Builder b(f, ret);
   llvm::DenseMap<const Value *, Value *> grads;
-  grads[loss] = b.constant(Tensor::fromDoubles(loss->type().dtype(),
-                                               loss->type().shape(), {1.0}));
+  grads[loss] = b.constant(
+      Tensor::fromDoubles(loss->type().dtype(), loss->type().shape(), {1.0}));
   auto accumulate = [&](Value *v, Value *g) {
     auto [it, inserted] = grads.try_emplace(v, g);
     if (!inserted)
@@ -118,8 +118,8 @@ llvm::Error Autodiff::differentiate(Function &f) {
       if (n.state()->kind() == StateKind::Param) {
         auto [pit, inserted] = paramGrads.insert({n.state(), dOut[0]});
         if (!inserted)
-          pit->second = b.createValue("Add", {pit->second, dOut[0]},
-                                      dOut[0]->type());
+          pit->second =
+              b.createValue("Add", {pit->second, dOut[0]}, dOut[0]->type());
       }
       continue;
     }

@@ -329,11 +329,13 @@ static llvm::Error gradMatMul(GradContext &c) {
   };
   auto matmul = [&](Value *l, Value *r) {
     llvm::SmallVector<int64_t, 4> batch;
-    auto lb = l->type().shape().drop_back(2), rbs = r->type().shape().drop_back(2);
+    auto lb = l->type().shape().drop_back(2),
+         rbs = r->type().shape().drop_back(2);
     batch = *broadcastShapes(lb, rbs);
     batch.push_back(l->type().dim(l->type().rank() - 2));
     batch.push_back(r->type().dim(r->type().rank() - 1));
-    return c.B.createValue("MatMul", {l, r}, TensorType(l->type().dtype(), batch));
+    return c.B.createValue("MatMul", {l, r},
+                           TensorType(l->type().dtype(), batch));
   };
   if (c.needs(0))
     c.DIn[0] = c.unbroadcast(matmul(dy, swapLast(b)), a->type());
@@ -365,9 +367,11 @@ static llvm::Error gradGemm(GradContext &c) {
   };
   Value *a = c.x(0), *b = c.x(1), *dy = c.dy();
   if (c.needs(0)) // d op(A) = alpha dy op(B)^T
-    c.DIn[0] = ta ? gemm(b, dy, tb, 1, a->type()) : gemm(dy, b, 0, !tb, a->type());
+    c.DIn[0] =
+        ta ? gemm(b, dy, tb, 1, a->type()) : gemm(dy, b, 0, !tb, a->type());
   if (c.needs(1)) // d op(B) = alpha op(A)^T dy
-    c.DIn[1] = tb ? gemm(dy, a, 1, ta, b->type()) : gemm(a, dy, !ta, 0, b->type());
+    c.DIn[1] =
+        tb ? gemm(dy, a, 1, ta, b->type()) : gemm(a, dy, !ta, 0, b->type());
   if (c.needs(2)) {
     Value *g = beta == 1.0 ? dy : c.mul(dy, c.scalar(beta, dy));
     c.DIn[2] = c.unbroadcast(g, c.x(2)->type());
@@ -583,8 +587,8 @@ static llvm::Error gradSlice(GradContext &c) {
 static llvm::Error gradGather(GradContext &c) {
   AttributeMap attrs;
   attrs["axis"] = Attribute::getInt(c.N.intAttr("axis", 0));
-  c.DIn[0] = c.B.createValue("GatherGrad", {c.dy(), c.x(1)}, c.x(0)->type(),
-                             attrs);
+  c.DIn[0] =
+      c.B.createValue("GatherGrad", {c.dy(), c.x(1)}, c.x(0)->type(), attrs);
   return ok();
 }
 
@@ -596,11 +600,11 @@ static llvm::Error gradExpand(GradContext &c) {
 static llvm::Error gradWhere(GradContext &c) {
   Value *zero = c.scalar(0.0, c.dy());
   if (c.needs(1))
-    c.DIn[1] = c.unbroadcast(c.ew("Where", {c.x(0), c.dy(), zero}),
-                             c.x(1)->type());
+    c.DIn[1] =
+        c.unbroadcast(c.ew("Where", {c.x(0), c.dy(), zero}), c.x(1)->type());
   if (c.needs(2))
-    c.DIn[2] = c.unbroadcast(c.ew("Where", {c.x(0), zero, c.dy()}),
-                             c.x(2)->type());
+    c.DIn[2] =
+        c.unbroadcast(c.ew("Where", {c.x(0), zero, c.dy()}), c.x(2)->type());
   return ok();
 }
 

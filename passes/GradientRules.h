@@ -1,4 +1,5 @@
-//===- GradientRules.h - One gradient rule per op --------------------------===//
+//===- GradientRules.h - One gradient rule per op
+//--------------------------===//
 //
 // The rule table of reverse-mode autodiff (passes/Autodiff.cpp). A rule sees
 // one forward node and the gradients of its results, and builds the gradients

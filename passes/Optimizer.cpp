@@ -4,8 +4,8 @@
 // primitive ops and Assign so that the memory planner and later passes see
 // an ordinary dataflow graph:
 //   sgd       w -= lr (g + wd w)
-//   momentum  b = mu b + g';  w -= lr (nesterov ? g' + mu b : b)   (g' = g + wd w)
-//   adamw     w *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   momentum  b = mu b + g';  w -= lr (nesterov ? g' + mu b : b)   (g' = g + wd
+//   w) adamw     w *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //             w -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // which is torch.optim.SGD / AdamW's arithmetic in its order of operations.
 // Moments are new `optimizer` state slots named `<param>.momentum_buffer`,
@@ -69,11 +69,11 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
                      {ew(b, "Mul", {b.read(ms), k(O.Beta1)}, g),
                       ew(b, "Mul", {g, k(1.0 - O.Beta1)}, g)},
                      g);
-    Value *vNew = ew(b, "Add",
-                     {ew(b, "Mul", {b.read(vs), k(O.Beta2)}, g),
-                      ew(b, "Mul", {ew(b, "Mul", {g, g}, g), k(1.0 - O.Beta2)},
-                         g)},
-                     g);
+    Value *vNew =
+        ew(b, "Add",
+           {ew(b, "Mul", {b.read(vs), k(O.Beta2)}, g),
+            ew(b, "Mul", {ew(b, "Mul", {g, g}, g), k(1.0 - O.Beta2)}, g)},
+           g);
     b.create("Assign", {mNew}, {}, {}, ms);
     b.create("Assign", {vNew}, {}, {}, vs);
     // Bias corrections in f64 from the step count, rounded once to t.
@@ -84,18 +84,17 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
     auto one = scalar(b, 1.0, DType::F64);
     Value *bc1 = b.createValue("Sub", {one, pow(O.Beta1)}, f64s);
     Value *bc2 = b.createValue("Sub", {one, pow(O.Beta2)}, f64s);
-    Value *stepSize = b.createValue(
-        "Div", {scalar(b, O.Lr, DType::F64), bc1}, f64s);
+    Value *stepSize =
+        b.createValue("Div", {scalar(b, O.Lr, DType::F64), bc1}, f64s);
     Value *sqrtBc2 = b.createValue("Sqrt", {bc2}, f64s);
     AttributeMap cast;
     cast["to"] = Attribute::getType(t);
     TensorType ts(t, {});
     Value *stepSizeT = b.createValue("Cast", {stepSize}, ts, cast);
     Value *sqrtBc2T = b.createValue("Cast", {sqrtBc2}, ts, cast);
-    Value *denom = ew(b, "Add",
-                      {ew(b, "Div", {ew(b, "Sqrt", {vNew}, g), sqrtBc2T}, g),
-                       k(O.Eps)},
-                      g);
+    Value *denom = ew(
+        b, "Add",
+        {ew(b, "Div", {ew(b, "Sqrt", {vNew}, g), sqrtBc2T}, g), k(O.Eps)}, g);
     Value *delta = ew(b, "Mul", {ew(b, "Div", {mNew, denom}, g), stepSizeT}, g);
     b.create("Assign", {ew(b, "Sub", {w, delta}, g)}, {}, {}, s);
     return;
@@ -151,9 +150,11 @@ llvm::Expected<bool> Optimizer::run(Module &m) {
       Value *coef = b.createValue(
           "Div",
           {scalar(b, O.ClipGradNorm, DType::F32),
-           b.createValue("Add", {norm, scalar(b, 1e-6, DType::F32)}, scalarF32)},
+           b.createValue("Add", {norm, scalar(b, 1e-6, DType::F32)},
+                         scalarF32)},
           scalarF32);
-      coef = b.createValue("Min", {coef, scalar(b, 1.0, DType::F32)}, scalarF32);
+      coef =
+          b.createValue("Min", {coef, scalar(b, 1.0, DType::F32)}, scalarF32);
       for (Value *&g : gs) {
         Value *c = coef;
         if (g->type().dtype() != DType::F32) {

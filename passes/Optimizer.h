@@ -15,7 +15,8 @@ struct OptimizerOptions {
   double Lr = 0.01;
   double Momentum = 0.9; // momentum
   bool Nesterov = false; // momentum
-  double WeightDecay = 0.0; // sgd, momentum: L2 in the gradient; adamw: decoupled
+  double WeightDecay =
+      0.0; // sgd, momentum: L2 in the gradient; adamw: decoupled
   double Beta1 = 0.9, Beta2 = 0.999, Eps = 1e-8; // adamw
   /// Clip the global L2 norm of all gradients to this (0: no clipping), as
   /// torch.nn.utils.clip_grad_norm_; the step then also returns the norm.

@@ -10,8 +10,8 @@ namespace headroom {
 
 /// Options as written in a pipeline: `optimizer{kind=adamw lr=1e-3}` passes
 /// "kind=adamw lr=1e-3". Each factory parses its own and rejects unknown keys.
-using PassFactory = llvm::Expected<std::unique_ptr<Pass>> (*)(
-    llvm::StringRef options);
+using PassFactory =
+    llvm::Expected<std::unique_ptr<Pass>> (*)(llvm::StringRef options);
 
 #define HR_PASS(Name, Factory, Summary)                                        \
   llvm::Expected<std::unique_ptr<Pass>> Factory(llvm::StringRef options);

@@ -35,25 +35,39 @@ static llvm::Optional<DType> dtypeFromDescr(llvm::StringRef d) {
 
 static const char *descrOf(DType t) {
   switch (t) {
-  case DType::F16: return "<f2";
-  case DType::F32: return "<f4";
-  case DType::F64: return "<f8";
-  case DType::I8: return "|i1";
-  case DType::I16: return "<i2";
-  case DType::I32: return "<i4";
-  case DType::I64: return "<i8";
-  case DType::U8: return "|u1";
-  case DType::U16: return "<u2";
-  case DType::U32: return "<u4";
-  case DType::U64: return "<u8";
-  case DType::Bool: return "|b1";
-  case DType::BF16: return "<V2"; // numpy has no bfloat16
+  case DType::F16:
+    return "<f2";
+  case DType::F32:
+    return "<f4";
+  case DType::F64:
+    return "<f8";
+  case DType::I8:
+    return "|i1";
+  case DType::I16:
+    return "<i2";
+  case DType::I32:
+    return "<i4";
+  case DType::I64:
+    return "<i8";
+  case DType::U8:
+    return "|u1";
+  case DType::U16:
+    return "<u2";
+  case DType::U32:
+    return "<u4";
+  case DType::U64:
+    return "<u8";
+  case DType::Bool:
+    return "|b1";
+  case DType::BF16:
+    return "<V2"; // numpy has no bfloat16
   }
   return "";
 }
 
 /// The value of `'key': value` in a numpy header dict.
-static llvm::StringRef headerField(llvm::StringRef header, llvm::StringRef key) {
+static llvm::StringRef headerField(llvm::StringRef header,
+                                   llvm::StringRef key) {
   size_t at = header.find(("'" + key + "'").str());
   if (at == llvm::StringRef::npos)
     return "";
@@ -98,7 +112,8 @@ llvm::Expected<Tensor> headroom::readNpy(llvm::StringRef bytes,
   if (!dt)
     return bad("element type '" + descr + "' is not supported");
   if (headerField(header, "fortran_order") != "False")
-    return bad("Fortran order is not supported; save with np.ascontiguousarray");
+    return bad(
+        "Fortran order is not supported; save with np.ascontiguousarray");
   llvm::SmallVector<int64_t, 4> shape;
   llvm::SmallVector<llvm::StringRef, 4> dims;
   headerField(header, "shape").split(dims, ',', -1, /*KeepEmpty=*/false);
@@ -111,9 +126,11 @@ llvm::Expected<Tensor> headroom::readNpy(llvm::StringRef bytes,
   TensorType type(*dt, shape);
   llvm::StringRef data = bytes.drop_front(offset + headerLen);
   if (data.size() != type.sizeInBytes())
-    return bad("has " + llvm::Twine(data.size()) + " bytes of data, its shape " +
-               type.str() + " needs " + llvm::Twine(type.sizeInBytes()));
-  return Tensor(type, std::vector<uint8_t>(data.bytes_begin(), data.bytes_end()));
+    return bad("has " + llvm::Twine(data.size()) +
+               " bytes of data, its shape " + type.str() + " needs " +
+               llvm::Twine(type.sizeInBytes()));
+  return Tensor(type,
+                std::vector<uint8_t>(data.bytes_begin(), data.bytes_end()));
 }
 
 std::string headroom::writeNpy(const Tensor &t) {
@@ -134,7 +151,8 @@ std::string headroom::writeNpy(const Tensor &t) {
   out += static_cast<char>(header.size() & 0xff);
   out += static_cast<char>(header.size() >> 8);
   out += header;
-  out.append(reinterpret_cast<const char *>(t.bytes().data()), t.bytes().size());
+  out.append(reinterpret_cast<const char *>(t.bytes().data()),
+             t.bytes().size());
   return out;
 }
 
@@ -151,9 +169,9 @@ static llvm::Error addArray(Dataset &d, llvm::StringRef name, Tensor t) {
   return llvm::Error::success();
 }
 
-static llvm::Expected<Dataset> loadNpz(llvm::StringRef path) {
-  Dataset d;
-  d.Source = path.str();
+static llvm::Expected<std::map<std::string, Tensor>>
+readNpz(llvm::StringRef path) {
+  std::map<std::string, Tensor> arrays;
   int error = 0;
   zip_t *z = zip_open(path.str().c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &error);
   if (!z) {
@@ -180,43 +198,54 @@ static llvm::Expected<Dataset> loadNpz(llvm::StringRef path) {
     zip_fclose(f);
     if (got != static_cast<zip_int64_t>(st.size))
       return err(path + ": '" + entry + "' is truncated or corrupt");
-    llvm::StringRef name = entry.drop_back(4);
     auto t = readNpy(bytes, (path + ":" + entry).str());
     if (!t)
       return t.takeError();
-    if (auto e = addArray(d, name, std::move(*t)))
-      return e;
+    arrays.emplace(entry.drop_back(4).str(), std::move(*t));
   }
-  if (d.Arrays.empty())
+  if (arrays.empty())
     return err(path + ": the archive holds no .npy arrays");
-  return d;
+  return arrays;
+}
+
+static llvm::Expected<std::map<std::string, Tensor>>
+readNpyFolder(llvm::StringRef path) {
+  std::map<std::string, Tensor> arrays;
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(path, ec), end; it != end && !ec;
+       it.increment(ec)) {
+    if (!llvm::StringRef(it->path()).endswith(".npy"))
+      continue;
+    auto buf = llvm::MemoryBuffer::getFile(it->path(), /*IsText=*/false,
+                                           /*RequiresNullTerminator=*/false);
+    if (!buf)
+      return err(it->path() + ": cannot read: " + buf.getError().message());
+    auto t = readNpy((*buf)->getBuffer(), it->path());
+    if (!t)
+      return t.takeError();
+    arrays.emplace(llvm::sys::path::stem(it->path()).str(), std::move(*t));
+  }
+  if (arrays.empty())
+    return err(path + ": the folder holds no .npy files");
+  return arrays;
+}
+
+llvm::Expected<std::map<std::string, Tensor>>
+headroom::readArrays(llvm::StringRef path) {
+  if (llvm::sys::fs::is_directory(path))
+    return readNpyFolder(path);
+  return readNpz(path);
 }
 
 llvm::Expected<Dataset> headroom::loadDataset(llvm::StringRef path) {
-  if (!llvm::sys::fs::is_directory(path))
-    return loadNpz(path);
+  auto arrays = readArrays(path);
+  if (!arrays)
+    return arrays.takeError();
   Dataset d;
   d.Source = path.str();
-  std::error_code ec;
-  std::vector<std::string> files;
-  for (llvm::sys::fs::directory_iterator it(path, ec), end; it != end && !ec;
-       it.increment(ec))
-    if (llvm::StringRef(it->path()).endswith(".npy"))
-      files.push_back(it->path());
-  std::sort(files.begin(), files.end());
-  for (const std::string &file : files) {
-    auto buf = llvm::MemoryBuffer::getFile(file, /*IsText=*/false,
-                                           /*RequiresNullTerminator=*/false);
-    if (!buf)
-      return err(file + ": cannot read: " + buf.getError().message());
-    auto t = readNpy((*buf)->getBuffer(), file);
-    if (!t)
-      return t.takeError();
-    if (auto e = addArray(d, llvm::sys::path::stem(file), std::move(*t)))
+  for (auto &[name, t] : *arrays)
+    if (auto e = addArray(d, name, std::move(t)))
       return e;
-  }
-  if (d.Arrays.empty())
-    return err(path + ": the folder holds no .npy files");
   return d;
 }
 
@@ -238,10 +267,10 @@ llvm::Error headroom::checkDataset(const Dataset &data, const Function &f) {
                  a->type().str());
     if (t.rank() != a->type().rank() ||
         t.shape().drop_front() != a->type().shape().drop_front())
-      return err(data.Source + ": array '" + a->name() + "' has samples of shape " +
-                 shapeString(t.shape().drop_front()) + ", the model's input '" +
-                 a->name() + "' needs " +
-                 shapeString(a->type().shape().drop_front()));
+      return err(
+          data.Source + ": array '" + a->name() + "' has samples of shape " +
+          shapeString(t.shape().drop_front()) + ", the model's input '" +
+          a->name() + "' needs " + shapeString(a->type().shape().drop_front()));
     if (data.Samples < a->type().dim(0))
       return err(data.Source + ": " + llvm::Twine(data.Samples) +
                  " samples are fewer than one batch of " +
@@ -259,7 +288,7 @@ Tensor headroom::gatherRows(const Tensor &t, llvm::ArrayRef<int64_t> order,
   size_t row = t.bytes().size() / t.type().dim(0);
   std::vector<uint8_t> bytes(type.sizeInBytes());
   for (int64_t i = 0; i < count; ++i)
-    std::memcpy(bytes.data() + i * row, t.bytes().data() + order[start + i] * row,
-                row);
+    std::memcpy(bytes.data() + i * row,
+                t.bytes().data() + order[start + i] * row, row);
   return Tensor(type, std::move(bytes));
 }

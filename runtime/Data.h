@@ -25,7 +25,10 @@ struct Dataset {
 /// Reads one .npy file (little-endian, C order; f16/f32/f64, signed and
 /// unsigned integers, bool).
 llvm::Expected<Tensor> readNpy(llvm::StringRef bytes, llvm::StringRef name);
-/// Reads a .npz archive (stored or deflated) or a folder of .npy files.
+/// Every array of a .npz archive (stored or deflated) or a folder of .npy
+/// files, by name.
+llvm::Expected<std::map<std::string, Tensor>> readArrays(llvm::StringRef path);
+/// readArrays, checked to share a leading (sample) dimension.
 llvm::Expected<Dataset> loadDataset(llvm::StringRef path);
 
 /// Checks that `data` feeds `f`: an array per argument, with the argument's
@@ -34,8 +37,8 @@ llvm::Expected<Dataset> loadDataset(llvm::StringRef path);
 llvm::Error checkDataset(const Dataset &data, const Function &f);
 
 /// Rows `order[start .. start+count)` of `t` (its leading dimension).
-Tensor gatherRows(const Tensor &t, llvm::ArrayRef<int64_t> order,
-                  int64_t start, int64_t count);
+Tensor gatherRows(const Tensor &t, llvm::ArrayRef<int64_t> order, int64_t start,
+                  int64_t count);
 
 /// Writes a .npy file's bytes (for tests and tools).
 std::string writeNpy(const Tensor &t);

@@ -64,8 +64,8 @@ llvm::Error headroom::writeFileAtomically(llvm::StringRef path,
   int fd;
   std::string model = (path + ".tmp-%%%%%%").str();
   if (std::error_code ec = llvm::sys::fs::createUniqueFile(model, fd, tmp))
-    return err(path + ": cannot create a temporary file next to it: " +
-               ec.message());
+    return err(path +
+               ": cannot create a temporary file next to it: " + ec.message());
   {
     llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
     os << bytes;

@@ -75,8 +75,8 @@ llvm::Expected<StepResult> Trainer::step(const Dataset &data,
                                          int64_t start) {
   std::vector<Tensor> args;
   for (Value *a : stepFunction().arguments())
-    args.push_back(gatherRows(data.Arrays.at(a->name()), order, start,
-                              a->type().dim(0)));
+    args.push_back(
+        gatherRows(data.Arrays.at(a->name()), order, start, a->type().dim(0)));
   std::vector<const Tensor *> ptrs;
   for (const Tensor &t : args)
     ptrs.push_back(&t);

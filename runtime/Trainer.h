@@ -16,7 +16,7 @@
 namespace headroom {
 
 struct TrainOptions {
-  ImportOptions Import;     // Batch is the batch size
+  ImportOptions Import; // Batch is the batch size
   OptimizerOptions Optimizer;
   /// Without an optimizer the step only reports gradients (ParamGrad).
   bool ApplyOptimizer = true;

@@ -34,16 +34,20 @@ static cl::opt<std::string> DataPath("data",
                                      cl::value_desc("PATH"), cl::Required,
                                      cl::sub(TrainCmd), cl::cat(TrainCat));
 static cl::opt<int64_t> Steps("steps", cl::desc("Optimizer steps to run"),
-                              cl::init(0), cl::sub(TrainCmd), cl::cat(TrainCat));
+                              cl::init(0), cl::sub(TrainCmd),
+                              cl::cat(TrainCat));
 static cl::opt<int64_t> Epochs("epochs",
                                cl::desc("Passes over the data (instead of "
                                         "--steps)"),
-                               cl::init(0), cl::sub(TrainCmd), cl::cat(TrainCat));
-static cl::opt<std::string>
-    OptimizerName("optimizer", cl::desc("sgd | momentum | adamw"),
-                  cl::init("sgd"), cl::sub(TrainCmd), cl::cat(TrainCat));
-static cl::opt<double> Lr("lr", cl::desc("Learning rate (default 0.01; "
-                                         "adamw 0.001)"),
+                               cl::init(0), cl::sub(TrainCmd),
+                               cl::cat(TrainCat));
+static cl::opt<std::string> OptimizerName("optimizer",
+                                          cl::desc("sgd | momentum | adamw"),
+                                          cl::init("sgd"), cl::sub(TrainCmd),
+                                          cl::cat(TrainCat));
+static cl::opt<double> Lr("lr",
+                          cl::desc("Learning rate (default 0.01; "
+                                   "adamw 0.001)"),
                           cl::init(-1), cl::sub(TrainCmd), cl::cat(TrainCat));
 static cl::opt<double> Momentum("momentum", cl::desc("Momentum factor"),
                                 cl::init(0.9), cl::sub(TrainCmd),
@@ -56,16 +60,17 @@ static cl::opt<double> WeightDecay("weight-decay",
                                    cl::init(-1), cl::sub(TrainCmd),
                                    cl::cat(TrainCat));
 static cl::opt<std::string> Betas("betas", cl::desc("AdamW betas"),
-                                  cl::value_desc("B1,B2"), cl::init("0.9,0.999"),
-                                  cl::sub(TrainCmd), cl::cat(TrainCat));
+                                  cl::value_desc("B1,B2"),
+                                  cl::init("0.9,0.999"), cl::sub(TrainCmd),
+                                  cl::cat(TrainCat));
 static cl::opt<double> Eps("eps", cl::desc("AdamW epsilon"), cl::init(1e-8),
                            cl::sub(TrainCmd), cl::cat(TrainCat));
 static cl::opt<double> ClipGradNorm("clip-grad-norm",
                                     cl::desc("Clip the global gradient norm"),
                                     cl::init(0), cl::sub(TrainCmd),
                                     cl::cat(TrainCat));
-static cl::opt<uint64_t> Seed("seed", cl::desc("Seed for dropout"),
-                              cl::init(0), cl::sub(TrainCmd), cl::cat(TrainCat));
+static cl::opt<uint64_t> Seed("seed", cl::desc("Seed for dropout"), cl::init(0),
+                              cl::sub(TrainCmd), cl::cat(TrainCat));
 static cl::opt<int64_t> Shuffle("shuffle",
                                 cl::desc("Shuffle the samples every epoch with "
                                          "this seed"),
@@ -75,8 +80,7 @@ static cl::opt<std::string> Save("save",
                                  cl::desc("Write the trained model (ONNX)"),
                                  cl::value_desc("OUT.onnx"), cl::sub(TrainCmd),
                                  cl::cat(TrainCat));
-static cl::opt<std::string> Log("log",
-                                cl::desc("Write one JSON line per step"),
+static cl::opt<std::string> Log("log", cl::desc("Write one JSON line per step"),
                                 cl::value_desc("FILE"), cl::sub(TrainCmd),
                                 cl::cat(TrainCat));
 static cl::opt<bool> DisableDropout(
@@ -91,7 +95,8 @@ static int failTrain(llvm::Error e) {
   return 1;
 }
 static int failTrain(const llvm::Twine &msg) {
-  return failTrain(llvm::createStringError(llvm::inconvertibleErrorCode(), msg));
+  return failTrain(
+      llvm::createStringError(llvm::inconvertibleErrorCode(), msg));
 }
 
 static llvm::Expected<OptimizerOptions> optimizerFromFlags() {
@@ -189,9 +194,9 @@ int runTrain(const ImportOptions &import) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
     if (log) {
-      *log << "{\"step\": " << s + 1 << ", \"loss\": "
-           << llvm::format("%.9g", r->Loss) << ", \"lr\": "
-           << llvm::format("%.9g", opt->Lr);
+      *log << "{\"step\": " << s + 1
+           << ", \"loss\": " << llvm::format("%.9g", r->Loss)
+           << ", \"lr\": " << llvm::format("%.9g", opt->Lr);
       if (r->GradNorm)
         *log << ", \"grad_norm\": " << llvm::format("%.9g", *r->GradNorm);
       *log << ", \"seconds\": " << llvm::format("%.6f", seconds) << "}\n";

@@ -145,7 +145,7 @@ llvm::Expected<Window> makeWindow(const KernelContext &ctx,
 // Conv and its gradients: im2col + GEMM
 //===----------------------------------------------------------------------===//
 
-/// Row-major C = alpha op(A) op(B) + beta C.
+/// Row-major C = op(A) op(B) + beta C.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
           int64_t lda, const float *b, int64_t ldb, float beta, float *c,
           int64_t ldc) {

@@ -355,7 +355,7 @@ template <typename Op> Error variadicKernel(const KernelContext &ctx) {
 
 /// Pow: the exponent may have another element type than the base; then it is
 /// converted to f64 scratch first (it is usually a scalar or small).
-Error pow(const KernelContext &ctx) {
+Error powKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &e = ctx.Inputs[1], &y = ctx.Outputs[0];
   std::vector<double> scratch;
   TensorView e64{DType::F64, e.Shape, nullptr};
@@ -534,7 +534,7 @@ void headroom::cpu::registerElementwiseKernels() {
   registerKernel("Sub", binaryKernel<SubOp, Num>);
   registerKernel("Mul", binaryKernel<MulOp, Num>);
   registerKernel("Div", binaryKernel<DivOp, Num>);
-  registerKernel("Pow", pow);
+  registerKernel("Pow", powKernel);
   registerKernel("And", binaryKernel<AndOp, BoolType>);
   registerKernel("Or", binaryKernel<OrOp, BoolType>);
   registerKernel("Equal", compareKernel<EqualOp, AllTypes>);

@@ -192,13 +192,42 @@ void copyRow(T *dst, const T *src, int64_t n, int64_t ds, int64_t ss) {
     dst[j * ds] = src[j * ss];
 }
 
-/// The two innermost axes: row by row, or in kTile x kTile tiles when the
-/// inner axis strides through one side and the outer one is contiguous there
-/// (a 2-D transpose), so that every cache line a tile touches is used fully.
+/// Copies the rectangle [i0, i1) x [j0, j1) of a 2-D loop nest.
+template <typename T>
+void copyRect(T *dst, const T *src, int64_t i0, int64_t i1, int64_t j0,
+              int64_t j1, int64_t d1, int64_t s1, int64_t d2, int64_t s2) {
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t j = j0; j < j1; ++j)
+      dst[i * d1 + j * d2] = src[i * s1 + j * s2];
+}
+
+/// Elements of T in a 64-byte cache line.
+template <typename T> constexpr int64_t kLine = 64 / sizeof(T);
+
+/// dst[i*d1 + j] = src[i + j*s2] on one kLine x kLine block, through a
+/// local buffer: each side is read or written one whole row (a cache line's
+/// worth) at a time, so a block needs no line to stay cached, whatever
+/// cache sets power-of-two strides map the rows to.
+template <typename T>
+void transposeBlock(T *dst, const T *src, int64_t d1, int64_t s2) {
+  constexpr int64_t n = kLine<T>;
+  T b[n][n];
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < n; ++i)
+      b[i][j] = src[i + j * s2];
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      dst[i * d1 + j] = b[i][j];
+}
+
+/// The two innermost axes: row by row, or, when the inner axis strides
+/// through one side and the outer one is contiguous there (a 2-D
+/// transpose), in kTile x kTile tiles so that the lines a tile touches stay
+/// cached until they are used fully. A transpose into a contiguous result
+/// (the Transpose op) moves whole-line blocks instead.
 template <typename T>
 void copy2D(T *dst, const T *src, int64_t n1, int64_t n2, int64_t d1,
             int64_t s1, int64_t d2, int64_t s2) {
-  constexpr int64_t kTile = 32;
   bool tiled = (std::abs(d2) > 1 && std::abs(d1) == 1) ||
                (std::abs(s2) > 1 && std::abs(s1) == 1);
   if (!tiled) {
@@ -206,15 +235,21 @@ void copy2D(T *dst, const T *src, int64_t n1, int64_t n2, int64_t d1,
       copyRow(dst + i * d1, src + i * s1, n2, d2, s2);
     return;
   }
-  for (int64_t i0 = 0; i0 < n1; i0 += kTile) {
-    int64_t i1 = std::min(n1, i0 + kTile);
-    for (int64_t j0 = 0; j0 < n2; j0 += kTile) {
-      int64_t j1 = std::min(n2, j0 + kTile);
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t j = j0; j < j1; ++j)
-          dst[i * d1 + j * d2] = src[i * s1 + j * s2];
-    }
+  if (d2 == 1 && s1 == 1) {
+    constexpr int64_t n = kLine<T>;
+    int64_t iEnd = n1 / n * n, jEnd = n2 / n * n;
+    for (int64_t j = 0; j < jEnd; j += n)
+      for (int64_t i = 0; i < iEnd; i += n)
+        transposeBlock(dst + i * d1 + j, src + i + j * s2, d1, s2);
+    copyRect(dst, src, 0, iEnd, jEnd, n2, d1, s1, d2, s2);
+    copyRect(dst, src, iEnd, n1, 0, n2, d1, s1, d2, s2);
+    return;
   }
+  constexpr int64_t kTile = 32;
+  for (int64_t i0 = 0; i0 < n1; i0 += kTile)
+    for (int64_t j0 = 0; j0 < n2; j0 += kTile)
+      copyRect(dst, src, i0, std::min(n1, i0 + kTile), j0,
+               std::min(n2, j0 + kTile), d1, s1, d2, s2);
 }
 
 template <typename T> void runCopy(const CopyLoops &l, T *dst, const T *src) {

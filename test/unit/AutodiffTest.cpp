@@ -26,9 +26,9 @@ namespace {
 
 struct GradCase {
   const char *Name;
-  const char *Decls;   // state slots (params to check; frozen ones are not)
-  const char *Body;    // lines of @forward, defining %out
-  const char *OutType; // the type of %out
+  const char *Decls;     // state slots (params to check; frozen ones are not)
+  const char *Body;      // lines of @forward, defining %out
+  const char *OutType;   // the type of %out
   bool Positive = false; // initialize parameters in [0.5, 1.5]
 };
 
@@ -83,8 +83,7 @@ const GradCase kCases[] = {
     {"Erf", "state @a : f64[6] param\n",
      "%a = Read(@a) : f64[6]\n%out = Erf(%a) : f64[6]\n", "f64[6]"},
     {"Cast", "state @a : f64[6] param\n",
-     "%a = Read(@a) : f64[6]\n%out = Cast(%a) {to = f64} : f64[6]\n",
-     "f64[6]"},
+     "%a = Read(@a) : f64[6]\n%out = Cast(%a) {to = f64} : f64[6]\n", "f64[6]"},
     // Activations.
     {"Tanh", "state @a : f64[6] param\n",
      "%a = Read(@a) : f64[6]\n%out = Tanh(%a) : f64[6]\n", "f64[6]"},
@@ -112,28 +111,35 @@ const GradCase kCases[] = {
      "%out = Dropout(%a, %r, %t) : f64[3, 4]\n",
      "f64[3, 4]"},
     // Linear algebra.
-    {"MatMulSharedWeight", "state @a : f64[2, 3, 4] param\nstate @b : f64[4, 5] param\n",
+    {"MatMulSharedWeight",
+     "state @a : f64[2, 3, 4] param\nstate @b : f64[4, 5] param\n",
      "%a = Read(@a) : f64[2, 3, 4]\n%b = Read(@b) : f64[4, 5]\n"
      "%out = MatMul(%a, %b) : f64[2, 3, 5]\n",
      "f64[2, 3, 5]"},
-    {"MatMulBatched", "state @a : f64[2, 3, 4] param\nstate @b : f64[2, 4, 5] param\n",
+    {"MatMulBatched",
+     "state @a : f64[2, 3, 4] param\nstate @b : f64[2, 4, 5] param\n",
      "%a = Read(@a) : f64[2, 3, 4]\n%b = Read(@b) : f64[2, 4, 5]\n"
      "%out = MatMul(%a, %b) : f64[2, 3, 5]\n",
      "f64[2, 3, 5]"},
-    {"MatMulBroadcastLeft", "state @a : f64[3, 4] param\nstate @b : f64[2, 4, 5] param\n",
+    {"MatMulBroadcastLeft",
+     "state @a : f64[3, 4] param\nstate @b : f64[2, 4, 5] param\n",
      "%a = Read(@a) : f64[3, 4]\n%b = Read(@b) : f64[2, 4, 5]\n"
      "%out = MatMul(%a, %b) : f64[2, 3, 5]\n",
      "f64[2, 3, 5]"},
-    {"Gemm", "state @a : f64[3, 4] param\nstate @b : f64[5, 4] param\nstate @c : f64[5] param\n",
+    {"Gemm",
+     "state @a : f64[3, 4] param\nstate @b : f64[5, 4] param\nstate @c : "
+     "f64[5] param\n",
      "%a = Read(@a) : f64[3, 4]\n%b = Read(@b) : f64[5, 4]\n"
      "%c = Read(@c) : f64[5]\n"
-     "%out = Gemm(%a, %b, %c) {alpha = 0.5, beta = 2.0, transB = 1} : f64[3, 5]\n",
+     "%out = Gemm(%a, %b, %c) {alpha = 0.5, beta = 2.0, transB = 1} : f64[3, "
+     "5]\n",
      "f64[3, 5]"},
     {"GemmTransA", "state @a : f64[4, 3] param\nstate @b : f64[4, 5] param\n",
      "%a = Read(@a) : f64[4, 3]\n%b = Read(@b) : f64[4, 5]\n"
      "%out = Gemm(%a, %b) {transA = 1} : f64[3, 5]\n",
      "f64[3, 5]"},
-    {"GemmTransBoth", "state @a : f64[4, 3] param\nstate @b : f64[5, 4] param\n",
+    {"GemmTransBoth",
+     "state @a : f64[4, 3] param\nstate @b : f64[5, 4] param\n",
      "%a = Read(@a) : f64[4, 3]\n%b = Read(@b) : f64[5, 4]\n"
      "%out = Gemm(%a, %b) {transA = 1, transB = 1} : f64[3, 5]\n",
      "f64[3, 5]"},
@@ -165,7 +171,8 @@ const GradCase kCases[] = {
      "%out = SoftmaxCrossEntropyLoss(%s, %y) {reduction = \"none\"} : f64[3]\n",
      "f64[3]"},
     {"LayerNormalization",
-     "state @x : f64[2, 3, 4] param\nstate @g : f64[4] param\nstate @b : f64[4] param\n",
+     "state @x : f64[2, 3, 4] param\nstate @g : f64[4] param\nstate @b : "
+     "f64[4] param\n",
      "%x = Read(@x) : f64[2, 3, 4]\n%g = Read(@g) : f64[4]\n"
      "%b = Read(@b) : f64[4]\n"
      "%out = LayerNormalization(%x, %g, %b) {axis = -1, epsilon = 1e-05} : "
@@ -173,10 +180,12 @@ const GradCase kCases[] = {
      "f64[2, 3, 4]"},
     {"BatchNormalization",
      "state @x : f64[4, 3, 2, 2] param\nstate @g : f64[3] param\n"
-     "state @b : f64[3] param\nstate @m : f64[3] frozen\nstate @v : f64[3] frozen\n",
+     "state @b : f64[3] param\nstate @m : f64[3] frozen\nstate @v : f64[3] "
+     "frozen\n",
      "%x = Read(@x) : f64[4, 3, 2, 2]\n%g = Read(@g) : f64[3]\n"
      "%b = Read(@b) : f64[3]\n%m = Read(@m) : f64[3]\n%v = Read(@v) : f64[3]\n"
-     "%out, %rm, %rv = BatchNormalization(%x, %g, %b, %m, %v) {epsilon = 1e-05, "
+     "%out, %rm, %rv = BatchNormalization(%x, %g, %b, %m, %v) {epsilon = "
+     "1e-05, "
      "momentum = 0.9, training_mode = 1} : f64[4, 3, 2, 2], f64[3], f64[3]\n",
      "f64[4, 3, 2, 2]", true},
     // Convolution and pooling.
@@ -192,8 +201,8 @@ const GradCase kCases[] = {
      "state @x : f64[2, 2, 6, 6] param\nstate @w : f64[3, 2, 2, 2] param\n",
      "%x = Read(@x) : f64[2, 2, 6, 6]\n%w = Read(@w) : f64[3, 2, 2, 2]\n"
      "%out = Conv(%x, %w) {dilations = [2, 2], pads = [0, 1, 0, 1]} : "
-     "f64[2, 3, 4, 5]\n",
-     "f64[2, 3, 4, 5]"},
+     "f64[2, 3, 4, 6]\n",
+     "f64[2, 3, 4, 6]"},
     {"MaxPool", "state @x : f64[1, 2, 5, 5] param\n",
      "%x = Read(@x) : f64[1, 2, 5, 5]\n"
      "%out = MaxPool(%x) {kernel_shape = [3, 3]} : f64[1, 2, 3, 3]\n",
@@ -209,7 +218,8 @@ const GradCase kCases[] = {
      "f64[2, 3, 1, 1]"},
     {"Pad", "state @x : f64[1, 1, 3, 3] param\n",
      "%x = Read(@x) : f64[1, 1, 3, 3]\n"
-     "%p = Constant() {value = dense<i64[8]> [0, 0, 1, 2, 0, 0, 1, 0]} : i64[8]\n"
+     "%p = Constant() {value = dense<i64[8]> [0, 0, 1, 2, 0, 0, 1, 0]} : "
+     "i64[8]\n"
      "%out = Pad(%x, %p) {mode = \"constant\"} : f64[1, 1, 5, 5]\n",
      "f64[1, 1, 5, 5]"},
     // Shapes and data movement.
@@ -327,7 +337,8 @@ TEST_P(GradientRule, MatchesFiniteDifferences) {
   auto loss = [&]() {
     exec->setStep(0); // the same random numbers every run
     auto r = exec->run("step", {});
-    EXPECT_TRUE(static_cast<bool>(r)) << (r ? "" : llvm::toString(r.takeError()));
+    EXPECT_TRUE(static_cast<bool>(r))
+        << (r ? "" : llvm::toString(r.takeError()));
     return r ? (*r)[0].getDouble(0) : 0.0;
   };
   loss();

@@ -27,8 +27,8 @@ namespace {
 std::map<std::string, std::string> loadExceptions() {
   std::map<std::string, std::string> out;
   std::error_code ec;
-  std::string dir = std::string(HEADROOM_SOURCE_DIR) +
-                    "/test/unit/cpu_node_exceptions";
+  std::string dir =
+      std::string(HEADROOM_SOURCE_DIR) + "/test/unit/cpu_node_exceptions";
   for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
        it.increment(ec)) {
     auto buf = llvm::MemoryBuffer::getFile(it->path());
@@ -57,8 +57,9 @@ std::string compare(const Tensor &got, const Tensor &want) {
   for (int64_t i = 0; i < want.numElements(); ++i) {
     if (isFloat(t)) {
       double g = got.getDouble(i), w = want.getDouble(i);
-      if (std::isnan(w) ? std::isnan(g)
-                        : (g == w || std::fabs(g - w) <= atol + rtol * std::fabs(w)))
+      if (std::isnan(w)
+              ? std::isnan(g)
+              : (g == w || std::fabs(g - w) <= atol + rtol * std::fabs(w)))
         continue;
       return "element " + std::to_string(i) + " is " + std::to_string(g) +
              ", expected " + std::to_string(w);
@@ -105,8 +106,8 @@ std::string runNodeTest(const NodeTestCase &c) {
     if (!results)
       return llvm::toString(results.takeError());
     if (results->size() != d.Outputs.size())
-      return "returned " + std::to_string(results->size()) + " outputs, expected " +
-             std::to_string(d.Outputs.size());
+      return "returned " + std::to_string(results->size()) +
+             " outputs, expected " + std::to_string(d.Outputs.size());
     for (size_t k = 0; k < d.Outputs.size(); ++k) {
       std::string diff = compare((*results)[k], d.Outputs[k]);
       if (!diff.empty())

@@ -97,8 +97,8 @@ headroom::importNodeTest(const NodeTestCase &c,
     return llvm::createStringError(llvm::inconvertibleErrorCode(), error);
   int index = 0;
   for (const auto &in : c.Proto.graph().input()) {
-    std::string pb = c.Dir + "/test_data_set_0/input_" +
-                     std::to_string(index++) + ".pb";
+    std::string pb =
+        c.Dir + "/test_data_set_0/input_" + std::to_string(index++) + ".pb";
     auto t = readTensorProtoFile(pb);
     if (!t) {
       llvm::consumeError(t.takeError());

@@ -42,7 +42,8 @@ importNodeTest(const NodeTestCase &c, std::map<std::string, Tensor> &constants);
 struct NodeTestData {
   std::vector<Tensor> Inputs, Outputs;
 };
-llvm::Expected<std::vector<NodeTestData>> loadNodeTestData(const NodeTestCase &c);
+llvm::Expected<std::vector<NodeTestData>>
+loadNodeTestData(const NodeTestCase &c);
 
 } // namespace headroom
 

@@ -37,8 +37,8 @@ TEST(OnnxNodeTest, AcceptedModelsImportAndVerify) {
   for (const NodeTestCase &c : cases) {
     std::map<std::string, Tensor> constants;
     auto m = importNodeTest(c, constants);
-    std::string error = m ? errorOf(verifyModule(**m))
-                          : llvm::toString(m.takeError());
+    std::string error =
+        m ? errorOf(verifyModule(**m)) : llvm::toString(m.takeError());
     if (!whyNotAccepted(c.Proto).empty()) {
       // Not required to import, but it must fail cleanly or give valid IR
       // (ONNX function ops expand into supported ops this way).

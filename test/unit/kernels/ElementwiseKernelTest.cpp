@@ -1,5 +1,4 @@
-//===- ElementwiseKernelTest.cpp - Unit tests of kernels/cpu/Elementwise.cpp
-//===//
+//===- ElementwiseKernelTest.cpp - Tests of kernels/cpu/Elementwise.cpp ---===//
 //
 // The broadcast loop nest (KernelUtil.h) by the dimensions it merges and
 // against an index-by-index reference, then each kernel family on the cases
