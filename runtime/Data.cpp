@@ -232,6 +232,8 @@ readNpyFolder(llvm::StringRef path) {
 
 llvm::Expected<std::map<std::string, Tensor>>
 headroom::readArrays(llvm::StringRef path) {
+  if (!llvm::sys::fs::exists(path))
+    return err(path + ": no such file or folder");
   if (llvm::sys::fs::is_directory(path))
     return readNpyFolder(path);
   return readNpz(path);

@@ -6,6 +6,7 @@ config.name = "headroom"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".hr", ".test"]
 config.excludes = ["Inputs"]
+config.excludes = ["Inputs"]
 
 site = lit_config.params.get("site")
 if site:

@@ -139,6 +139,46 @@ static std::string formatDuration(double seconds) {
   return buf;
 }
 
+static std::string bytesText(uint64_t b) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::format(u ? "%.2f %s" : "%.0f %s", v, units[u]);
+  return os.str();
+}
+
+/// What the step holds in memory, by category, from the plan. Until the
+/// memory planner exists every value has its own buffer, so "values" is the
+/// sum of all of them, not a peak.
+static void printMemory(const Executor &exec, llvm::raw_ostream &os) {
+  const Plan &plan = exec.plan();
+  uint64_t byKind[4] = {0, 0, 0, 0};
+  unsigned counts[4] = {0, 0, 0, 0};
+  for (const PlanState &s : plan.States) {
+    byKind[static_cast<int>(s.Kind)] += s.Type.sizeInBytes();
+    ++counts[static_cast<int>(s.Kind)];
+  }
+  uint64_t states = byKind[0] + byKind[1] + byKind[2] + byKind[3];
+  os << "memory of one step (no memory planning yet: one buffer per value)\n";
+  const char *names[] = {"parameters", "frozen weights", "buffers",
+                         "optimizer state"};
+  for (int k = 0; k < 4; ++k)
+    if (counts[k])
+      os << llvm::format("  %-18s %12s  (%u tensors)\n", names[k],
+                         bytesText(byKind[k]).c_str(), counts[k]);
+  os << llvm::format("  %-18s %12s  (%zu values, incl. gradients)\n",
+                     static_cast<const char *>("values"), bytesText(exec.allocatedBytes() - states).c_str(),
+                     plan.Buffers.size());
+  os << llvm::format("  %-18s %12s\n", static_cast<const char *>("total allocated"),
+                     bytesText(exec.allocatedBytes()).c_str());
+}
+
 int runTrain(const ImportOptions &import) {
   if (import.Batch <= 0 && import.Shapes.empty())
     return failTrain("--batch N is required: the number of samples per step");
@@ -162,6 +202,7 @@ int runTrain(const ImportOptions &import) {
   Trainer &t = **trainer;
   if (auto e = checkDataset(*data, t.stepFunction()))
     return failTrain(std::move(e));
+  printMemory(t.executor(), llvm::errs());
   int64_t batch = t.batch();
   int64_t perEpoch = data->Samples / batch;
   int64_t total = Steps > 0 ? Steps : Epochs * perEpoch;

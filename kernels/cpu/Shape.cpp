@@ -8,7 +8,9 @@
 // Expand and Tile are one strided copy (copyStrided): a loop nest with
 // independent source and destination strides that drops size-1 axes and
 // merges axes contiguous on both sides first, so that it ends in memcpy rows,
-// fills, or a cache-blocked 2-D transpose.
+// fills, or a blocked 2-D transpose (4-byte elements through SSE registers
+// where the target has SSE2). GatherGrad adds rows of dy into a zeroed table
+// with a contiguous inner loop.
 //
 // Shape operands (Reshape's shape, Slice's starts, Gather's indices, ...) are
 // read at run time as i32 or i64. Where they determine a layout, the kernel
@@ -26,6 +28,10 @@
 #include <cmath>
 #include <cstring>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
 
 using namespace headroom;
 using namespace headroom::cpu;
@@ -220,11 +226,42 @@ void transposeBlock(T *dst, const T *src, int64_t d1, int64_t s2) {
       dst[i * d1 + j] = b[i][j];
 }
 
+#if defined(__SSE2__)
+/// 4-byte elements move as float bit patterns through SSE registers:
+/// shuffles do not touch the bits, so any 4-byte type is copied exactly.
+template <>
+void transposeBlock<uint32_t>(uint32_t *dst, const uint32_t *src, int64_t d1,
+                              int64_t s2) {
+  constexpr int64_t n = kLine<uint32_t>;
+  alignas(64) float b[n][n];
+  for (int64_t j = 0; j < n; j += 4) {
+    for (int64_t i = 0; i < n; i += 4) {
+      __m128 r0 =
+          _mm_loadu_ps(reinterpret_cast<const float *>(src + i + j * s2));
+      __m128 r1 =
+          _mm_loadu_ps(reinterpret_cast<const float *>(src + i + (j + 1) * s2));
+      __m128 r2 =
+          _mm_loadu_ps(reinterpret_cast<const float *>(src + i + (j + 2) * s2));
+      __m128 r3 =
+          _mm_loadu_ps(reinterpret_cast<const float *>(src + i + (j + 3) * s2));
+      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+      _mm_store_ps(&b[i][j], r0);
+      _mm_store_ps(&b[i + 1][j], r1);
+      _mm_store_ps(&b[i + 2][j], r2);
+      _mm_store_ps(&b[i + 3][j], r3);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(dst + i * d1, b[i], sizeof(b[i]));
+}
+#endif
+
 /// The two innermost axes: row by row, or, when the inner axis strides
 /// through one side and the outer one is contiguous there (a 2-D
 /// transpose), in kTile x kTile tiles so that the lines a tile touches stay
 /// cached until they are used fully. A transpose into a contiguous result
-/// (the Transpose op) moves whole-line blocks instead.
+/// (the Transpose op) moves whole-line blocks instead, down strips of kLine
+/// source rows so that the source is read as kLine sequential streams.
 template <typename T>
 void copy2D(T *dst, const T *src, int64_t n1, int64_t n2, int64_t d1,
             int64_t s1, int64_t d2, int64_t s2) {
@@ -582,6 +619,8 @@ Error gatherKernel(const KernelContext &ctx) {
   if (!l)
     return l.takeError();
   int64_t k = l->Indices.size();
+  if (y.numElements() == 0)
+    return Error::success();
   withBits(dtypeSize(x.Type), [&](auto zero) {
     using T = decltype(zero);
     const T *src = x.as<T>();
