@@ -230,14 +230,15 @@ def main():
                              " ".join("%.3f" % (1e3 * v) for v in th), dloss1, dloss),
                           file=sys.stderr, flush=True)
 
-    hdr = "%-6s %6s %7s %12s %10s %9s %10s" % ("model", "batch", "threads", "headroom ms",
-                                              "torch ms", "hr/torch", "max|dloss|")
+    hdr = "%-6s %6s %7s %12s %10s %9s %8s %8s" % (
+        "model", "batch", "threads", "headroom ms", "torch ms", "hr/torch", "dloss@1",
+        "dlossmax")
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
-        print("%-6s %6d %7d %12.3f %10.3f %9.2f %10.1e" % (
+        print("%-6s %6d %7d %12.3f %10.3f %9.2f %8.1e %8.1e" % (
             r["model"], r["batch"], r["threads"], r["headroom_ms"], r["torch_ms"],
-            r["ratio"], r["max_loss_diff"]))
+            r["ratio"], r["step1_loss_diff"], r["max_loss_diff"]))
     result = collections.OrderedDict([
         ("headroom", HEADROOM), ("torch_version", torch.__version__),
         ("steps", a.steps), ("warmup", WARMUP), ("repeats", a.repeats),
