@@ -432,12 +432,14 @@ static Expected<Results> foldSlice(ArrayRef<const Tensor *> ins) {
     if (!a || steps[i] == 0)
       return err("Slice axis out of range or step 0");
     int64_t dim = x.type().dim(*a), s = steps[i];
+    // ONNX: starts clamp to [0, dim] (step > 0) or [0, dim-1] (step < 0);
+    // ends to [0, dim] or [-1, dim-1].
     auto clampIdx = [&](int64_t v, bool isEnd) {
       if (v < 0)
         v += dim;
       if (s > 0)
         return std::max<int64_t>(0, std::min(v, dim));
-      return std::max<int64_t>(-1, std::min(v, dim - 1));
+      return std::max<int64_t>(isEnd ? -1 : 0, std::min(v, dim - 1));
     };
     int64_t b = clampIdx(starts[i], false), e = clampIdx(ends[i], true);
     int64_t len = s > 0 ? (e - b + s - 1) / s : (b - e - s - 1) / -s;

@@ -173,9 +173,11 @@ static void printMemory(const Executor &exec, llvm::raw_ostream &os) {
       os << llvm::format("  %-18s %12s  (%u tensors)\n", names[k],
                          bytesText(byKind[k]).c_str(), counts[k]);
   os << llvm::format("  %-18s %12s  (%zu values, incl. gradients)\n",
-                     static_cast<const char *>("values"), bytesText(exec.allocatedBytes() - states).c_str(),
+                     static_cast<const char *>("values"),
+                     bytesText(exec.allocatedBytes() - states).c_str(),
                      plan.Buffers.size());
-  os << llvm::format("  %-18s %12s\n", static_cast<const char *>("total allocated"),
+  os << llvm::format("  %-18s %12s\n",
+                     static_cast<const char *>("total allocated"),
                      bytesText(exec.allocatedBytes()).c_str());
 }
 

@@ -37,7 +37,11 @@ private:
     if (buffer < 0)
       return TensorView();
     const TensorType &t = ThePlan.Buffers[buffer];
-    return TensorView{t.dtype(), t.shape(), Pointers[buffer]};
+    // A present but empty tensor still gets a non-null pointer: null means
+    // an absent optional operand to kernels.
+    static uint64_t emptyTensor = 0;
+    void *data = Pointers[buffer] ? Pointers[buffer] : &emptyTensor;
+    return TensorView{t.dtype(), t.shape(), data};
   }
 
   ExecutorOptions Options;

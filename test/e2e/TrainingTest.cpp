@@ -55,12 +55,11 @@ std::vector<int64_t> identityOrder(int64_t n) {
 }
 
 /// Compares every array of `want` with `got(name)`; returns mismatches.
-unsigned compareArrays(const std::map<std::string, Tensor> &want,
-                       const std::function<llvm::Expected<Tensor>(
-                           const std::string &)> &got,
-                       const std::function<double(const std::string &,
-                                                  int64_t)> &atol,
-                       const std::string &what) {
+unsigned compareArrays(
+    const std::map<std::string, Tensor> &want,
+    const std::function<llvm::Expected<Tensor>(const std::string &)> &got,
+    const std::function<double(const std::string &, int64_t)> &atol,
+    const std::string &what) {
   unsigned bad = 0;
   for (const auto &[name, ref] : want) {
     auto t = got(name);
@@ -100,7 +99,7 @@ TEST_P(TrainingMatchesPyTorch, WeightsAndLosses) {
   o.Import.Batch = *ref.root().getInteger("batch");
   o.DisableDropout = true;
   std::string opt = cfg->getString("optimizer")->str();
-  o.Optimizer.Kind = opt == "AdamW" ? OptimizerOptions::Kind::AdamW
+  o.Optimizer.Kind = opt == "AdamW"        ? OptimizerOptions::Kind::AdamW
                      : hp->get("momentum") ? OptimizerOptions::Kind::Momentum
                                            : OptimizerOptions::Kind::Sgd;
   o.Optimizer.Lr = *hp->getNumber("lr");
@@ -115,9 +114,11 @@ TEST_P(TrainingMatchesPyTorch, WeightsAndLosses) {
   if (const llvm::json::Object *clip = cfg->getObject("clip_grad_norm"))
     o.Optimizer.ClipGradNorm = *clip->getNumber("max_norm");
 
-  auto trainer = takeOrFail(Trainer::create(modelPath(std::string(c.Model) + ".onnx"), o));
+  auto trainer =
+      takeOrFail(Trainer::create(modelPath(std::string(c.Model) + ".onnx"), o));
   ASSERT_TRUE(trainer);
-  auto data = takeOrFail(loadDataset(modelPath(std::string(c.Model) + ".train.npz")));
+  auto data =
+      takeOrFail(loadDataset(modelPath(std::string(c.Model) + ".train.npz")));
   ASSERT_EQ(errorOf(checkDataset(data, trainer->stepFunction())), "");
   std::vector<int64_t> order = identityOrder(data.Samples);
   const llvm::json::Array &losses = *cfg->getArray("losses");
@@ -137,7 +138,8 @@ TEST_P(TrainingMatchesPyTorch, WeightsAndLosses) {
   // Element ranges whose true gradient is zero (see the file comment).
   std::map<std::string, std::pair<int64_t, int64_t>> noisy;
   if (opt == "AdamW") {
-    if (const llvm::json::Array *z = ref.root().getArray("zero_gradient_parameters"))
+    if (const llvm::json::Array *z =
+            ref.root().getArray("zero_gradient_parameters"))
       for (const auto &v : *z) {
         noisy[v.getAsString()->str()] = {0, INT64_MAX};
         noisy["bn1.running_mean"] = {0, INT64_MAX};
@@ -166,14 +168,27 @@ TEST_P(TrainingMatchesPyTorch, WeightsAndLosses) {
 
 INSTANTIATE_TEST_SUITE_P(
     Models, TrainingMatchesPyTorch,
-    ::testing::ValuesIn(std::vector<Config>{
-        {"mlp", "sgd"},       {"mlp", "momentum"},    {"mlp", "momentum_nesterov"},
-        {"mlp", "adamw"},     {"mlp", "sgd_clip"},    {"mlp", "sgd_wd"},
-        {"lenet", "sgd"},     {"lenet", "momentum"},  {"lenet", "adamw"},
-        {"lenet", "sgd_clip"}, {"gpt", "sgd"},        {"gpt", "momentum"},
-        {"gpt", "momentum_nesterov"}, {"gpt", "adamw"}, {"gpt", "sgd_clip"},
-        {"gpt", "sgd_wd"},    {"llama", "sgd"},       {"llama", "momentum"},
-        {"llama", "adamw"},   {"llama", "sgd_clip"},  {"llama", "sgd_wd"}}),
+    ::testing::ValuesIn(std::vector<Config>{{"mlp", "sgd"},
+                                            {"mlp", "momentum"},
+                                            {"mlp", "momentum_nesterov"},
+                                            {"mlp", "adamw"},
+                                            {"mlp", "sgd_clip"},
+                                            {"mlp", "sgd_wd"},
+                                            {"lenet", "sgd"},
+                                            {"lenet", "momentum"},
+                                            {"lenet", "adamw"},
+                                            {"lenet", "sgd_clip"},
+                                            {"gpt", "sgd"},
+                                            {"gpt", "momentum"},
+                                            {"gpt", "momentum_nesterov"},
+                                            {"gpt", "adamw"},
+                                            {"gpt", "sgd_clip"},
+                                            {"gpt", "sgd_wd"},
+                                            {"llama", "sgd"},
+                                            {"llama", "momentum"},
+                                            {"llama", "adamw"},
+                                            {"llama", "sgd_clip"},
+                                            {"llama", "sgd_wd"}}),
     [](const auto &info) {
       return std::string(info.param.Model) + "_" + info.param.Name;
     });
@@ -195,19 +210,18 @@ TEST_P(GradientsMatchPyTorch, FirstBatch) {
   EXPECT_NEAR(r.Loss, wantLoss, 1e-5 + 1e-4 * wantLoss);
   auto want = takeOrFail(readArrays(modelPath(model + ".ref.grads.npz")));
   const auto &grads = trainer->executor().gradients();
-  EXPECT_EQ(compareArrays(
-                want,
-                [&](const std::string &n) -> llvm::Expected<Tensor> {
-                  auto it = grads.find(n);
-                  if (it == grads.end())
-                    return llvm::createStringError(
-                        llvm::inconvertibleErrorCode(), "no gradient for %s",
-                        n.c_str());
-                  return it->second;
-                },
-                [](const std::string &, int64_t) { return 1e-5; },
-                model + " grads"),
-            0u);
+  EXPECT_EQ(
+      compareArrays(
+          want,
+          [&](const std::string &n) -> llvm::Expected<Tensor> {
+            auto it = grads.find(n);
+            if (it == grads.end())
+              return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                             "no gradient for %s", n.c_str());
+            return it->second;
+          },
+          [](const std::string &, int64_t) { return 1e-5; }, model + " grads"),
+      0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GradientsMatchPyTorch,
@@ -222,7 +236,9 @@ TEST(SavedModel, IsValidOnnxWithTrainedWeights) {
   auto data = takeOrFail(loadDataset(modelPath("mlp.train.npz")));
   ASSERT_TRUE(static_cast<bool>(trainer->step(data, identityOrder(32), 0)));
   std::string out = testing::TempDir() + "/mlp.trained.onnx";
-  ASSERT_EQ(errorOf(saveTrainedModel(trainer->executor(), modelPath("mlp.onnx"), out)), "");
+  ASSERT_EQ(errorOf(saveTrainedModel(trainer->executor(), modelPath("mlp.onnx"),
+                                     out)),
+            "");
   EXPECT_NO_THROW(onnx::checker::check_model(out));
   // Loading the saved model gives the trained weights back.
   TrainOptions again = o;
