@@ -23,6 +23,8 @@
 
 #include "llvm/ADT/SmallVector.h"
 
+#include <map>
+
 using namespace headroom;
 
 namespace {
@@ -43,11 +45,40 @@ private:
     return b.constant(Tensor::fromDoubles(t, {}, {v}));
   }
   void update(Module &m, Builder &b, StateSlot *w, Value *g, Value *step);
+  /// lr / (1 - b1^t) and sqrt(1 - b2^t), computed in f64 from the step count
+  /// and rounded once to `t`; built once per element type and shared.
+  std::pair<Value *, Value *> biasCorrections(Builder &b, Value *step, DType t);
+
+  std::map<DType, std::pair<Value *, Value *>> Corrections;
 
   OptimizerOptions O;
 };
 
 } // namespace
+
+std::pair<Value *, Value *> Optimizer::biasCorrections(Builder &b, Value *step,
+                                                       DType t) {
+  auto it = Corrections.find(t);
+  if (it != Corrections.end())
+    return it->second;
+  TensorType f64s(DType::F64, {});
+  auto pow = [&](double base) {
+    return b.createValue("Pow", {scalar(b, base, DType::F64), step}, f64s);
+  };
+  Value *one = scalar(b, 1.0, DType::F64);
+  Value *bc1 = b.createValue("Sub", {one, pow(O.Beta1)}, f64s);
+  Value *bc2 = b.createValue("Sub", {one, pow(O.Beta2)}, f64s);
+  Value *stepSize =
+      b.createValue("Div", {scalar(b, O.Lr, DType::F64), bc1}, f64s);
+  Value *sqrtBc2 = b.createValue("Sqrt", {bc2}, f64s);
+  AttributeMap cast;
+  cast["to"] = Attribute::getType(t);
+  TensorType ts(t, {});
+  auto result = std::make_pair(b.createValue("Cast", {stepSize}, ts, cast),
+                               b.createValue("Cast", {sqrtBc2}, ts, cast));
+  Corrections[t] = result;
+  return result;
+}
 
 void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
                        Value *step) {
@@ -76,22 +107,7 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
            g);
     b.create("Assign", {mNew}, {}, {}, ms);
     b.create("Assign", {vNew}, {}, {}, vs);
-    // Bias corrections in f64 from the step count, rounded once to t.
-    TensorType f64s(DType::F64, {});
-    auto pow = [&](double base) {
-      return b.createValue("Pow", {scalar(b, base, DType::F64), step}, f64s);
-    };
-    auto one = scalar(b, 1.0, DType::F64);
-    Value *bc1 = b.createValue("Sub", {one, pow(O.Beta1)}, f64s);
-    Value *bc2 = b.createValue("Sub", {one, pow(O.Beta2)}, f64s);
-    Value *stepSize =
-        b.createValue("Div", {scalar(b, O.Lr, DType::F64), bc1}, f64s);
-    Value *sqrtBc2 = b.createValue("Sqrt", {bc2}, f64s);
-    AttributeMap cast;
-    cast["to"] = Attribute::getType(t);
-    TensorType ts(t, {});
-    Value *stepSizeT = b.createValue("Cast", {stepSize}, ts, cast);
-    Value *sqrtBc2T = b.createValue("Cast", {sqrtBc2}, ts, cast);
+    auto [stepSizeT, sqrtBc2T] = biasCorrections(b, step, t);
     Value *denom = ew(
         b, "Add",
         {ew(b, "Div", {ew(b, "Sqrt", {vNew}, g), sqrtBc2T}, g), k(O.Eps)}, g);
@@ -174,6 +190,7 @@ llvm::Expected<bool> Optimizer::run(Module &m) {
       b.setInsertionPoint(ret);
     }
     Value *step = nullptr;
+    Corrections.clear();
     if (O.Kind == OptimizerOptions::Kind::AdamW) {
       StateSlot *ss = m.lookupState("adamw.step");
       if (!ss)

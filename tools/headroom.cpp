@@ -159,22 +159,20 @@ static std::string bytesString(uint64_t b) {
 
 static void printStats(const Module &m, llvm::raw_ostream &os) {
   os << "// ----- summary -----\n";
-  uint64_t paramElems = 0, paramBytes = 0, frozenBytes = 0;
-  unsigned params = 0, frozen = 0;
+  // Per state kind (enum order): tensors, elements, bytes.
+  const char *kinds[] = {"parameters", "frozen", "buffers", "optimizer"};
+  uint64_t elems[4] = {}, bytes[4] = {};
+  unsigned counts[4] = {};
   for (const auto &s : m.states()) {
-    if (s->kind() == StateKind::Param) {
-      ++params;
-      paramElems += s->type().numElements();
-      paramBytes += s->type().sizeInBytes();
-    } else {
-      ++frozen;
-      frozenBytes += s->type().sizeInBytes();
-    }
+    int k = static_cast<int>(s->kind());
+    ++counts[k];
+    elems[k] += s->type().numElements();
+    bytes[k] += s->type().sizeInBytes();
   }
-  os << "// parameters: " << params << " tensors, " << paramElems
-     << " elements, " << bytesString(paramBytes) << "\n";
-  os << "// frozen:     " << frozen << " tensors, " << bytesString(frozenBytes)
-     << "\n";
+  for (int k = 0; k < 4; ++k)
+    if (counts[k] || k == 0)
+      os << "// " << kinds[k] << ": " << counts[k] << " tensors, " << elems[k]
+         << " elements, " << bytesString(bytes[k]) << "\n";
   for (const auto &f : m.functions()) {
     std::map<std::string, unsigned> ops;
     uint64_t resultBytes = 0;
