@@ -15,3 +15,14 @@ config.substitutions.append(("%python", "/usr/bin/python3" if os.path.exists("/u
 config.substitutions.append(("%models", os.path.join(config.headroom_src_dir, "test", "models")))
 config.environment["PATH"] = os.pathsep.join(
     [config.headroom_bin_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
+
+# onnxruntime (PyPI, optional): proves that saved models run in a peer runtime.
+import shutil
+import subprocess
+for candidate in ("python3", "/usr/bin/python3"):
+    exe = shutil.which(candidate)
+    if exe and subprocess.run([exe, "-c", "import onnxruntime, numpy"],
+                              capture_output=True).returncode == 0:
+        config.available_features.add("onnxruntime")
+        config.substitutions.append(("%ortpython", exe))
+        break
