@@ -29,6 +29,8 @@ static cl::OptionCategory Category("headroom options");
 static cl::SubCommand OptCmd("opt", "Run passes on a model and print the IR");
 static cl::SubCommand DevicesCmd("devices",
                                  "List the devices the runtime can use");
+cl::SubCommand ZooCmd("zoo", "Write a reference architecture (gpt2, llama) "
+                             "as an ONNX training graph (tools/Zoo.cpp)");
 cl::SubCommand TrainCmd("train", "Compile the training step and run it on "
                                  "data (tools/Train.cpp)");
 
@@ -125,6 +127,7 @@ static llvm::Expected<ImportOptions> importOptionsFromFlags() {
 }
 
 int runTrain(const ImportOptions &import); // tools/Train.cpp
+int runZoo();                              // tools/Zoo.cpp
 
 /// Imports .onnx or parses textual IR, by extension ("-" is textual IR).
 static llvm::Expected<std::unique_ptr<Module>>
@@ -313,6 +316,8 @@ int main(int argc, char **argv) {
     return runOpt();
   if (DevicesCmd)
     return runDevices();
+  if (ZooCmd)
+    return runZoo();
   if (TrainCmd) {
     auto options = importOptionsFromFlags();
     if (!options)

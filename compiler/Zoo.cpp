@@ -1,0 +1,2 @@
+//===- Zoo.cpp - Reference architectures as ONNX training graphs --------===//
+#include "compiler/Zoo.h"
