@@ -1,7 +1,10 @@
-//===- Plan.cpp - Lowering a Module to a Plan -----------------------------===//
+//===- Plan.cpp - Lowering a Module to a memory-planned Plan --------------===//
 #include "runtime/Plan.h"
 
+#include "compiler/MemoryPlan.h"
+
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringSet.h"
 
 using namespace headroom;
 
@@ -19,63 +22,213 @@ const PlanFunction *Plan::function(llvm::StringRef name) const {
   return nullptr;
 }
 
-llvm::Expected<Plan> headroom::lowerModule(const Module &m) {
+/// Elementwise kernels whose output may be their first input's buffer
+/// (kernels/cpu/Elementwise.cpp reads each element before writing it).
+static bool canRunInPlace(const Node &n) {
+  static const llvm::StringSet<> ops = {
+      "Abs",  "Neg",     "Exp",  "Log",       "Sqrt", "Reciprocal",
+      "Tanh", "Sigmoid", "Relu", "LeakyRelu", "Erf",  "Sin",
+      "Cos",  "Floor",   "Ceil", "Identity",  "Add",  "Sub",
+      "Mul",  "Div",     "Pow",  "Max",       "Min",  "Sum"};
+  return ops.count(n.op()) && n.numResults() == 1 && n.operand(0) &&
+         n.result(0)->type() == n.operand(0)->type();
+}
+
+namespace {
+
+/// Lowers one function, appending its buffers to the plan.
+class FunctionLowering {
+public:
+  FunctionLowering(Plan &plan, const Function &f, int functionIndex,
+                   const llvm::DenseMap<const StateSlot *, int> &stateIds,
+                   const LowerOptions &o)
+      : P(plan), F(f), FnIndex(functionIndex), StateIds(stateIds), O(o) {}
+
+  PlanFunction lower();
+  /// Transient buffers of this function with their lifetimes.
+  std::vector<int> ArenaBuffers;
+  std::vector<BufferLife> Lives;
+  /// Category of each arena buffer (0 activations, 1 gradients, 2 temps).
+  std::vector<int> Categories;
+
+private:
+  bool readNeedsCopy(const Node &read) const;
+  int newBuffer(const Value *v, Placement place) {
+    int id = P.Buffers.size();
+    P.Buffers.push_back(v->type());
+    P.Placements.push_back(place);
+    Buffers[v] = id;
+    return id;
+  }
+
+  Plan &P;
+  const Function &F;
+  int FnIndex;
+  const llvm::DenseMap<const StateSlot *, int> &StateIds;
+  const LowerOptions &O;
+  llvm::DenseMap<const Value *, int> Buffers;
+  llvm::DenseMap<const Node *, int> Position;
+  llvm::DenseMap<const Value *, int> LastUse;
+};
+
+} // namespace
+
+bool FunctionLowering::readNeedsCopy(const Node &read) const {
+  for (const Node &w : F.nodes()) {
+    if (!w.info()->has(opflags::WritesState) || w.state() != read.state() ||
+        Position.lookup(&w) < Position.lookup(&read))
+      continue;
+    for (const Node *user : read.result(0)->users())
+      if (user != &w && Position.lookup(user) > Position.lookup(&w))
+        return true;
+  }
+  return false;
+}
+
+PlanFunction FunctionLowering::lower() {
+  PlanFunction pf;
+  pf.Name = F.name();
+  int calls = 0;
+  for (const Node &n : F.nodes())
+    if (!n.info()->has(opflags::Terminator))
+      Position[&n] = calls++;
+  // Last use of every value; function results live to the end.
+  for (const Node &n : F.nodes())
+    for (Value *v : n.operands())
+      if (v)
+        LastUse[v] = n.info()->has(opflags::Terminator)
+                         ? calls
+                         : std::max(LastUse.lookup(v), Position[&n]);
+  int lossPos = -1;
+  if (!F.returnValues().empty() && F.returnValues()[0]->definingNode())
+    lossPos = Position.lookup(F.returnValues()[0]->definingNode());
+
+  llvm::DenseMap<int, int> arenaSlot; // buffer id -> index in ArenaBuffers
+  auto addArena = [&](const Value *v, int first) {
+    int id = newBuffer(v, Placement());
+    arenaSlot[id] = ArenaBuffers.size();
+    ArenaBuffers.push_back(id);
+    int last = std::max(first, LastUse.lookup(v));
+    Lives.push_back({v->type().sizeInBytes(), first, last});
+    Categories.push_back(first > lossPos ? 1 : last > lossPos ? 0 : 2);
+    return id;
+  };
+  for (Value *a : F.arguments())
+    pf.Args.push_back(addArena(a, 0));
+
+  for (const Node &n : F.nodes()) {
+    if (n.info()->has(opflags::Terminator)) {
+      for (Value *v : n.operands())
+        pf.Results.push_back(Buffers.lookup(v));
+      continue;
+    }
+    int pos = Position[&n];
+    KernelCall call;
+    call.Op = n.op();
+    call.Attrs = n.attrs();
+    call.Id = pos;
+    for (Value *v : n.operands())
+      call.Inputs.push_back(v ? Buffers.lookup(v) : -1);
+    if (n.state())
+      call.State = StateIds.lookup(n.state());
+    for (Value *r : n.results()) {
+      if (n.op() == "Read") {
+        if (readNeedsCopy(n)) {
+          call.Attrs["copy"] = Attribute::getInt(1);
+          call.Outputs.push_back(addArena(r, pos));
+        } else {
+          Placement p;
+          p.Where = Placement::Kind::State;
+          p.Index = call.State;
+          call.Outputs.push_back(newBuffer(r, p));
+        }
+        continue;
+      }
+      if (n.op() == "Constant") {
+        Placement p;
+        p.Where = Placement::Kind::Constant;
+        p.Index = FnIndex;
+        p.Call = pos;
+        call.Outputs.push_back(newBuffer(r, p));
+        continue;
+      }
+      Value *first = n.operand(0);
+      if (O.InPlace && r == n.result(0) && canRunInPlace(n) &&
+          LastUse.lookup(first) == pos && arenaSlot.count(Buffers[first]) &&
+          !llvm::is_contained(F.arguments(), first)) {
+        // Reuse the dying operand's buffer: extend its lifetime.
+        int id = Buffers[first];
+        Buffers[r] = id;
+        BufferLife &life = Lives[arenaSlot[id]];
+        life.Last = std::max<int64_t>(life.Last, LastUse.lookup(r));
+        if (life.Last > lossPos && life.First <= lossPos)
+          Categories[arenaSlot[id]] = 0;
+        call.Outputs.push_back(id);
+        continue;
+      }
+      call.Outputs.push_back(addArena(r, pos));
+    }
+    pf.Calls.push_back(std::move(call));
+  }
+  return pf;
+}
+
+llvm::Expected<Plan> headroom::lowerModule(const Module &m,
+                                           const LowerOptions &o) {
   Plan plan;
   llvm::DenseMap<const StateSlot *, int> stateIds;
+  MemoryReport &r = plan.Report;
   for (const auto &s : m.states()) {
     stateIds[s.get()] = plan.States.size();
     plan.States.push_back({s->name(), s->type(), s->kind()});
+    uint64_t bytes = s->type().sizeInBytes();
+    switch (s->kind()) {
+    case StateKind::Param:
+      r.Parameters += bytes;
+      break;
+    case StateKind::Frozen:
+      r.Frozen += bytes;
+      break;
+    case StateKind::Buffer:
+      r.Buffers += bytes;
+      break;
+    case StateKind::Optimizer:
+      r.OptimizerState += bytes;
+      break;
+    }
   }
   for (const auto &f : m.functions()) {
-    PlanFunction pf;
-    pf.Name = f->name();
-    llvm::DenseMap<const Value *, int> buffers;
-    auto bufferOf = [&](const Value *v) {
-      auto [it, inserted] = buffers.try_emplace(v, plan.Buffers.size());
-      if (inserted)
-        plan.Buffers.push_back(v->type());
-      return it->second;
-    };
-    for (Value *a : f->arguments())
-      pf.Args.push_back(bufferOf(a));
-    // A Read may alias its slot unless its value is used after a node that
-    // writes the slot; then the executor must copy (attribute `copy`).
-    llvm::DenseMap<const Node *, unsigned> position;
-    for (const Node &n : f->nodes())
-      position[&n] = position.size();
-    auto needsCopy = [&](const Node &read) {
-      for (const Node &w : f->nodes()) {
-        if (!w.info()->has(opflags::WritesState) || w.state() != read.state() ||
-            position[&w] < position[&read])
-          continue;
-        for (const Node *user : read.result(0)->users())
-          if (user != &w && position[user] > position[&w])
-            return true;
+    FunctionLowering fl(plan, *f, plan.Functions.size(), stateIds, o);
+    plan.Functions.push_back(fl.lower());
+    ArenaAssignment a = planArena(fl.Lives);
+    for (size_t i = 0; i < fl.ArenaBuffers.size(); ++i)
+      plan.Placements[fl.ArenaBuffers[i]].Offset = a.Offsets[i];
+    // Functions run one at a time: they share the arena.
+    if (a.ArenaBytes < plan.ArenaBytes)
+      continue;
+    plan.ArenaBytes = a.ArenaBytes;
+    r.ArenaBytes = a.ArenaBytes;
+    r.ArenaLowerBound = a.LowerBound;
+    // Timeline and the split at the peak position (aligned sizes).
+    int64_t positions = 0;
+    for (const BufferLife &b : fl.Lives)
+      positions = std::max(positions, b.Last + 1);
+    r.Timeline.assign(positions, {0, 0, 0});
+    for (size_t i = 0; i < fl.Lives.size(); ++i)
+      for (int64_t p = fl.Lives[i].First; p <= fl.Lives[i].Last; ++p)
+        r.Timeline[p][fl.Categories[i]] += (fl.Lives[i].Size + 63) & ~63ull;
+    uint64_t best = 0;
+    for (const auto &t : r.Timeline)
+      if (t[0] + t[1] + t[2] > best) {
+        best = t[0] + t[1] + t[2];
+        r.Activations = t[0];
+        r.Gradients = t[1];
+        r.Temporaries = t[2];
       }
-      return false;
-    };
-    uint32_t id = 0;
-    for (const Node &n : f->nodes()) {
-      if (n.info()->has(opflags::Terminator)) {
-        for (Value *v : n.operands())
-          pf.Results.push_back(bufferOf(v));
-        continue;
-      }
-      KernelCall call;
-      call.Op = n.op();
-      call.Attrs = n.attrs();
-      call.Id = id++;
-      for (Value *v : n.operands())
-        call.Inputs.push_back(v ? bufferOf(v) : -1);
-      for (Value *r : n.results())
-        call.Outputs.push_back(bufferOf(r));
-      if (n.state())
-        call.State = stateIds.lookup(n.state());
-      if (n.op() == "Read" && needsCopy(n))
-        call.Attrs["copy"] = Attribute::getInt(1);
-      pf.Calls.push_back(std::move(call));
-    }
-    plan.Functions.push_back(std::move(pf));
   }
+  for (const PlanFunction &pf : plan.Functions)
+    for (const KernelCall &c : pf.Calls)
+      if (c.Op == "Constant")
+        r.Constants += c.Attrs.at("value").asTensor().bytes().size();
   return plan;
 }

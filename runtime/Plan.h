@@ -1,10 +1,16 @@
-//===- Plan.h - A lowered training step -----------------------------------===//
+//===- Plan.h - A lowered, memory-planned training step -------------------===//
 //
-// The plan is what the executors run: state slots, typed buffers, and each
-// function as a list of kernel calls that name their buffers by index. It is
-// produced from a Module by lowerModule(). Buffers are values: for now each
-// value has its own buffer; the memory planner will assign them offsets in
-// one arena. Read results alias their state slot (no copy).
+// The plan is what the executors run: state slots, typed buffers with a fixed
+// place each, and every function as a list of kernel calls naming buffers by
+// index. lowerModule() builds it from a Module and plans its memory:
+//   - a Read's result is the state slot itself (copied only when the slot is
+//     overwritten while the read value is still needed);
+//   - a Constant's result is the constant's own bytes in the plan;
+//   - every other value lives in one arena at an offset planned from the
+//     schedule's liveness (compiler/MemoryPlan.h); an elementwise result may
+//     reuse its first operand's buffer when that operand dies there.
+// So the memory of a step is exactly: state + arena (+ the plan's constants),
+// known before anything runs; the report says how it splits.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_RUNTIME_PLAN_H
@@ -14,12 +20,23 @@
 
 #include "llvm/Support/Error.h"
 
+#include <array>
+
 namespace headroom {
 
 struct PlanState {
   std::string Name;
   TensorType Type;
   StateKind Kind;
+};
+
+/// Where a buffer's bytes are.
+struct Placement {
+  enum class Kind { Arena, State, Constant };
+  Kind Where = Kind::Arena;
+  uint64_t Offset = 0; // Arena: byte offset
+  int Index = -1;      // State: state index; Constant: function index
+  int Call = -1;       // Constant: the Constant call within that function
 };
 
 struct KernelCall {
@@ -38,17 +55,51 @@ struct PlanFunction {
   std::vector<KernelCall> Calls;
 };
 
+/// Bytes by category; what `headroom report` prints. Categories of transient
+/// buffers are by phase: a value computed up to the loss and still live after
+/// it is an activation saved for backward; values computed after the loss are
+/// gradients (of activations and parameters) and update temporaries; other
+/// forward values are temporaries.
+struct MemoryReport {
+  uint64_t Parameters = 0, Frozen = 0, Buffers = 0, OptimizerState = 0;
+  uint64_t Constants = 0;
+  uint64_t ArenaBytes = 0;      // planned peak of transient buffers
+  uint64_t ArenaLowerBound = 0; // max bytes of transient buffers live at once
+  // At the schedule position where transient memory peaks:
+  uint64_t Activations = 0, Gradients = 0, Temporaries = 0;
+  uint64_t Workspace = 0; // kernel scratch declared by the backend
+  uint64_t PeakBytes() const {
+    return Parameters + Frozen + Buffers + OptimizerState + ArenaBytes +
+           Workspace;
+  }
+  uint64_t LowerBoundBytes() const {
+    return Parameters + Frozen + Buffers + OptimizerState + ArenaLowerBound +
+           Workspace;
+  }
+  /// Live transient bytes after each call of the main function, by category
+  /// (activations, gradients, temporaries): the report's timeline.
+  std::vector<std::array<uint64_t, 3>> Timeline;
+};
+
 struct Plan {
   std::vector<PlanState> States;
   std::vector<TensorType> Buffers;
+  std::vector<Placement> Placements; // one per buffer
   std::vector<PlanFunction> Functions;
+  uint64_t ArenaBytes = 0;
+  MemoryReport Report;
 
   int stateIndex(llvm::StringRef name) const;
   const PlanFunction *function(llvm::StringRef name) const;
 };
 
-/// Lowers every function of a verified module.
-llvm::Expected<Plan> lowerModule(const Module &m);
+struct LowerOptions {
+  /// Let elementwise results reuse a dying first operand's buffer.
+  bool InPlace = true;
+};
+
+/// Lowers every function of a verified module and plans its memory.
+llvm::Expected<Plan> lowerModule(const Module &m, const LowerOptions &o = {});
 
 } // namespace headroom
 

@@ -1,13 +1,16 @@
 //===- CpuExecutor.cpp - The CPU backend ----------------------------------===//
 //
-// Every buffer is allocated when the executor is created; a run only calls
-// kernels. Read results alias their state slot unless the lowering marked the
-// Read as needing a copy (its value is used after the slot is overwritten).
+// State and one arena are allocated when the executor is created, and every
+// buffer's address is fixed then (runtime/Plan.h says where each lives); a
+// run copies the arguments in and calls kernels. Nothing else is allocated,
+// so allocatedBytes() is the plan's state + arena, its planned peak.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
 #include "runtime/Executor.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 using namespace headroom;
@@ -46,7 +49,10 @@ private:
 
   ExecutorOptions Options;
   std::vector<std::vector<uint8_t>> States;
-  std::vector<std::vector<uint8_t>> Buffers;
+  struct FreeDeleter {
+    void operator()(uint8_t *p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, FreeDeleter> Arena;
   std::vector<void *> Pointers; // where each buffer's data is (may alias)
   std::map<std::string, Tensor> Gradients;
   uint64_t Allocated = 0;
@@ -64,27 +70,36 @@ uint64_t mixSeed(uint64_t seed, uint64_t step, uint64_t call) {
 } // namespace
 
 llvm::Error CpuExecutor::allocate() {
-  for (const PlanState &s : ThePlan.States) {
-    States.emplace_back(s.Type.sizeInBytes(), 0);
-    Allocated += s.Type.sizeInBytes();
+  for (const PlanState &st : ThePlan.States) {
+    States.emplace_back(st.Type.sizeInBytes(), 0);
+    Allocated += st.Type.sizeInBytes();
   }
-  Buffers.resize(ThePlan.Buffers.size());
+  // One arena for every transient buffer, 64-byte aligned like its offsets.
+  Arena.reset(static_cast<uint8_t *>(std::aligned_alloc(
+      64, std::max<uint64_t>(64, (ThePlan.ArenaBytes + 63) & ~uint64_t(63)))));
+  if (!Arena)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "cannot allocate the %llu-byte arena",
+                                   (unsigned long long)ThePlan.ArenaBytes);
+  Allocated += ThePlan.ArenaBytes;
   Pointers.resize(ThePlan.Buffers.size(), nullptr);
-  // Buffers that Read results or arguments alias need no storage of their own.
-  std::vector<bool> aliased(ThePlan.Buffers.size(), false);
-  for (const PlanFunction &f : ThePlan.Functions) {
-    for (int a : f.Args)
-      aliased[a] = true;
-    for (const KernelCall &c : f.Calls)
-      if (c.Op == "Read" && !c.Attrs.count("copy"))
-        aliased[c.Outputs[0]] = true;
-  }
   for (size_t i = 0; i < ThePlan.Buffers.size(); ++i) {
-    if (aliased[i])
-      continue;
-    Buffers[i].resize(ThePlan.Buffers[i].sizeInBytes());
-    Pointers[i] = Buffers[i].data();
-    Allocated += Buffers[i].size();
+    const Placement &p = ThePlan.Placements[i];
+    switch (p.Where) {
+    case Placement::Kind::Arena:
+      Pointers[i] = Arena.get() + p.Offset;
+      break;
+    case Placement::Kind::State:
+      Pointers[i] = States[p.Index].data();
+      break;
+    case Placement::Kind::Constant: {
+      // Kernels never write their inputs: constants are used in place.
+      const Tensor &t =
+          ThePlan.Functions[p.Index].Calls[p.Call].Attrs.at("value").asTensor();
+      Pointers[i] = const_cast<uint8_t *>(t.bytes().data());
+      break;
+    }
+    }
   }
   return llvm::Error::success();
 }
@@ -92,15 +107,13 @@ llvm::Error CpuExecutor::allocate() {
 llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
   if (c.Op == "Read") {
     std::vector<uint8_t> &s = States[c.State];
-    if (c.Attrs.count("copy"))
+    if (c.Attrs.count("copy") && !s.empty())
       std::memcpy(Pointers[c.Outputs[0]], s.data(), s.size());
-    else
-      Pointers[c.Outputs[0]] = s.data();
     return llvm::Error::success();
   }
   if (c.Op == "Assign") {
     std::vector<uint8_t> &s = States[c.State];
-    if (Pointers[c.Inputs[0]] != s.data())
+    if (!s.empty() && Pointers[c.Inputs[0]] != s.data())
       std::memmove(s.data(), Pointers[c.Inputs[0]], s.size());
     return llvm::Error::success();
   }
@@ -111,11 +124,8 @@ llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
         Tensor(t, std::vector<uint8_t>(p, p + t.sizeInBytes()));
     return llvm::Error::success();
   }
-  if (c.Op == "Constant") {
-    const Tensor &t = c.Attrs.at("value").asTensor();
-    std::memcpy(Pointers[c.Outputs[0]], t.bytes().data(), t.bytes().size());
+  if (c.Op == "Constant") // placed on its own bytes at allocation
     return llvm::Error::success();
-  }
   KernelFn fn = lookupKernel(c.Op);
   if (!fn)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -154,8 +164,11 @@ CpuExecutor::run(llvm::StringRef function,
           llvm::inconvertibleErrorCode(),
           "argument %zu of @%s is %s, expected %s", i, function.str().c_str(),
           args[i]->type().str().c_str(), want.str().c_str());
-    // Kernels never write their inputs, so arguments are used in place.
-    Pointers[f->Args[i]] = const_cast<uint8_t *>(args[i]->bytes().data());
+    // Arguments live in the arena like any value, so that the planned bytes
+    // are the bytes used.
+    if (!args[i]->bytes().empty())
+      std::memcpy(Pointers[f->Args[i]], args[i]->bytes().data(),
+                  args[i]->bytes().size());
   }
   Gradients.clear();
   for (const KernelCall &c : f->Calls)
