@@ -94,12 +94,12 @@ def make_data(onnx_path, samples, seed):
     return data
 
 
-def run_headroom(onnx_path, npz, batch, steps, threads, tmpdir):
+def run_headroom(headroom, onnx_path, npz, batch, steps, threads, tmpdir):
     log = os.path.join(tmpdir, "log.jsonl")
     if os.path.exists(log):
         os.remove(log)
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    cmd = [HEADROOM, "train", onnx_path, "--batch", str(batch), "--data", npz,
+    cmd = [headroom, "train", onnx_path, "--batch", str(batch), "--data", npz,
            "--steps", str(steps), "--optimizer", "sgd", "--lr", str(LR),
            "--disable-dropout", "--log", log]
     p = subprocess.run(cmd, env=env, cwd=tmpdir, stdout=subprocess.PIPE,
@@ -169,9 +169,20 @@ def wait_for_quiet(max_busy):
         time.sleep(2)
 
 
+def git_commit():
+    try:
+        return subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, universal_newlines=True).stdout.strip()
+    except OSError:
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="/tmp/step_time.json")
+    ap.add_argument("--headroom", default=HEADROOM,
+                    help="the headroom binary (default build/tools/headroom; pass a "
+                         "copy if someone may rebuild while this runs)")
     ap.add_argument("--models", default="gpt,lenet")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--large", action="store_true",
@@ -188,8 +199,8 @@ def main():
         raise SystemExit("--steps must be > %d" % (WARMUP + 1))
     if a.steps > SAMPLES_PER_BATCH:
         raise SystemExit("--steps must be <= %d (one pass over the data)" % SAMPLES_PER_BATCH)
-    if not os.access(HEADROOM, os.X_OK):
-        raise SystemExit("%s not built: ninja -C build headroom" % HEADROOM)
+    if not os.access(a.headroom, os.X_OK):
+        raise SystemExit("%s not built: ninja -C build headroom" % a.headroom)
     models = a.models.split(",")
     threads = [int(t) for t in a.threads.split(",")]
 
@@ -208,7 +219,8 @@ def main():
                     hr, th, busy = [], [], []
                     for _ in range(a.repeats):
                         busy.append(wait_for_quiet(a.quiet_below))
-                        h, hl = run_headroom(onnx_path, npz, batch, a.steps, t, tmpdir)
+                        h, hl = run_headroom(a.headroom, onnx_path, npz, batch, a.steps,
+                                             t, tmpdir)
                         p, pl = run_torch(base, names, data, batch, a.steps, t)
                         hr.append(h)
                         th.append(p)
@@ -240,7 +252,8 @@ def main():
             r["model"], r["batch"], r["threads"], r["headroom_ms"], r["torch_ms"],
             r["ratio"], r["step1_loss_diff"], r["max_loss_diff"]))
     result = collections.OrderedDict([
-        ("headroom", HEADROOM), ("torch_version", torch.__version__),
+        ("headroom", a.headroom), ("commit", git_commit()),
+        ("torch_version", torch.__version__),
         ("steps", a.steps), ("warmup", WARMUP), ("repeats", a.repeats),
         ("statistic", "min over repeats of the median per-step time after warm-up"),
         ("optimizer", "sgd lr=%g, dropout disabled" % LR),

@@ -8,10 +8,12 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/ModelIO.h"
+#include "runtime/Report.h"
 #include "runtime/Trainer.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
@@ -25,10 +27,12 @@ using namespace headroom;
 namespace cl = llvm::cl;
 
 extern cl::SubCommand TrainCmd;
+extern cl::SubCommand ReportCmd;
 static cl::OptionCategory TrainCat("training options");
 
 static cl::opt<std::string> Model(cl::Positional, cl::desc("<model.onnx>"),
-                                  cl::Required, cl::sub(TrainCmd));
+                                  cl::Required, cl::sub(TrainCmd),
+                                  cl::sub(ReportCmd));
 static cl::opt<std::string> DataPath("data",
                                      cl::desc(".npz archive or folder of .npy"),
                                      cl::value_desc("PATH"), cl::Required,
@@ -44,31 +48,35 @@ static cl::opt<int64_t> Epochs("epochs",
 static cl::opt<std::string> OptimizerName("optimizer",
                                           cl::desc("sgd | momentum | adamw"),
                                           cl::init("sgd"), cl::sub(TrainCmd),
+                                          cl::sub(ReportCmd),
                                           cl::cat(TrainCat));
 static cl::opt<double> Lr("lr",
                           cl::desc("Learning rate (default 0.01; "
                                    "adamw 0.001)"),
-                          cl::init(-1), cl::sub(TrainCmd), cl::cat(TrainCat));
+                          cl::init(-1), cl::sub(TrainCmd), cl::sub(ReportCmd),
+                          cl::cat(TrainCat));
 static cl::opt<double> Momentum("momentum", cl::desc("Momentum factor"),
                                 cl::init(0.9), cl::sub(TrainCmd),
-                                cl::cat(TrainCat));
+                                cl::sub(ReportCmd), cl::cat(TrainCat));
 static cl::opt<bool> Nesterov("nesterov", cl::desc("Nesterov momentum"),
-                              cl::sub(TrainCmd), cl::cat(TrainCat));
+                              cl::sub(TrainCmd), cl::sub(ReportCmd),
+                              cl::cat(TrainCat));
 static cl::opt<double> WeightDecay("weight-decay",
                                    cl::desc("Weight decay (default 0; adamw "
                                             "0.01)"),
                                    cl::init(-1), cl::sub(TrainCmd),
-                                   cl::cat(TrainCat));
+                                   cl::sub(ReportCmd), cl::cat(TrainCat));
 static cl::opt<std::string> Betas("betas", cl::desc("AdamW betas"),
                                   cl::value_desc("B1,B2"),
                                   cl::init("0.9,0.999"), cl::sub(TrainCmd),
-                                  cl::cat(TrainCat));
+                                  cl::sub(ReportCmd), cl::cat(TrainCat));
 static cl::opt<double> Eps("eps", cl::desc("AdamW epsilon"), cl::init(1e-8),
-                           cl::sub(TrainCmd), cl::cat(TrainCat));
+                           cl::sub(TrainCmd), cl::sub(ReportCmd),
+                           cl::cat(TrainCat));
 static cl::opt<double> ClipGradNorm("clip-grad-norm",
                                     cl::desc("Clip the global gradient norm"),
                                     cl::init(0), cl::sub(TrainCmd),
-                                    cl::cat(TrainCat));
+                                    cl::sub(ReportCmd), cl::cat(TrainCat));
 static cl::opt<uint64_t> Seed("seed", cl::desc("Seed for dropout"), cl::init(0),
                               cl::sub(TrainCmd), cl::cat(TrainCat));
 static cl::opt<int64_t> Shuffle("shuffle",
@@ -87,7 +95,7 @@ static cl::opt<bool> DisableDropout(
     "disable-dropout",
     cl::desc("Train with every Dropout ratio set to 0 (to reproduce "
              "references computed without dropout)"),
-    cl::sub(TrainCmd), cl::cat(TrainCat));
+    cl::sub(TrainCmd), cl::sub(ReportCmd), cl::cat(TrainCat));
 
 static int failTrain(llvm::Error e) {
   llvm::WithColor::error(llvm::errs(), "headroom")
@@ -270,6 +278,47 @@ int runTrain(const ImportOptions &import) {
       return failTrain(std::move(e));
     llvm::errs() << "saved " << Save << " (final loss "
                  << llvm::format("%.4f", lastLoss) << ")\n";
+  }
+  return 0;
+}
+
+static cl::opt<bool> Json("json", cl::desc("Print the report as JSON"),
+                          cl::sub(ReportCmd), cl::cat(TrainCat));
+static cl::opt<std::string> Svg("svg",
+                                cl::desc("Also write memory over the schedule "
+                                         "as SVG"),
+                                cl::value_desc("FILE"), cl::sub(ReportCmd),
+                                cl::cat(TrainCat));
+
+int runReport(const ImportOptions &import) {
+  if (import.Batch <= 0 && import.Shapes.empty())
+    return failTrain("--batch N is required: the number of samples per step");
+  auto opt = optimizerFromFlags();
+  if (!opt)
+    return failTrain(opt.takeError());
+  TrainOptions options;
+  options.Import = import;
+  options.Optimizer = *opt;
+  options.DisableDropout = DisableDropout;
+  auto m = buildTrainingStep(Model, options);
+  if (!m)
+    return failTrain(m.takeError());
+  auto plan = lowerModule(**m);
+  if (!plan)
+    return failTrain(plan.takeError());
+  std::string title = (llvm::sys::path::filename(Model) + ", batch " +
+                       llvm::Twine(import.Batch) + ", " + OptimizerName)
+                          .str();
+  if (Json)
+    printReportJson(plan->Report, llvm::outs());
+  else
+    printReportTable(plan->Report, title, llvm::outs());
+  if (!Svg.empty()) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    printReportSvg(plan->Report, title, os);
+    if (auto e = writeFileAtomically(Svg, os.str()))
+      return failTrain(std::move(e));
   }
   return 0;
 }

@@ -1,6 +1,121 @@
 //===- Zoo.cpp - `headroom zoo` ------------------------------------------===//
+//
+// Writes a reference architecture as an ONNX training graph (compiler/Zoo.h):
+//
+//   headroom zoo gpt2|llama [--layers N --d-model N --heads N --ffn N
+//                --vocab N --seq N] [--weights random|none] [--seed S]
+//                -o OUT.onnx
+//
+// Sizes default to the architecture's (GPT-2 small, LLaMA-7B). Prints one
+// summary line; a mistake prints one `headroom: error:` line and returns 1.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/Zoo.h"
+
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/WithColor.h"
+#include "llvm/Support/raw_ostream.h"
 
-extern llvm::cl::SubCommand ZooCmd;
+using namespace headroom;
+namespace cl = llvm::cl;
 
-int runZoo() { return 1; }
+extern cl::SubCommand ZooCmd;
+static cl::OptionCategory ZooCat("zoo options");
+
+static cl::opt<std::string> Arch(cl::Positional, cl::desc("<gpt2|llama>"),
+                                 cl::Required, cl::sub(ZooCmd));
+static cl::opt<int64_t> Layers("layers",
+                               cl::desc("Transformer blocks (gpt2 12, llama "
+                                        "32)"),
+                               cl::sub(ZooCmd), cl::cat(ZooCat));
+static cl::opt<int64_t> DModel("d-model",
+                               cl::desc("Hidden size (gpt2 768, llama 4096)"),
+                               cl::sub(ZooCmd), cl::cat(ZooCat));
+static cl::opt<int64_t> Heads("heads",
+                              cl::desc("Attention heads (gpt2 12, llama 32)"),
+                              cl::sub(ZooCmd), cl::cat(ZooCat));
+static cl::opt<int64_t> Ffn("ffn",
+                            cl::desc("MLP hidden size (gpt2 3072, llama "
+                                     "11008)"),
+                            cl::sub(ZooCmd), cl::cat(ZooCat));
+static cl::opt<int64_t> Vocab("vocab",
+                              cl::desc("Vocabulary (gpt2 50257, llama 32000)"),
+                              cl::sub(ZooCmd), cl::cat(ZooCat));
+static cl::opt<int64_t> Seq("seq",
+                            cl::desc("Sequence length (gpt2 1024, llama 512)"),
+                            cl::sub(ZooCmd), cl::cat(ZooCat));
+static cl::opt<std::string>
+    WeightsFlag("weights",
+                cl::desc("random: N(0, 0.02) weights in the model; none: "
+                         "external data in a sparse OUT.onnx.data that is "
+                         "never written (compile and report only)"),
+                cl::value_desc("random|none"), cl::init("random"),
+                cl::sub(ZooCmd), cl::cat(ZooCat));
+static cl::opt<uint64_t> Seed("seed", cl::desc("Seed of the random weights"),
+                              cl::init(0), cl::sub(ZooCmd), cl::cat(ZooCat));
+static cl::opt<std::string> Output("o", cl::desc("Output model"),
+                                   cl::value_desc("OUT.onnx"), cl::Required,
+                                   cl::sub(ZooCmd), cl::cat(ZooCat));
+
+static int failZoo(llvm::Error e) {
+  llvm::WithColor::error(llvm::errs(), "headroom")
+      << llvm::toString(std::move(e)) << '\n';
+  return 1;
+}
+
+/// The architecture's defaults, overridden by the flags that were given.
+static llvm::Expected<ZooConfig> configFromFlags() {
+  auto config = defaultZooConfig(Arch);
+  if (!config)
+    return config.takeError();
+  std::pair<cl::opt<int64_t> *, int64_t *> sizes[] = {
+      {&Layers, &config->Layers}, {&DModel, &config->DModel},
+      {&Heads, &config->Heads},   {&Ffn, &config->Ffn},
+      {&Vocab, &config->Vocab},   {&Seq, &config->Seq}};
+  for (auto [flag, field] : sizes)
+    if (flag->getNumOccurrences())
+      *field = *flag;
+  if (WeightsFlag == "random")
+    config->Weights = ZooConfig::Weights::Random;
+  else if (WeightsFlag == "none")
+    config->Weights = ZooConfig::Weights::None;
+  else
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--weights %s: expected random or none",
+                                   WeightsFlag.c_str());
+  config->Seed = Seed;
+  return config;
+}
+
+static std::string bytesString(uint64_t b) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  for (; v >= 1024 && u < 4; ++u)
+    v /= 1024;
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::format(u ? "%.2f %s" : "%.0f %s", v, units[u]);
+  return os.str();
+}
+
+int runZoo() {
+  auto config = configFromFlags();
+  if (!config)
+    return failZoo(config.takeError());
+  auto summary = writeZooModel(*config, Output);
+  if (!summary)
+    return failZoo(summary.takeError());
+  llvm::outs() << "wrote " << summary->ModelPath << ": " << config->Arch << ", "
+               << config->Layers << " layers, " << summary->Parameters
+               << " parameters (" << bytesString(summary->ParameterBytes)
+               << "), " << summary->Nodes << " nodes";
+  if (summary->DataPath.empty())
+    llvm::outs() << ", random weights (seed " << config->Seed << ")\n";
+  else
+    llvm::outs() << ", weights: " << summary->DataPath << " ("
+                 << bytesString(summary->DataBytes)
+                 << " sparse, not written)\n";
+  return 0;
+}

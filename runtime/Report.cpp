@@ -1,0 +1,167 @@
+//===- Report.cpp - Rendering a plan's memory report ----------------------===//
+#include "runtime/Report.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
+
+#include <algorithm>
+#include <cmath>
+
+using namespace headroom;
+
+std::string headroom::formatBytes(uint64_t b) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::format(u ? "%.2f %s" : "%.0f %s", v, units[u]);
+  return os.str();
+}
+
+namespace {
+struct Row {
+  const char *Name;
+  uint64_t Bytes;
+};
+} // namespace
+
+void headroom::printReportTable(const MemoryReport &r, llvm::StringRef title,
+                                llvm::raw_ostream &os) {
+  os << "memory report: " << title << "\n";
+  Row rows[] = {
+      {"parameters", r.Parameters},
+      {"gradients", r.Gradients},
+      {"optimizer state", r.OptimizerState},
+      {"activations (saved for backward)", r.Activations},
+      {"temporaries", r.Temporaries},
+      {"buffers (BatchNorm statistics)", r.Buffers},
+      {"frozen weights", r.Frozen},
+      {"workspace", r.Workspace},
+  };
+  auto line = [&](const char *name, uint64_t bytes) {
+    os << llvm::format("  %-34s %18llu B  %12s\n", name,
+                       (unsigned long long)bytes, formatBytes(bytes).c_str());
+  };
+  for (const Row &row : rows)
+    line(row.Name, row.Bytes);
+  uint64_t frag = r.ArenaBytes - (r.Activations + r.Gradients + r.Temporaries);
+  line("fragmentation (arena - live)", frag);
+  os << "  " << std::string(70, '-') << "\n";
+  line("peak", r.PeakBytes());
+  line("lower bound", r.LowerBoundBytes());
+  os << llvm::format(
+      "  %-34s %20.4f\n", static_cast<const char *>("peak / lower bound"),
+      r.LowerBoundBytes() ? double(r.PeakBytes()) / double(r.LowerBoundBytes())
+                          : 1.0);
+  os << "  (categories are at the schedule position where transient memory "
+        "peaks; constants in the plan: "
+     << formatBytes(r.Constants) << ")\n";
+}
+
+void headroom::printReportJson(const MemoryReport &r, llvm::raw_ostream &os) {
+  llvm::json::Object breakdown{
+      {"parameters", int64_t(r.Parameters)},
+      {"gradients", int64_t(r.Gradients)},
+      {"optimizer_state", int64_t(r.OptimizerState)},
+      {"activations", int64_t(r.Activations)},
+      {"workspace", int64_t(r.Workspace)},
+      {"temporaries", int64_t(r.Temporaries)},
+      {"buffers", int64_t(r.Buffers)},
+      {"frozen", int64_t(r.Frozen)},
+      {"fragmentation",
+       int64_t(r.ArenaBytes - (r.Activations + r.Gradients + r.Temporaries))},
+  };
+  llvm::json::Object root{
+      {"peak_bytes", int64_t(r.PeakBytes())},
+      {"lower_bound_bytes", int64_t(r.LowerBoundBytes())},
+      {"arena_bytes", int64_t(r.ArenaBytes)},
+      {"constants_bytes", int64_t(r.Constants)},
+      {"breakdown", std::move(breakdown)},
+  };
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+}
+
+void headroom::printReportSvg(const MemoryReport &r, llvm::StringRef title,
+                              llvm::raw_ostream &os) {
+  const double W = 960, H = 540, left = 90, right = 230, top = 50, bottom = 60;
+  const double pw = W - left - right, ph = H - top - bottom;
+  uint64_t state = r.Parameters + r.OptimizerState + r.Buffers + r.Frozen;
+  size_t n = std::max<size_t>(r.Timeline.size(), 1);
+  double ymax = double(r.PeakBytes()) * 1.05 + 1;
+  auto x = [&](double i) { return left + pw * i / double(n); };
+  auto y = [&](double b) { return top + ph - ph * b / ymax; };
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W
+     << "\" height=\"" << H
+     << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+     << "<text x=\"" << left << "\" y=\"28\" font-size=\"16\">Memory over the "
+     << "training step: " << title << "</text>\n";
+  // Layers from the bottom: state, then activations, gradients, temporaries.
+  struct Layer {
+    const char *Name, *Color;
+  };
+  const Layer layers[] = {{"state (weights, optimizer)", "#9e9e9e"},
+                          {"activations", "#4e79a7"},
+                          {"gradients", "#e15759"},
+                          {"temporaries", "#f28e2b"}};
+  for (int layer = 3; layer >= 0; --layer) {
+    // The polygon of the cumulative sum up to this layer.
+    os << "<polygon fill=\"" << layers[layer].Color << "\" points=\"";
+    os << x(0) << "," << y(0) << " ";
+    for (size_t i = 0; i < n; ++i) {
+      double sum = double(state);
+      if (i < r.Timeline.size())
+        for (int k = 0; k < layer; ++k)
+          sum += double(r.Timeline[i][k]);
+      if (layer == 0)
+        sum = double(state);
+      os << x(i) << "," << y(sum) << " " << x(i + 1) << "," << y(sum) << " ";
+    }
+    os << x(n) << "," << y(0) << "\"/>\n";
+  }
+  // Peak and lower bound lines.
+  auto hline = [&](double b, const char *color, const char *label) {
+    os << "<line x1=\"" << left << "\" x2=\"" << left + pw << "\" y1=\"" << y(b)
+       << "\" y2=\"" << y(b) << "\" stroke=\"" << color
+       << "\" stroke-dasharray=\"6,4\"/>\n<text x=\"" << left + pw + 6
+       << "\" y=\"" << y(b) + 4 << "\" fill=\"" << color << "\">" << label
+       << " " << formatBytes(uint64_t(b)) << "</text>\n";
+  };
+  hline(double(r.PeakBytes()), "black", "planned peak");
+  if (r.LowerBoundBytes() != r.PeakBytes())
+    hline(double(r.LowerBoundBytes()), "#555", "lower bound");
+  // Axes with ticks.
+  os << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left
+     << "\" y2=\"" << top + ph << "\" stroke=\"black\"/>\n"
+     << "<line x1=\"" << left << "\" y1=\"" << top + ph << "\" x2=\""
+     << left + pw << "\" y2=\"" << top + ph << "\" stroke=\"black\"/>\n";
+  for (int t = 0; t <= 5; ++t) {
+    double b = ymax * t / 5;
+    os << "<text x=\"" << left - 6 << "\" y=\"" << y(b) + 4
+       << "\" text-anchor=\"end\">" << formatBytes(uint64_t(b)) << "</text>\n"
+       << "<line x1=\"" << left - 3 << "\" x2=\"" << left << "\" y1=\"" << y(b)
+       << "\" y2=\"" << y(b) << "\" stroke=\"black\"/>\n";
+    double i = double(n) * t / 5;
+    os << "<text x=\"" << x(i) << "\" y=\"" << top + ph + 18
+       << "\" text-anchor=\"middle\">" << int64_t(i) << "</text>\n";
+  }
+  os << "<text x=\"" << left + pw / 2 << "\" y=\"" << H - 18
+     << "\" text-anchor=\"middle\">kernel call in the step's schedule "
+        "(forward, then backward and updates)</text>\n"
+     << "<text transform=\"translate(20," << top + ph / 2
+     << ") rotate(-90)\" text-anchor=\"middle\">bytes</text>\n";
+  // Legend.
+  for (int k = 0; k < 4; ++k) {
+    double ly = top + 60 + k * 22;
+    os << "<rect x=\"" << left + pw + 10 << "\" y=\"" << ly - 11
+       << "\" width=\"14\" height=\"14\" fill=\"" << layers[k].Color
+       << "\"/>\n<text x=\"" << left + pw + 30 << "\" y=\"" << ly << "\">"
+       << layers[k].Name << "</text>\n";
+  }
+  os << "</svg>\n";
+}
