@@ -252,31 +252,43 @@ llvm::Expected<Dataset> headroom::loadDataset(llvm::StringRef path) {
 }
 
 llvm::Error headroom::checkDataset(const Dataset &data, const Function &f) {
+  std::vector<std::string> names;
+  std::vector<TensorType> types;
   for (Value *a : f.arguments()) {
-    auto it = data.Arrays.find(a->name());
+    names.push_back(a->name());
+    types.push_back(a->type());
+  }
+  return checkDataset(data, names, types);
+}
+
+llvm::Error headroom::checkDataset(const Dataset &data,
+                                   llvm::ArrayRef<std::string> names,
+                                   llvm::ArrayRef<TensorType> types) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string &name = names[i];
+    const TensorType &want = types[i];
+    auto it = data.Arrays.find(name);
     if (it == data.Arrays.end()) {
       std::string have;
       for (const auto &kv : data.Arrays)
         have += (have.empty() ? "" : ", ") + kv.first;
-      return err(data.Source + ": no array named '" + a->name() +
-                 "' for the model's input of type " + a->type().str() +
+      return err(data.Source + ": no array named '" + name +
+                 "' for the model's input of type " + want.str() +
                  " (arrays: " + have + ")");
     }
     const TensorType &t = it->second.type();
-    if (t.dtype() != a->type().dtype())
-      return err(data.Source + ": array '" + a->name() + "' is " +
-                 dtypeName(t.dtype()) + ", the model's input is " +
-                 a->type().str());
-    if (t.rank() != a->type().rank() ||
-        t.shape().drop_front() != a->type().shape().drop_front())
-      return err(
-          data.Source + ": array '" + a->name() + "' has samples of shape " +
-          shapeString(t.shape().drop_front()) + ", the model's input '" +
-          a->name() + "' needs " + shapeString(a->type().shape().drop_front()));
-    if (data.Samples < a->type().dim(0))
+    if (t.dtype() != want.dtype())
+      return err(data.Source + ": array '" + name + "' is " +
+                 dtypeName(t.dtype()) + ", the model's input is " + want.str());
+    if (t.rank() != want.rank() ||
+        t.shape().drop_front() != want.shape().drop_front())
+      return err(data.Source + ": array '" + name + "' has samples of shape " +
+                 shapeString(t.shape().drop_front()) + ", the model's input '" +
+                 name + "' needs " + shapeString(want.shape().drop_front()));
+    if (data.Samples < want.dim(0))
       return err(data.Source + ": " + llvm::Twine(data.Samples) +
                  " samples are fewer than one batch of " +
-                 llvm::Twine(a->type().dim(0)));
+                 llvm::Twine(want.dim(0)));
   }
   return llvm::Error::success();
 }

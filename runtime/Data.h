@@ -35,6 +35,9 @@ llvm::Expected<Dataset> loadDataset(llvm::StringRef path);
 /// element type and trailing dimensions, and at least `batch` samples
 /// (the argument's leading dimension). Extra arrays are ignored.
 llvm::Error checkDataset(const Dataset &data, const Function &f);
+/// The same check against named argument types (a plan's function).
+llvm::Error checkDataset(const Dataset &data, llvm::ArrayRef<std::string> names,
+                         llvm::ArrayRef<TensorType> types);
 
 /// Rows `order[start .. start+count)` of `t` (its leading dimension).
 Tensor gatherRows(const Tensor &t, llvm::ArrayRef<int64_t> order, int64_t start,

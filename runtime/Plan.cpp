@@ -113,8 +113,10 @@ PlanFunction FunctionLowering::lower() {
     Categories.push_back(first > lossPos ? 1 : last > lossPos ? 0 : 2);
     return id;
   };
-  for (Value *a : F.arguments())
+  for (Value *a : F.arguments()) {
     pf.Args.push_back(addArena(a, 0));
+    pf.ArgNames.push_back(a->name());
+  }
 
   for (const Node &n : F.nodes()) {
     if (n.info()->has(opflags::Terminator)) {

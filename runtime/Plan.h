@@ -50,8 +50,9 @@ struct KernelCall {
 
 struct PlanFunction {
   std::string Name;
-  std::vector<int> Args;    // buffers the caller fills
-  std::vector<int> Results; // buffers returned
+  std::vector<int> Args;             // buffers the caller fills
+  std::vector<std::string> ArgNames; // the model's input names, per argument
+  std::vector<int> Results;          // buffers returned
   std::vector<KernelCall> Calls;
 };
 

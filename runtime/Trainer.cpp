@@ -45,17 +45,27 @@ headroom::buildTrainingStep(llvm::StringRef modelPath,
 
 llvm::Expected<std::unique_ptr<Trainer>>
 Trainer::create(llvm::StringRef modelPath, const TrainOptions &options) {
-  auto t = std::unique_ptr<Trainer>(new Trainer());
   auto m = buildTrainingStep(modelPath, options);
   if (!m)
     return m.takeError();
-  t->M = std::move(*m);
-  auto plan = lowerModule(*t->M);
+  auto plan = lowerModule(**m);
   if (!plan)
     return plan.takeError();
+  auto t = fromPlan(std::move(*plan), modelPath, options.Seed);
+  if (t)
+    (*t)->M = std::move(*m);
+  return t;
+}
+
+llvm::Expected<std::unique_ptr<Trainer>>
+Trainer::fromPlan(Plan plan, llvm::StringRef modelPath, uint64_t seed) {
+  if (plan.Functions.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the plan has no function to run");
+  auto t = std::unique_ptr<Trainer>(new Trainer());
   ExecutorOptions eo;
-  eo.Seed = options.Seed;
-  auto exec = createCpuExecutor(std::move(*plan), eo);
+  eo.Seed = seed;
+  auto exec = createCpuExecutor(std::move(plan), eo);
   if (!exec)
     return exec.takeError();
   t->Exec = std::move(*exec);
@@ -66,21 +76,30 @@ Trainer::create(llvm::StringRef modelPath, const TrainOptions &options) {
 }
 
 int64_t Trainer::batch() const {
-  const Function &f = stepFunction();
-  return f.arguments().empty() ? 0 : f.arguments()[0]->type().dim(0);
+  const PlanFunction &f = stepFunction();
+  return f.Args.empty() ? 0 : Exec->plan().Buffers[f.Args[0]].dim(0);
+}
+
+llvm::Error Trainer::checkData(const Dataset &data) const {
+  const PlanFunction &f = stepFunction();
+  std::vector<TensorType> types;
+  for (int b : f.Args)
+    types.push_back(Exec->plan().Buffers[b]);
+  return checkDataset(data, f.ArgNames, types);
 }
 
 llvm::Expected<StepResult> Trainer::step(const Dataset &data,
                                          llvm::ArrayRef<int64_t> order,
                                          int64_t start) {
+  const PlanFunction &f = stepFunction();
   std::vector<Tensor> args;
-  for (Value *a : stepFunction().arguments())
-    args.push_back(
-        gatherRows(data.Arrays.at(a->name()), order, start, a->type().dim(0)));
+  for (size_t i = 0; i < f.Args.size(); ++i)
+    args.push_back(gatherRows(data.Arrays.at(f.ArgNames[i]), order, start,
+                              Exec->plan().Buffers[f.Args[i]].dim(0)));
   std::vector<const Tensor *> ptrs;
-  for (const Tensor &t : args)
-    ptrs.push_back(&t);
-  auto results = Exec->run(stepFunction().name(), ptrs);
+  for (const Tensor &a : args)
+    ptrs.push_back(&a);
+  auto results = Exec->run(f.Name, ptrs);
   if (!results)
     return results.takeError();
   StepResult r;

@@ -3,6 +3,8 @@
 // What `headroom train` does, as a library (the e2e tests use it directly):
 // import the model, build the step (canonicalize, autodiff, optimizer,
 // canonicalize), lower it, create the executor, load the initial weights.
+// A Trainer can also start from a plan that was compiled earlier
+// (`headroom run`): stepping only needs the plan.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_RUNTIME_TRAINER_H
@@ -37,18 +39,27 @@ struct StepResult {
 
 class Trainer {
 public:
+  /// Compiles the step from the model.
   static llvm::Expected<std::unique_ptr<Trainer>>
   create(llvm::StringRef modelPath, const TrainOptions &options);
+  /// Runs a plan compiled earlier; initial weights come from `modelPath`.
+  static llvm::Expected<std::unique_ptr<Trainer>>
+  fromPlan(Plan plan, llvm::StringRef modelPath, uint64_t seed);
 
   /// Runs one step on rows order[start, start + batch) of `data`.
   llvm::Expected<StepResult> step(const Dataset &data,
                                   llvm::ArrayRef<int64_t> order, int64_t start);
-  const Function &stepFunction() const { return *M->functions()[0]; }
-  const Module &module() const { return *M; }
+  /// Checks that `data` feeds the step (names, types, enough samples).
+  llvm::Error checkData(const Dataset &data) const;
   Executor &executor() { return *Exec; }
   int64_t batch() const;
+  /// The compiled module (null for a Trainer made from a plan).
+  const Module *module() const { return M.get(); }
 
 private:
+  const PlanFunction &stepFunction() const {
+    return Exec->plan().Functions.front();
+  }
   std::unique_ptr<Module> M;
   std::unique_ptr<Executor> Exec;
 };

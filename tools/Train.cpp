@@ -210,7 +210,7 @@ int runTrain(const ImportOptions &import) {
   if (!trainer)
     return failTrain(trainer.takeError());
   Trainer &t = **trainer;
-  if (auto e = checkDataset(*data, t.stepFunction()))
+  if (auto e = t.checkData(*data))
     return failTrain(std::move(e));
   printMemory(t.executor(), llvm::errs());
   int64_t batch = t.batch();

@@ -119,7 +119,7 @@ TEST_P(TrainingMatchesPyTorch, WeightsAndLosses) {
   ASSERT_TRUE(trainer);
   auto data =
       takeOrFail(loadDataset(modelPath(std::string(c.Model) + ".train.npz")));
-  ASSERT_EQ(errorOf(checkDataset(data, trainer->stepFunction())), "");
+  ASSERT_EQ(errorOf(trainer->checkData(data)), "");
   std::vector<int64_t> order = identityOrder(data.Samples);
   const llvm::json::Array &losses = *cfg->getArray("losses");
   const llvm::json::Array *norms = cfg->getArray("grad_norms");

@@ -1,0 +1,152 @@
+//===- Schedule.cpp - Order nodes to lower peak memory --------------------===//
+//
+// A list scheduler over each function's dependence graph. Dependences are the
+// data edges plus the state order: a write of a slot comes after every use of
+// an earlier read of it, and a read after an earlier write. Among ready
+// nodes, the nodes that only serve parameter and optimizer updates go first,
+// then the rest in their original order. The effect on a training step: each
+// parameter is updated as soon as its gradient is complete and the forward
+// values that read it are no longer needed, so its gradient dies there
+// instead of living to the end of the step (with global-norm clipping every
+// update needs every gradient, and nothing moves).
+//
+// Requires: verified IR. Guarantees: a topological order of the same nodes;
+// results are bit-identical (only the order changes). Run it last, after
+// canonicalize: the memory planner plans the order it finds.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Passes.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <queue>
+
+using namespace headroom;
+
+namespace {
+
+class Schedule : public Pass {
+public:
+  llvm::StringRef name() const override { return "schedule"; }
+  llvm::Expected<bool> run(Module &m) override;
+
+private:
+  static bool scheduleFunction(Function &f);
+};
+
+} // namespace
+
+bool Schedule::scheduleFunction(Function &f) {
+  std::vector<Node *> nodes;
+  llvm::DenseMap<const Node *, int> index;
+  for (Node &n : f.nodes()) {
+    if (n.info()->has(opflags::Terminator))
+      continue;
+    index[&n] = nodes.size();
+    nodes.push_back(&n);
+  }
+  size_t count = nodes.size();
+  std::vector<std::vector<int>> succ(count);
+  std::vector<int> preds(count, 0);
+  auto edge = [&](int from, int to) {
+    if (from == to)
+      return;
+    succ[from].push_back(to);
+    ++preds[to];
+  };
+  // State order: per slot, the last write and the reads since it.
+  llvm::DenseMap<const StateSlot *, int> lastWrite;
+  llvm::DenseMap<const StateSlot *, std::vector<int>> readsSinceWrite;
+  for (size_t i = 0; i < count; ++i) {
+    Node &n = *nodes[i];
+    for (Value *v : n.operands())
+      if (v && v->definingNode())
+        edge(index[v->definingNode()], i);
+    StateSlot *s = n.state();
+    if (!s)
+      continue;
+    auto w = lastWrite.find(s);
+    if (w != lastWrite.end())
+      edge(w->second, i);
+    if (n.info()->has(opflags::ReadsState)) {
+      readsSinceWrite[s].push_back(i);
+      continue;
+    }
+    // A write waits for every use of the reads before it.
+    for (int r : readsSinceWrite[s])
+      for (Node *user : nodes[r]->result(0)->users())
+        if (index.count(user))
+          edge(index[user], i);
+    readsSinceWrite[s].clear();
+    lastWrite[s] = i;
+  }
+  // Update nodes, scheduled as soon as they are ready: state writes and the
+  // work that only serves them. Candidates (backwards): every user is a
+  // write or a candidate. Updates (forwards): candidates that read state,
+  // are constants, or compute from another update -- the update's own work,
+  // not the backward computation of the gradient it consumes.
+  std::vector<bool> candidate(count, false), update(count, false);
+  for (size_t k = count; k-- > 0;) {
+    Node &n = *nodes[k];
+    bool used = false, all = true;
+    for (Value *r : n.results())
+      for (Node *user : r->users()) {
+        used = true;
+        all &= index.count(user) && candidate[index[user]];
+      }
+    candidate[k] = n.info()->has(opflags::WritesState) || (used && all);
+  }
+  for (size_t k = 0; k < count; ++k) {
+    Node &n = *nodes[k];
+    if (!candidate[k])
+      continue;
+    bool own = n.info()->has(opflags::WritesState) || n.op() == "Read" ||
+               n.op() == "Constant";
+    for (Value *v : n.operands())
+      own |= v && v->definingNode() && index.count(v->definingNode()) &&
+             update[index[v->definingNode()]];
+    update[k] = own;
+  }
+  using Item = std::pair<int, int>; // (priority, original index): min first
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
+  for (size_t i = 0; i < count; ++i)
+    if (preds[i] == 0)
+      ready.push({update[i] ? 0 : 1, i});
+  std::vector<int> order;
+  while (!ready.empty()) {
+    int i = ready.top().second;
+    ready.pop();
+    order.push_back(i);
+    for (int s : succ[i])
+      if (--preds[s] == 0)
+        ready.push({update[s] ? 0 : 1, s});
+  }
+  assert(order.size() == count && "dependence cycle in a verified function");
+  bool changed = false;
+  for (size_t k = 0; k < order.size(); ++k)
+    changed |= order[k] != static_cast<int>(k);
+  if (!changed)
+    return false;
+  Node *ret = f.returnNode();
+  for (int i : order) {
+    Node *n = nodes[i];
+    f.nodes().remove(n);
+    f.nodes().insert(ret ? ret->getIterator() : f.nodes().end(), n);
+  }
+  return true;
+}
+
+llvm::Expected<bool> Schedule::run(Module &m) {
+  bool changed = false;
+  for (const auto &f : m.functions())
+    changed |= scheduleFunction(*f);
+  return changed;
+}
+
+llvm::Expected<std::unique_ptr<Pass>>
+headroom::createSchedulePass(llvm::StringRef options) {
+  if (auto e = checkNoOptions("schedule", options))
+    return e;
+  return std::make_unique<Schedule>();
+}
