@@ -322,3 +322,12 @@ int runReport(const ImportOptions &import) {
   }
   return 0;
 }
+
+extern cl::SubCommand CompileCmd;
+extern cl::SubCommand RunCmd;
+
+// Filled in by the plan-file work (runtime/PlanFile.h).
+int runCompile(const ImportOptions &) {
+  return failTrain("headroom compile is not implemented yet");
+}
+int runRun() { return failTrain("headroom run is not implemented yet"); }

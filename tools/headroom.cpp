@@ -33,6 +33,9 @@ cl::SubCommand ZooCmd("zoo", "Write a reference architecture (gpt2, llama) "
                              "as an ONNX training graph (tools/Zoo.cpp)");
 cl::SubCommand ReportCmd("report", "Compile the training step and print its "
                                    "memory report (no data, no run)");
+cl::SubCommand CompileCmd("compile", "Compile the training step into a plan "
+                                     "file and print its memory report");
+cl::SubCommand RunCmd("run", "Run a compiled plan on data");
 cl::SubCommand TrainCmd("train", "Compile the training step and run it on "
                                  "data (tools/Train.cpp)");
 
@@ -41,17 +44,17 @@ static cl::opt<int64_t> Batch("batch",
                               cl::desc("Bind the leading dimension of every "
                                        "data input"),
                               cl::value_desc("N"), cl::init(0), cl::sub(OptCmd),
-                              cl::sub(TrainCmd), cl::sub(ReportCmd),
+                              cl::sub(TrainCmd), cl::sub(ReportCmd), cl::sub(CompileCmd),
                               cl::cat(Category));
 static cl::list<std::string>
     ShapeSpecs("shape", cl::desc("Bind the full shape of a data input"),
                cl::value_desc("NAME=DIMS"), cl::sub(OptCmd), cl::sub(TrainCmd),
-               cl::sub(ReportCmd), cl::cat(Category));
+               cl::sub(ReportCmd), cl::sub(CompileCmd), cl::cat(Category));
 static cl::list<std::string>
     Freeze("freeze", cl::CommaSeparated,
            cl::desc("Keep these initializers constant"),
            cl::value_desc("NAME,..."), cl::sub(OptCmd), cl::sub(TrainCmd),
-           cl::sub(ReportCmd), cl::cat(Category));
+           cl::sub(ReportCmd), cl::sub(CompileCmd), cl::cat(Category));
 
 static cl::opt<bool> AllOutputs(
     "all-outputs",
@@ -132,6 +135,8 @@ static llvm::Expected<ImportOptions> importOptionsFromFlags() {
 int runTrain(const ImportOptions &import);  // tools/Train.cpp
 int runZoo();                               // tools/Zoo.cpp
 int runReport(const ImportOptions &import); // tools/Train.cpp
+int runCompile(const ImportOptions &import); // tools/Train.cpp
+int runRun();                                // tools/Train.cpp
 
 /// Imports .onnx or parses textual IR, by extension ("-" is textual IR).
 static llvm::Expected<std::unique_ptr<Module>>
@@ -322,6 +327,14 @@ int main(int argc, char **argv) {
     return runDevices();
   if (ZooCmd)
     return runZoo();
+  if (RunCmd)
+    return runRun();
+  if (CompileCmd) {
+    auto options = importOptionsFromFlags();
+    if (!options)
+      return fail(options.takeError());
+    return runCompile(*options);
+  }
   if (ReportCmd) {
     auto options = importOptionsFromFlags();
     if (!options)
