@@ -44,8 +44,8 @@ static cl::opt<int64_t> Batch("batch",
                               cl::desc("Bind the leading dimension of every "
                                        "data input"),
                               cl::value_desc("N"), cl::init(0), cl::sub(OptCmd),
-                              cl::sub(TrainCmd), cl::sub(ReportCmd), cl::sub(CompileCmd),
-                              cl::cat(Category));
+                              cl::sub(TrainCmd), cl::sub(ReportCmd),
+                              cl::sub(CompileCmd), cl::cat(Category));
 static cl::list<std::string>
     ShapeSpecs("shape", cl::desc("Bind the full shape of a data input"),
                cl::value_desc("NAME=DIMS"), cl::sub(OptCmd), cl::sub(TrainCmd),
@@ -132,9 +132,9 @@ static llvm::Expected<ImportOptions> importOptionsFromFlags() {
   return options;
 }
 
-int runTrain(const ImportOptions &import);  // tools/Train.cpp
-int runZoo();                               // tools/Zoo.cpp
-int runReport(const ImportOptions &import); // tools/Train.cpp
+int runTrain(const ImportOptions &import);   // tools/Train.cpp
+int runZoo();                                // tools/Zoo.cpp
+int runReport(const ImportOptions &import);  // tools/Train.cpp
 int runCompile(const ImportOptions &import); // tools/Train.cpp
 int runRun();                                // tools/Train.cpp
 
