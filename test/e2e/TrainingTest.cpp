@@ -273,6 +273,60 @@ TEST(PlannedMemory, AllocatedBytesEqualPlannedPeak) {
   }
 }
 
+/// The invariants of a real plan: every value has a place; arena buffers lie
+/// inside the arena; no two whose lifetimes overlap share a byte.
+TEST(PlannedMemory, RealPlansKeepTheInvariants) {
+  for (const char *model : {"lenet", "gpt", "llama"}) {
+    TrainOptions o;
+    o.Import.Batch = 4;
+    o.Optimizer.Kind = OptimizerOptions::Kind::Momentum;
+    auto m = takeOrFail(
+        buildTrainingStep(modelPath(std::string(model) + ".onnx"), o));
+    ASSERT_TRUE(m);
+    auto plan = takeOrFail(lowerModule(*m));
+    const PlanFunction &f = plan.Functions[0];
+    std::map<int, std::pair<int64_t, int64_t>> life; // buffer -> [first, last]
+    auto touch = [&](int b, int64_t pos) {
+      ASSERT_GE(b, 0);
+      ASSERT_LT(static_cast<size_t>(b), plan.Placements.size());
+      if (plan.Placements[b].Where != Placement::Kind::Arena)
+        return;
+      auto [it, inserted] = life.try_emplace(b, std::make_pair(pos, pos));
+      it->second.first = std::min(it->second.first, pos);
+      it->second.second = std::max(it->second.second, pos);
+    };
+    for (int a : f.Args)
+      touch(a, 0);
+    for (size_t c = 0; c < f.Calls.size(); ++c) {
+      for (int b : f.Calls[c].Inputs)
+        if (b >= 0)
+          touch(b, c);
+      for (int b : f.Calls[c].Outputs)
+        touch(b, c);
+    }
+    for (int b : f.Results)
+      touch(b, f.Calls.size());
+    std::vector<std::pair<int, std::pair<int64_t, int64_t>>> bufs(life.begin(),
+                                                                  life.end());
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      const Placement &pi = plan.Placements[bufs[i].first];
+      uint64_t si = plan.Buffers[bufs[i].first].sizeInBytes();
+      EXPECT_LE(pi.Offset + si, plan.ArenaBytes) << model;
+      for (size_t j = i + 1; j < bufs.size(); ++j) {
+        const Placement &pj = plan.Placements[bufs[j].first];
+        uint64_t sj = plan.Buffers[bufs[j].first].sizeInBytes();
+        bool time = bufs[i].second.first <= bufs[j].second.second &&
+                    bufs[j].second.first <= bufs[i].second.second;
+        bool space = si && sj && pi.Offset < pj.Offset + sj &&
+                     pj.Offset < pi.Offset + si;
+        EXPECT_FALSE(time && space) << model << ": buffers " << bufs[i].first
+                                    << " and " << bufs[j].first << " overlap";
+      }
+    }
+    EXPECT_GE(plan.Report.PeakBytes(), plan.Report.LowerBoundBytes());
+  }
+}
+
 /// In-place reuse and the arena change no result: the same step with and
 /// without in-place reuse gives bit-identical weights.
 TEST(PlannedMemory, InPlaceReuseKeepsResultsIdentical) {
