@@ -12,6 +12,8 @@
 //===----------------------------------------------------------------------===//
 #include "compiler/Zoo.h"
 
+#include "runtime/Report.h"
+
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/WithColor.h"
@@ -88,18 +90,6 @@ static llvm::Expected<ZooConfig> configFromFlags() {
   return config;
 }
 
-static std::string bytesString(uint64_t b) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  for (; v >= 1024 && u < 4; ++u)
-    v /= 1024;
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << llvm::format(u ? "%.2f %s" : "%.0f %s", v, units[u]);
-  return os.str();
-}
-
 int runZoo() {
   auto config = configFromFlags();
   if (!config)
@@ -109,13 +99,13 @@ int runZoo() {
     return failZoo(summary.takeError());
   llvm::outs() << "wrote " << summary->ModelPath << ": " << config->Arch << ", "
                << config->Layers << " layers, " << summary->Parameters
-               << " parameters (" << bytesString(summary->ParameterBytes)
+               << " parameters (" << formatBytes(summary->ParameterBytes)
                << "), " << summary->Nodes << " nodes";
   if (summary->DataPath.empty())
     llvm::outs() << ", random weights (seed " << config->Seed << ")\n";
   else
     llvm::outs() << ", weights: " << summary->DataPath << " ("
-                 << bytesString(summary->DataBytes)
+                 << formatBytes(summary->DataBytes)
                  << " sparse, not written)\n";
   return 0;
 }

@@ -12,7 +12,9 @@
 #include "passes/Passes.h"
 #include "runtime/Devices.h"
 
+#include "runtime/Report.h"
 #include "llvm/ADT/StringMap.h"
+
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -155,20 +157,6 @@ loadModule(llvm::StringRef path) {
   return parseModule((*buf)->getBuffer(), path == "-" ? "<stdin>" : path);
 }
 
-static std::string bytesString(uint64_t b) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << llvm::format(u ? "%.2f %s" : "%.0f %s", v, units[u]);
-  return os.str();
-}
-
 static void printStats(const Module &m, llvm::raw_ostream &os) {
   os << "// ----- summary -----\n";
   // Per state kind (enum order): tensors, elements, bytes.
@@ -184,7 +172,7 @@ static void printStats(const Module &m, llvm::raw_ostream &os) {
   for (int k = 0; k < 4; ++k)
     if (counts[k] || k == 0)
       os << "// " << kinds[k] << ": " << counts[k] << " tensors, " << elems[k]
-         << " elements, " << bytesString(bytes[k]) << "\n";
+         << " elements, " << formatBytes(bytes[k]) << "\n";
   for (const auto &f : m.functions()) {
     std::map<std::string, unsigned> ops;
     uint64_t resultBytes = 0;
@@ -200,7 +188,7 @@ static void printStats(const Module &m, llvm::raw_ostream &os) {
     os << "// @" << f->name() << ": " << count << " nodes, inputs:";
     for (Value *a : f->arguments())
       os << " " << a->name() << " " << a->type().str();
-    os << "\n//   sum of all node results: " << bytesString(resultBytes)
+    os << "\n//   sum of all node results: " << formatBytes(resultBytes)
        << " (an upper bound on activations, before memory planning)\n";
     os << "//   ops:";
     unsigned col = 9;
@@ -308,7 +296,7 @@ static int runDevices() {
   std::string note;
   for (const DeviceInfo &d : listDevices(&note))
     llvm::outs() << d.Backend << ":" << d.Index << "  " << d.Name << "  "
-                 << bytesString(d.MemoryBytes) << "  " << d.Detail << "\n";
+                 << formatBytes(d.MemoryBytes) << "  " << d.Detail << "\n";
   if (!note.empty())
     llvm::outs() << "(" << note << ")\n";
   return 0;
