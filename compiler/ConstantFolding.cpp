@@ -179,9 +179,10 @@ static Expected<Results> foldBinary(llvm::StringRef op,
             else if (op == "Pow")
               r = std::pow(r, b);
             else if (op == "Max")
-              r = std::fmax(r, b);
+              // NaN propagates, as in the kernels (numpy), unlike fmax.
+              r = std::isnan(r) || std::isnan(b) ? NAN : std::max(r, b);
             else if (op == "Min")
-              r = std::fmin(r, b);
+              r = std::isnan(r) || std::isnan(b) ? NAN : std::min(r, b);
             else if (op == "Equal")
               r = r == b;
             else if (op == "Less")
@@ -211,7 +212,8 @@ static Expected<Results> foldBinary(llvm::StringRef op,
           else if (op == "Mul")
             r = int64_t(uint64_t(r) * uint64_t(b));
           else if (op == "Div")
-            r = (b == 0 || (b == -1 && r == INT64_MIN)) ? 0 : r / b;
+            // As the kernels: x/0 is 0 and INT64_MIN/-1 wraps to INT64_MIN.
+            r = b == 0 ? 0 : b == -1 ? int64_t(0 - uint64_t(r)) : r / b;
           else if (op == "Max")
             r = std::max(r, b);
           else if (op == "Min")

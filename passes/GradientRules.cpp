@@ -298,6 +298,14 @@ static llvm::Error gradDropout(GradContext &c) {
   if (c.N.numResults() < 2)
     return c.fail("training-mode Dropout without its mask result (autodiff "
                   "adds it; was the graph modified after?)");
+  // The kernel drops nothing when training_mode is false at run time, so the
+  // 1/(1-ratio) scale below is only right if the mode is known to be on.
+  if (c.N.numOperands() > 2 && c.x(2)) {
+    Node *mode = c.x(2)->definingNode();
+    if (!mode || mode->op() != "Constant")
+      return c.fail("Dropout's training_mode must be a constant to be "
+                    "differentiated");
+  }
   Value *mask = c.B.createValue("Cast", {c.y(1)}, c.dy()->type(), [&] {
     AttributeMap a;
     a["to"] = Attribute::getType(c.dy()->type().dtype());

@@ -123,6 +123,12 @@ llvm::Expected<Tensor> headroom::readNpy(llvm::StringRef bytes,
       return bad("bad shape");
     shape.push_back(v);
   }
+  uint64_t elems = 1;
+  for (int64_t d : shape) {
+    if (d && elems > (uint64_t(1) << 56) / uint64_t(d))
+      return bad("shape too large");
+    elems *= uint64_t(d);
+  }
   TensorType type(*dt, shape);
   llvm::StringRef data = bytes.drop_front(offset + headerLen);
   if (data.size() != type.sizeInBytes())
@@ -267,6 +273,9 @@ llvm::Error headroom::checkDataset(const Dataset &data,
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string &name = names[i];
     const TensorType &want = types[i];
+    if (want.rank() == 0)
+      return err("the model's input '" + name +
+                 "' is a scalar; data inputs need a leading batch dimension");
     auto it = data.Arrays.find(name);
     if (it == data.Arrays.end()) {
       std::string have;

@@ -29,8 +29,8 @@ static llvm::Expected<onnx::ModelProto> readModel(llvm::StringRef path) {
       reinterpret_cast<const uint8_t *>((*buf)->getBufferStart()),
       static_cast<int>(std::min<size_t>((*buf)->getBufferSize(), INT_MAX)));
   in.SetTotalBytesLimit(INT_MAX);
-  if (!model.ParseFromCodedStream(&in))
-    return err(path + ": not a valid ONNX model");
+  if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+    return err(path + ": not a valid ONNX model (malformed or truncated)");
   return model;
 }
 

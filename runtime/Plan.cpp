@@ -30,8 +30,10 @@ static bool canRunInPlace(const Node &n) {
       "Tanh", "Sigmoid", "Relu", "LeakyRelu", "Erf",  "Sin",
       "Cos",  "Floor",   "Ceil", "Identity",  "Add",  "Sub",
       "Mul",  "Div",     "Pow",  "Max",       "Min",  "Sum"};
-  return ops.count(n.op()) && n.numResults() == 1 && n.operand(0) &&
-         n.result(0)->type() == n.operand(0)->type();
+  // Variadic Sum/Max/Min write the output before reading operands 2.., so
+  // with more than two operands the output may not share operand 0's buffer.
+  return ops.count(n.op()) && n.numResults() == 1 && n.numOperands() <= 2 &&
+         n.operand(0) && n.result(0)->type() == n.operand(0)->type();
 }
 
 namespace {
@@ -78,9 +80,13 @@ bool FunctionLowering::readNeedsCopy(const Node &read) const {
     if (!w.info()->has(opflags::WritesState) || w.state() != read.state() ||
         Position.lookup(&w) < Position.lookup(&read))
       continue;
-    for (const Node *user : read.result(0)->users())
-      if (user != &w && Position.lookup(user) > Position.lookup(&w))
+    for (const Node *user : read.result(0)->users()) {
+      // `return` is not a call: it uses its operands after every call.
+      int at = user->info()->has(opflags::Terminator) ? Position.size()
+                                                      : Position.lookup(user);
+      if (user != &w && at > Position.lookup(&w))
         return true;
+    }
   }
   return false;
 }

@@ -16,10 +16,8 @@ static void disableDropout(Module &m) {
                     ? n.operand(1)->type().dtype()
                     : n.operand(0)->type().dtype();
       Value *zero = Builder(*f, &n).constant(Tensor::fromDoubles(t, {}, {0.0}));
-      if (n.numOperands() > 1)
+      if (n.numOperands() > 1) // one operand: inference mode already
         n.setOperand(1, zero);
-      else
-        n.setAttr("headroom.ratio_zero", Attribute::getInt(1));
     }
 }
 
@@ -72,6 +70,15 @@ Trainer::fromPlan(Plan plan, llvm::StringRef modelPath, uint64_t seed) {
   auto loaded = loadInitialState(*t->Exec, modelPath);
   if (!loaded)
     return loaded.takeError();
+  unsigned weights = 0;
+  for (const PlanState &s : t->Exec->plan().States)
+    weights += s.Kind != StateKind::Optimizer;
+  if (*loaded < weights)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "%s: only %u of the plan's %u weights are initializers of this model; "
+        "is it the model the plan was compiled from?",
+        modelPath.str().c_str(), *loaded, weights);
   return t;
 }
 

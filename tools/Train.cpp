@@ -1,17 +1,21 @@
-//===- Train.cpp - `headroom train` ---------------------------------------===//
+//===- Train.cpp - `headroom train`, `report`, `compile` and `run` --------===//
 //
 // Compile the training step, then run it over the data: step s of an epoch
 // reads samples [s*B, (s+1)*B) of that epoch's order (a permutation with
 // --shuffle SEED); a final partial batch is dropped, as with
 // DataLoader(drop_last=True). Progress goes to stderr: one rewritten line on
-// a terminal, plain lines otherwise.
+// a terminal, plain lines otherwise. `compile` writes the lowered step to a
+// plan file (runtime/PlanFile.h) and `run` runs one with the same loop, so
+// that compile + run gives the same weights as train.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/ModelIO.h"
+#include "runtime/PlanFile.h"
 #include "runtime/Report.h"
 #include "runtime/Trainer.h"
 
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
@@ -28,74 +32,88 @@ namespace cl = llvm::cl;
 
 extern cl::SubCommand TrainCmd;
 extern cl::SubCommand ReportCmd;
+extern cl::SubCommand CompileCmd;
+extern cl::SubCommand RunCmd;
 static cl::OptionCategory TrainCat("training options");
 
 static cl::opt<std::string> Model(cl::Positional, cl::desc("<model.onnx>"),
                                   cl::Required, cl::sub(TrainCmd),
-                                  cl::sub(ReportCmd));
+                                  cl::sub(ReportCmd), cl::sub(CompileCmd));
+static cl::opt<std::string> PlanPath(cl::Positional, cl::desc("<model.plan>"),
+                                     cl::Required, cl::sub(RunCmd));
+static cl::opt<std::string> PlanOut("o", cl::desc("Write the plan here"),
+                                    cl::value_desc("PLAN"), cl::sub(CompileCmd),
+                                    cl::cat(TrainCat));
 static cl::opt<std::string> DataPath("data",
                                      cl::desc(".npz archive or folder of .npy"),
                                      cl::value_desc("PATH"), cl::Required,
-                                     cl::sub(TrainCmd), cl::cat(TrainCat));
+                                     cl::sub(TrainCmd), cl::sub(RunCmd),
+                                     cl::cat(TrainCat));
 static cl::opt<int64_t> Steps("steps", cl::desc("Optimizer steps to run"),
-                              cl::init(0), cl::sub(TrainCmd),
+                              cl::init(0), cl::sub(TrainCmd), cl::sub(RunCmd),
                               cl::cat(TrainCat));
 static cl::opt<int64_t> Epochs("epochs",
                                cl::desc("Passes over the data (instead of "
                                         "--steps)"),
-                               cl::init(0), cl::sub(TrainCmd),
+                               cl::init(0), cl::sub(TrainCmd), cl::sub(RunCmd),
                                cl::cat(TrainCat));
-static cl::opt<std::string> OptimizerName("optimizer",
-                                          cl::desc("sgd | momentum | adamw"),
-                                          cl::init("sgd"), cl::sub(TrainCmd),
-                                          cl::sub(ReportCmd),
-                                          cl::cat(TrainCat));
+static cl::opt<std::string>
+    OptimizerName("optimizer", cl::desc("sgd | momentum | adamw"),
+                  cl::init("sgd"), cl::sub(TrainCmd), cl::sub(ReportCmd),
+                  cl::sub(CompileCmd), cl::cat(TrainCat));
 static cl::opt<double> Lr("lr",
                           cl::desc("Learning rate (default 0.01; "
                                    "adamw 0.001)"),
                           cl::init(-1), cl::sub(TrainCmd), cl::sub(ReportCmd),
-                          cl::cat(TrainCat));
+                          cl::sub(CompileCmd), cl::cat(TrainCat));
 static cl::opt<double> Momentum("momentum", cl::desc("Momentum factor"),
                                 cl::init(0.9), cl::sub(TrainCmd),
-                                cl::sub(ReportCmd), cl::cat(TrainCat));
+                                cl::sub(ReportCmd), cl::sub(CompileCmd),
+                                cl::cat(TrainCat));
 static cl::opt<bool> Nesterov("nesterov", cl::desc("Nesterov momentum"),
                               cl::sub(TrainCmd), cl::sub(ReportCmd),
-                              cl::cat(TrainCat));
+                              cl::sub(CompileCmd), cl::cat(TrainCat));
 static cl::opt<double> WeightDecay("weight-decay",
                                    cl::desc("Weight decay (default 0; adamw "
                                             "0.01)"),
                                    cl::init(-1), cl::sub(TrainCmd),
-                                   cl::sub(ReportCmd), cl::cat(TrainCat));
+                                   cl::sub(ReportCmd), cl::sub(CompileCmd),
+                                   cl::cat(TrainCat));
 static cl::opt<std::string> Betas("betas", cl::desc("AdamW betas"),
                                   cl::value_desc("B1,B2"),
                                   cl::init("0.9,0.999"), cl::sub(TrainCmd),
-                                  cl::sub(ReportCmd), cl::cat(TrainCat));
+                                  cl::sub(ReportCmd), cl::sub(CompileCmd),
+                                  cl::cat(TrainCat));
 static cl::opt<double> Eps("eps", cl::desc("AdamW epsilon"), cl::init(1e-8),
                            cl::sub(TrainCmd), cl::sub(ReportCmd),
-                           cl::cat(TrainCat));
+                           cl::sub(CompileCmd), cl::cat(TrainCat));
 static cl::opt<double> ClipGradNorm("clip-grad-norm",
                                     cl::desc("Clip the global gradient norm"),
                                     cl::init(0), cl::sub(TrainCmd),
-                                    cl::sub(ReportCmd), cl::cat(TrainCat));
+                                    cl::sub(ReportCmd), cl::sub(CompileCmd),
+                                    cl::cat(TrainCat));
 static cl::opt<uint64_t> Seed("seed", cl::desc("Seed for dropout"), cl::init(0),
-                              cl::sub(TrainCmd), cl::cat(TrainCat));
+                              cl::sub(TrainCmd), cl::sub(RunCmd),
+                              cl::cat(TrainCat));
 static cl::opt<int64_t> Shuffle("shuffle",
                                 cl::desc("Shuffle the samples every epoch with "
                                          "this seed"),
                                 cl::value_desc("SEED"), cl::init(-1),
-                                cl::sub(TrainCmd), cl::cat(TrainCat));
+                                cl::sub(TrainCmd), cl::sub(RunCmd),
+                                cl::cat(TrainCat));
 static cl::opt<std::string> Save("save",
                                  cl::desc("Write the trained model (ONNX)"),
                                  cl::value_desc("OUT.onnx"), cl::sub(TrainCmd),
-                                 cl::cat(TrainCat));
+                                 cl::sub(RunCmd), cl::cat(TrainCat));
 static cl::opt<std::string> Log("log", cl::desc("Write one JSON line per step"),
                                 cl::value_desc("FILE"), cl::sub(TrainCmd),
-                                cl::cat(TrainCat));
+                                cl::sub(RunCmd), cl::cat(TrainCat));
 static cl::opt<bool> DisableDropout(
     "disable-dropout",
     cl::desc("Train with every Dropout ratio set to 0 (to reproduce "
              "references computed without dropout)"),
-    cl::sub(TrainCmd), cl::sub(ReportCmd), cl::cat(TrainCat));
+    cl::sub(TrainCmd), cl::sub(ReportCmd), cl::sub(CompileCmd),
+    cl::cat(TrainCat));
 
 static int failTrain(llvm::Error e) {
   llvm::WithColor::error(llvm::errs(), "headroom")
@@ -189,32 +207,62 @@ static void printMemory(const Executor &exec, llvm::raw_ostream &os) {
                      bytesText(exec.allocatedBytes()).c_str());
 }
 
-int runTrain(const ImportOptions &import) {
+/// The training options the flags give; `--batch` or `--shape` is required.
+static llvm::Expected<TrainOptions>
+trainOptionsFromFlags(const ImportOptions &import) {
   if (import.Batch <= 0 && import.Shapes.empty())
-    return failTrain("--batch N is required: the number of samples per step");
-  if ((Steps > 0) == (Epochs > 0))
-    return failTrain("give exactly one of --steps N or --epochs N");
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--batch N is required: the number of samples per step");
   auto opt = optimizerFromFlags();
   if (!opt)
-    return failTrain(opt.takeError());
+    return opt.takeError();
   TrainOptions options;
   options.Import = import;
   options.Optimizer = *opt;
   options.DisableDropout = DisableDropout;
   options.Seed = Seed;
+  return options;
+}
 
-  auto data = loadDataset(DataPath);
-  if (!data)
-    return failTrain(data.takeError());
-  auto trainer = Trainer::create(Model, options);
-  if (!trainer)
-    return failTrain(trainer.takeError());
-  Trainer &t = **trainer;
-  if (auto e = t.checkData(*data))
+/// The flags that shaped the step, with defaults filled in, as a command
+/// line: what a plan file records (`--seed` is a run flag, not recorded).
+static std::string compileFlagsText(const TrainOptions &options) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  const ImportOptions &import = options.Import;
+  const OptimizerOptions &o = options.Optimizer;
+  if (import.Batch > 0)
+    os << "--batch " << import.Batch << " ";
+  for (const auto &[name, dims] : import.Shapes)
+    os << "--shape " << name << "=" << shapeString(dims) << " ";
+  if (!import.Freeze.empty())
+    os << "--freeze " << llvm::join(import.Freeze, ",") << " ";
+  os << "--optimizer " << OptimizerName << " --lr " << llvm::format("%g", o.Lr)
+     << " --weight-decay " << llvm::format("%g", o.WeightDecay);
+  if (o.Kind == OptimizerOptions::Kind::Momentum)
+    os << " --momentum " << llvm::format("%g", o.Momentum)
+       << (o.Nesterov ? " --nesterov" : "");
+  if (o.Kind == OptimizerOptions::Kind::AdamW)
+    os << " --betas " << llvm::format("%g,%g", o.Beta1, o.Beta2) << " --eps "
+       << llvm::format("%g", o.Eps);
+  if (o.ClipGradNorm > 0)
+    os << " --clip-grad-norm " << llvm::format("%g", o.ClipGradNorm);
+  if (options.DisableDropout)
+    os << " --disable-dropout";
+  return os.str();
+}
+
+/// Runs --steps or --epochs steps of `t` over `data`, logging as it goes,
+/// then saves the trained model (initializers from `sourceModel`) with
+/// --save. `lr` is what the log reports.
+static int trainLoop(Trainer &t, const Dataset &data, double lr,
+                     llvm::StringRef sourceModel) {
+  if (auto e = t.checkData(data))
     return failTrain(std::move(e));
   printMemory(t.executor(), llvm::errs());
   int64_t batch = t.batch();
-  int64_t perEpoch = data->Samples / batch;
+  int64_t perEpoch = data.Samples / batch;
   int64_t total = Steps > 0 ? Steps : Epochs * perEpoch;
 
   std::unique_ptr<llvm::raw_fd_ostream> log;
@@ -225,7 +273,7 @@ int runTrain(const ImportOptions &import) {
       return failTrain(Log + ": cannot write: " + ec.message());
   }
   bool tty = llvm::sys::Process::StandardErrIsDisplayed();
-  std::vector<int64_t> order(data->Samples);
+  std::vector<int64_t> order(data.Samples);
   auto start = std::chrono::steady_clock::now();
   double lastLoss = 0;
   for (int64_t s = 0; s < total; ++s) {
@@ -237,7 +285,7 @@ int runTrain(const ImportOptions &import) {
         std::shuffle(order.begin(), order.end(), rng);
       }
     }
-    auto r = t.step(*data, order, inEpoch * batch);
+    auto r = t.step(data, order, inEpoch * batch);
     if (!r)
       return failTrain(r.takeError());
     lastLoss = r->Loss;
@@ -247,7 +295,7 @@ int runTrain(const ImportOptions &import) {
     if (log) {
       *log << "{\"step\": " << s + 1
            << ", \"loss\": " << llvm::format("%.9g", r->Loss)
-           << ", \"lr\": " << llvm::format("%.9g", opt->Lr);
+           << ", \"lr\": " << llvm::format("%.9g", lr);
       if (r->GradNorm)
         *log << ", \"grad_norm\": " << llvm::format("%.9g", *r->GradNorm);
       *log << ", \"seconds\": " << llvm::format("%.6f", seconds) << "}\n";
@@ -274,12 +322,27 @@ int runTrain(const ImportOptions &import) {
   if (tty)
     llvm::errs() << "\n";
   if (!Save.empty()) {
-    if (auto e = saveTrainedModel(t.executor(), Model, Save))
+    if (auto e = saveTrainedModel(t.executor(), sourceModel, Save))
       return failTrain(std::move(e));
     llvm::errs() << "saved " << Save << " (final loss "
                  << llvm::format("%.4f", lastLoss) << ")\n";
   }
   return 0;
+}
+
+int runTrain(const ImportOptions &import) {
+  auto options = trainOptionsFromFlags(import);
+  if (!options)
+    return failTrain(options.takeError());
+  if ((Steps > 0) == (Epochs > 0))
+    return failTrain("give exactly one of --steps N or --epochs N");
+  auto data = loadDataset(DataPath);
+  if (!data)
+    return failTrain(data.takeError());
+  auto trainer = Trainer::create(Model, *options);
+  if (!trainer)
+    return failTrain(trainer.takeError());
+  return trainLoop(**trainer, *data, options->Optimizer.Lr, Model);
 }
 
 static cl::opt<bool> Json("json", cl::desc("Print the report as JSON"),
@@ -290,25 +353,23 @@ static cl::opt<std::string> Svg("svg",
                                 cl::value_desc("FILE"), cl::sub(ReportCmd),
                                 cl::cat(TrainCat));
 
+static std::string reportTitle(const ImportOptions &import) {
+  return (llvm::sys::path::filename(Model) + ", batch " +
+          llvm::Twine(import.Batch) + ", " + OptimizerName)
+      .str();
+}
+
 int runReport(const ImportOptions &import) {
-  if (import.Batch <= 0 && import.Shapes.empty())
-    return failTrain("--batch N is required: the number of samples per step");
-  auto opt = optimizerFromFlags();
-  if (!opt)
-    return failTrain(opt.takeError());
-  TrainOptions options;
-  options.Import = import;
-  options.Optimizer = *opt;
-  options.DisableDropout = DisableDropout;
-  auto m = buildTrainingStep(Model, options);
+  auto options = trainOptionsFromFlags(import);
+  if (!options)
+    return failTrain(options.takeError());
+  auto m = buildTrainingStep(Model, *options);
   if (!m)
     return failTrain(m.takeError());
   auto plan = lowerModule(**m);
   if (!plan)
     return failTrain(plan.takeError());
-  std::string title = (llvm::sys::path::filename(Model) + ", batch " +
-                       llvm::Twine(import.Batch) + ", " + OptimizerName)
-                          .str();
+  std::string title = reportTitle(import);
   if (Json)
     printReportJson(plan->Report, llvm::outs());
   else
@@ -323,11 +384,62 @@ int runReport(const ImportOptions &import) {
   return 0;
 }
 
-extern cl::SubCommand CompileCmd;
-extern cl::SubCommand RunCmd;
-
-// Filled in by the plan-file work (runtime/PlanFile.h).
-int runCompile(const ImportOptions &) {
-  return failTrain("headroom compile is not implemented yet");
+int runCompile(const ImportOptions &import) {
+  if (PlanOut.empty())
+    return failTrain("-o PLAN is required: the plan file to write");
+  auto options = trainOptionsFromFlags(import);
+  if (!options)
+    return failTrain(options.takeError());
+  // Hashed before the import reads it: a model that changes meanwhile is
+  // refused at run time rather than silently paired with this plan.
+  auto source = describePlanSource(Model);
+  if (!source)
+    return failTrain(source.takeError());
+  auto m = buildTrainingStep(Model, *options);
+  if (!m)
+    return failTrain(m.takeError());
+  auto plan = lowerModule(**m);
+  if (!plan)
+    return failTrain(plan.takeError());
+  PlanRecipe recipe;
+  recipe.Flags = compileFlagsText(*options);
+  recipe.Lr = options->Optimizer.Lr;
+  recipe.Driver.push_back({plan->Functions.front().Name, /*Repeat=*/1});
+  if (auto e = writePlanFile(*plan, *source, recipe, PlanOut))
+    return failTrain(std::move(e));
+  printReportTable(plan->Report, reportTitle(import), llvm::outs());
+  uint64_t size = 0;
+  llvm::sys::fs::file_size(PlanOut, size);
+  llvm::outs().flush(); // the report first, then the status line
+  llvm::errs() << "wrote " << PlanOut << " (" << formatBytes(size) << ")\n";
+  return 0;
 }
-int runRun() { return failTrain("headroom run is not implemented yet"); }
+
+int runRun() {
+  if ((Steps > 0) == (Epochs > 0))
+    return failTrain("give exactly one of --steps N or --epochs N");
+  auto loaded = readPlanFile(PlanPath);
+  if (!loaded)
+    return failTrain(loaded.takeError());
+  if (auto e = checkPlanSource(loaded->Source, PlanPath))
+    return failTrain(std::move(e));
+  // Trainer steps run the plan's first function once; other drivers (micro-
+  // steps for accumulation) come with the plans that need them.
+  const std::vector<DriverCall> &driver = loaded->Recipe.Driver;
+  const Plan &plan = loaded->ThePlan;
+  if (driver.size() != 1 || driver[0].Repeat != 1 ||
+      driver[0].Function != plan.Functions.front().Name)
+    return failTrain(
+        PlanPath + ": this headroom runs plans whose driver calls @" +
+        plan.Functions.front().Name + " once per step; compile again");
+  auto data = loadDataset(DataPath);
+  if (!data)
+    return failTrain(data.takeError());
+  llvm::errs() << "plan " << PlanPath << ": " << loaded->Source.ModelPath << " "
+               << loaded->Recipe.Flags << "\n";
+  std::string model = loaded->Source.ModelPath;
+  auto trainer = Trainer::fromPlan(std::move(loaded->ThePlan), model, Seed);
+  if (!trainer)
+    return failTrain(trainer.takeError());
+  return trainLoop(**trainer, *data, loaded->Recipe.Lr, model);
+}

@@ -1,7 +1,8 @@
 //===- headroom.cpp - The headroom command line ---------------------------===//
 //
-// One binary with subcommands (docs/cli.md). Every failure a user can cause
-// prints one line `headroom: error: ...` and exits with status 1.
+// One binary with subcommands (README.md, docs/training.md, docs/memory.md).
+// Every failure a user can cause prints one line `headroom: error: ...` and
+// exits with status 1.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/OnnxImport.h"

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cblas.h>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -161,12 +162,43 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double *a,
               beta, c, ldc);
 }
 
-/// im2col of one channel: col[kernel position][output position] = the input
-/// tap (0 in padding). With Scatter it is col2im instead: each col entry is
-/// added to its input tap. The last axis is the contiguous inner loop.
+/// line[j] = src[j * stride + off] for j in [lo, hi), 0 elsewhere in [0, n).
+/// The unit-stride loop is a plain copy the compiler vectorizes.
+template <typename T>
+void gatherLine(T *__restrict line, const T *__restrict src, int64_t off,
+                int64_t stride, int64_t lo, int64_t hi, int64_t n) {
+  std::fill(line, line + lo, T(0));
+  if (stride == 1) {
+    for (int64_t j = lo; j < hi; ++j)
+      line[j] = src[j + off];
+  } else {
+    for (int64_t j = lo; j < hi; ++j)
+      line[j] = src[j * stride + off];
+  }
+  std::fill(line + hi, line + n, T(0));
+}
+
+/// dst[j * stride + off] += line[j] for j in [lo, hi).
+template <typename T>
+void scatterLine(const T *__restrict line, T *__restrict dst, int64_t off,
+                 int64_t stride, int64_t lo, int64_t hi) {
+  if (stride == 1) {
+    for (int64_t j = lo; j < hi; ++j)
+      dst[j + off] += line[j];
+  } else {
+    for (int64_t j = lo; j < hi; ++j)
+      dst[j * stride + off] += line[j];
+  }
+}
+
+/// im2col of one channel: row k of `col` (at col + k * ld) holds, for each
+/// output position, the input tap of kernel position k (0 in padding). With
+/// Scatter it is col2im instead: each col entry is added to its input tap.
+/// The inner loop runs along the last axis, over the outputs whose tap is
+/// inside the input; padding only trims its ends.
 template <typename T, bool Scatter>
 void im2colChannel(std::conditional_t<Scatter, T, const T> *img,
-                   std::conditional_t<Scatter, const T, T> *col,
+                   std::conditional_t<Scatter, const T, T> *col, int64_t ld,
                    const Window &w) {
   unsigned rank = w.rank(), last = rank - 1;
   int64_t outLast = w.Out[last], inLast = w.In[last], stride = w.Strides[last];
@@ -180,7 +212,7 @@ void im2colChannel(std::conditional_t<Scatter, T, const T> *img,
     int64_t hi = std::clamp(ceilDiv(inLast - off, stride), lo, outLast);
     std::fill(pos.begin(), pos.end(), 0);
     for (int64_t o = 0; o < outer; ++o, advance(pos, outerShape)) {
-      auto *line = col + (k * outer + o) * outLast;
+      auto *line = col + k * ld + o * outLast;
       int64_t row = 0;
       bool valid = true;
       for (unsigned a = 0; a < last && valid; ++a) {
@@ -191,16 +223,11 @@ void im2colChannel(std::conditional_t<Scatter, T, const T> *img,
       }
       if constexpr (Scatter) {
         if (valid)
-          for (int64_t j = lo; j < hi; ++j)
-            img[row * inLast + j * stride + off] += line[j];
+          scatterLine(line, img + row * inLast, off, stride, lo, hi);
       } else if (!valid) {
         std::fill(line, line + outLast, T(0));
       } else {
-        const T *src = img + row * inLast;
-        std::fill(line, line + lo, T(0));
-        for (int64_t j = lo; j < hi; ++j)
-          line[j] = src[j * stride + off];
-        std::fill(line + hi, line + outLast, T(0));
+        gatherLine(line, img + row * inLast, off, stride, lo, hi, outLast);
       }
     }
   }
@@ -249,31 +276,102 @@ llvm::Expected<ConvShape> convShape(const KernelContext &ctx,
   return s;
 }
 
-/// Fills `col` with the im2col matrix of group g of image n ([colRows, P]),
-/// or returns x's own data when the window is pointwise.
+/// The im2col matrices of all the samples of a batch, or of as many as fit
+/// in kColBytes, sit side by side in one [colRows, Count * P] matrix (column
+/// n * P + p), so each group of a Conv or of its gradients is one GEMM per
+/// chunk of samples: big enough for OpenBLAS's threads to split, and
+/// ConvGradWeight's sum over the batch runs inside the GEMM's reduction.
+/// A pointwise window needs no im2col; it runs one sample at a time on x's
+/// own data.
+constexpr int64_t kColBytes = int64_t(64) << 20;
+
+/// A batch walked in chunks of samples [N0, N0 + Count).
+struct Chunking {
+  int64_t Samples = 1;
+  bool Pointwise = false;
+
+  Chunking(const ConvShape &s, size_t elemSize) : Pointwise(s.W.isPointwise()) {
+    // Per sample: the im2col columns, and dy or y in [mg, P] form.
+    int64_t perSample =
+        std::max(s.colRows(), s.mg()) * s.W.outSize() * int64_t(elemSize);
+    if (!Pointwise && perSample > 0)
+      Samples = std::clamp<int64_t>(kColBytes / perSample, 1,
+                                    std::max<int64_t>(s.N, 1));
+  }
+};
+
+/// Fills `col` [colRows, count * P] with the im2col matrix of group g of
+/// samples [n0, n0 + count).
 template <typename T>
-const T *im2col(const T *x, const ConvShape &s, int64_t n, int64_t g,
-                std::vector<T> &col) {
-  int64_t in = s.W.inSize(), rows = s.W.kernelSize() * s.W.outSize();
-  const T *xg = x + (n * s.C + g * s.cg()) * in;
-  if (s.W.isPointwise())
-    return xg;
-  for (int64_t c = 0; c < s.cg(); ++c)
-    im2colChannel<T, /*Scatter=*/false>(xg + c * in, col.data() + c * rows,
-                                        s.W);
-  return col.data();
+void im2col(const T *x, const ConvShape &s, int64_t n0, int64_t count,
+            int64_t g, T *col) {
+  int64_t in = s.W.inSize(), P = s.W.outSize(), ld = count * P;
+  for (int64_t n = 0; n < count; ++n) {
+    const T *xg = x + ((n0 + n) * s.C + g * s.cg()) * in;
+    for (int64_t c = 0; c < s.cg(); ++c)
+      im2colChannel<T, /*Scatter=*/false>(
+          xg + c * in, col + c * s.W.kernelSize() * ld + n * P, ld, s.W);
+  }
+}
+
+/// Adds `col` [colRows, count * P] to group g of samples [n0, n0 + count) of
+/// dx, each entry to its input tap.
+template <typename T>
+void col2im(const T *col, const ConvShape &s, int64_t n0, int64_t count,
+            int64_t g, T *dx) {
+  int64_t in = s.W.inSize(), P = s.W.outSize(), ld = count * P;
+  for (int64_t n = 0; n < count; ++n) {
+    T *dxg = dx + ((n0 + n) * s.C + g * s.cg()) * in;
+    for (int64_t c = 0; c < s.cg(); ++c)
+      im2colChannel<T, /*Scatter=*/true>(
+          dxg + c * in, col + c * s.W.kernelSize() * ld + n * P, ld, s.W);
+  }
+}
+
+/// Copies channels [m0, m0 + mg) of samples [n0, n0 + count) of t [N, M, P]
+/// to or (ToBatch false) from mat [mg, count * P].
+template <typename T, bool ToBatch>
+void transposeBatch(std::conditional_t<ToBatch, const T, T> *t,
+                    std::conditional_t<ToBatch, T, const T> *mat, int64_t M,
+                    int64_t P, int64_t n0, int64_t count, int64_t m0,
+                    int64_t mg) {
+  for (int64_t m = 0; m < mg; ++m)
+    for (int64_t n = 0; n < count; ++n) {
+      auto *plane = t + ((n0 + n) * M + m0 + m) * P;
+      auto *row = mat + (m * count + n) * P;
+      if constexpr (ToBatch)
+        std::copy(plane, plane + P, row);
+      else
+        std::copy(row, row + P, plane);
+    }
+}
+
+/// Uninitialized scratch of n elements (none for n == 0).
+template <typename T> std::unique_ptr<T[]> scratch(int64_t n) {
+  return std::unique_ptr<T[]>(n ? new T[n] : nullptr);
 }
 
 template <typename T> llvm::Error conv(const KernelContext &ctx, ConvShape s) {
   const T *x = ctx.Inputs[0].as<T>(), *w = ctx.Inputs[1].as<T>();
   T *y = ctx.Outputs[0].as<T>();
-  int64_t P = s.W.outSize(), K = s.colRows();
-  std::vector<T> col(s.W.isPointwise() ? 0 : K * P);
-  for (int64_t n = 0; n < s.N; ++n) {
+  int64_t P = s.W.outSize(), K = s.colRows(), in = s.W.inSize();
+  Chunking ch(s, sizeof(T));
+  auto col = scratch<T>(ch.Pointwise ? 0 : K * ch.Samples * P);
+  auto out = scratch<T>(ch.Samples > 1 ? s.mg() * ch.Samples * P : 0);
+  for (int64_t n0 = 0; n0 < s.N; n0 += ch.Samples) {
+    int64_t count = std::min(ch.Samples, s.N - n0), ld = count * P;
     for (int64_t g = 0; g < s.G; ++g) {
-      const T *cols = im2col(x, s, n, g, col);
-      gemm(false, false, s.mg(), P, K, w + g * s.mg() * K, K, cols, P, T(0),
-           y + (n * s.M + g * s.mg()) * P, P);
+      const T *cols = x + (n0 * s.C + g * s.cg()) * in;
+      if (!ch.Pointwise) {
+        im2col(x, s, n0, count, g, col.get());
+        cols = col.get();
+      }
+      T *yg = y + (n0 * s.M + g * s.mg()) * P;
+      gemm(false, false, s.mg(), ld, K, w + g * s.mg() * K, K, cols, ld, T(0),
+           count == 1 ? yg : out.get(), ld);
+      if (count > 1)
+        transposeBatch<T, /*ToBatch=*/false>(y, out.get(), s.M, P, n0, count,
+                                             g * s.mg(), s.mg());
     }
   }
   if (!ctx.hasInput(2))
@@ -301,27 +399,40 @@ llvm::Error convKernel(const KernelContext &ctx) {
   return HR_DISPATCH_FLOAT(ctx, ctx.Inputs[0].Type, conv, ctx, *s);
 }
 
+/// Group g of samples [n0, n0 + count) of dy [N, M, P] as an [mg, count * P]
+/// matrix: dy itself for one sample, else copied into `buf`.
+template <typename T>
+const T *dyBatch(const T *dy, const ConvShape &s, int64_t n0, int64_t count,
+                 int64_t g, T *buf) {
+  int64_t P = s.W.outSize();
+  if (count == 1)
+    return dy + (n0 * s.M + g * s.mg()) * P;
+  transposeBatch<T, /*ToBatch=*/true>(dy, buf, s.M, P, n0, count, g * s.mg(),
+                                      s.mg());
+  return buf;
+}
+
 template <typename T>
 llvm::Error convGradInput(const KernelContext &ctx, ConvShape s) {
   const T *dy = ctx.Inputs[0].as<T>(), *w = ctx.Inputs[1].as<T>();
   T *dx = ctx.Outputs[0].as<T>();
   int64_t P = s.W.outSize(), K = s.colRows(), in = s.W.inSize();
-  int64_t rows = s.W.kernelSize() * P;
-  bool pointwise = s.W.isPointwise();
-  std::vector<T> col(pointwise ? 0 : K * P);
-  std::memset(dx, 0, ctx.Outputs[0].sizeInBytes());
-  for (int64_t n = 0; n < s.N; ++n) {
+  Chunking ch(s, sizeof(T));
+  auto col = scratch<T>(ch.Pointwise ? 0 : K * ch.Samples * P);
+  auto dyBuf = scratch<T>(ch.Samples > 1 ? s.mg() * ch.Samples * P : 0);
+  if (!ch.Pointwise)
+    std::memset(dx, 0, ctx.Outputs[0].sizeInBytes());
+  for (int64_t n0 = 0; n0 < s.N; n0 += ch.Samples) {
+    int64_t count = std::min(ch.Samples, s.N - n0), ld = count * P;
     for (int64_t g = 0; g < s.G; ++g) {
-      T *dxg = dx + (n * s.C + g * s.cg()) * in;
-      // d(col) = W_g^T dy_g, then col2im adds each entry to its input tap.
-      gemm(true, false, K, P, s.mg(), w + g * s.mg() * K, K,
-           dy + (n * s.M + g * s.mg()) * P, P, T(0),
-           pointwise ? dxg : col.data(), P);
-      if (pointwise)
-        continue;
-      for (int64_t c = 0; c < s.cg(); ++c)
-        im2colChannel<T, /*Scatter=*/true>(dxg + c * in, col.data() + c * rows,
-                                           s.W);
+      // d(col) = W_g^T dy_g, then col2im adds each entry to its input tap; a
+      // pointwise window's d(col) is dx itself.
+      const T *dyg = dyBatch(dy, s, n0, count, g, dyBuf.get());
+      T *dxg = dx + (n0 * s.C + g * s.cg()) * in;
+      gemm(true, false, K, ld, s.mg(), w + g * s.mg() * K, K, dyg, ld, T(0),
+           ch.Pointwise ? dxg : col.get(), ld);
+      if (!ch.Pointwise)
+        col2im(col.get(), s, n0, count, g, dx);
     }
   }
   return llvm::Error::success();
@@ -339,16 +450,24 @@ template <typename T>
 llvm::Error convGradWeight(const KernelContext &ctx, ConvShape s) {
   const T *dy = ctx.Inputs[0].as<T>(), *x = ctx.Inputs[1].as<T>();
   T *dw = ctx.Outputs[0].as<T>();
-  int64_t P = s.W.outSize(), K = s.colRows();
-  std::vector<T> col(s.W.isPointwise() ? 0 : K * P);
+  int64_t P = s.W.outSize(), K = s.colRows(), in = s.W.inSize();
+  Chunking ch(s, sizeof(T));
+  auto col = scratch<T>(ch.Pointwise ? 0 : K * ch.Samples * P);
+  auto dyBuf = scratch<T>(ch.Samples > 1 ? s.mg() * ch.Samples * P : 0);
   if (s.N == 0)
     std::memset(dw, 0, ctx.Outputs[0].sizeInBytes());
-  for (int64_t n = 0; n < s.N; ++n) {
+  for (int64_t n0 = 0; n0 < s.N; n0 += ch.Samples) {
+    int64_t count = std::min(ch.Samples, s.N - n0), ld = count * P;
     for (int64_t g = 0; g < s.G; ++g) {
-      // dW_g (+)= dy_g col^T, summed over the batch.
-      const T *cols = im2col(x, s, n, g, col);
-      gemm(false, true, s.mg(), K, P, dy + (n * s.M + g * s.mg()) * P, P, cols,
-           P, n == 0 ? T(0) : T(1), dw + g * s.mg() * K, K);
+      // dW_g (+)= dy_g col^T: the chunk's samples are summed in the GEMM.
+      const T *cols = x + (n0 * s.C + g * s.cg()) * in;
+      if (!ch.Pointwise) {
+        im2col(x, s, n0, count, g, col.get());
+        cols = col.get();
+      }
+      gemm(false, true, s.mg(), K, ld,
+           dyBatch(dy, s, n0, count, g, dyBuf.get()), ld, cols, ld,
+           n0 == 0 ? T(0) : T(1), dw + g * s.mg() * K, K);
     }
   }
   return llvm::Error::success();

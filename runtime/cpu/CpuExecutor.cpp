@@ -202,7 +202,8 @@ llvm::Error CpuExecutor::writeState(llvm::StringRef name, const Tensor &value) {
         llvm::inconvertibleErrorCode(), "state @%s is %s, got %s",
         name.str().c_str(), ThePlan.States[i].Type.str().c_str(),
         value.type().str().c_str());
-  States[i] = value.bytes();
+  // Copy into the existing storage: buffer pointers refer to it.
+  std::copy(value.bytes().begin(), value.bytes().end(), States[i].begin());
   return llvm::Error::success();
 }
 

@@ -68,7 +68,12 @@ unsigned compareArrays(
       ++bad;
       continue;
     }
-    EXPECT_EQ(t->type(), ref.type()) << what << " " << name;
+    if (t->type() != ref.type()) {
+      ADD_FAILURE() << what << ": " << name << " is " << t->type().str()
+                    << ", PyTorch's is " << ref.type().str();
+      ++bad;
+      continue;
+    }
     for (int64_t i = 0; i < ref.numElements(); ++i) {
       double g = t->getDouble(i), w = ref.getDouble(i), a = atol(name, i);
       if (std::fabs(g - w) <= a + 1e-4 * std::fabs(w))

@@ -401,8 +401,8 @@ TEST(AutodiffTest, OpWithoutRuleIsAClearError) {
 }
 
 TEST(AutodiffTest, IntegerEdgesAreCut) {
-  // The loss depends on @t only through Gather's data; the indices path
-  // (Shape -> Cast) carries no gradient and needs no rule (Cast to i64).
+  // The loss depends on @t only through Gather's data; the integer indices
+  // (a data input) carry no gradient, and the table's is a scatter-add.
   auto m = takeOrFail(parseModule(
       "state @t : f64[4, 2] param\nfunc @forward(%i: i64[3]) {\n"
       "  %t = Read(@t) : f64[4, 2]\n"

@@ -183,8 +183,9 @@ TEST(NormKernelTest, BatchNormalizationTrainingUpdatesRunningStatistics) {
             "");
   EXPECT_NEAR(runMean.Data[0], 10 * 0.75 + 4 * 0.25, 1e-15);
   EXPECT_NEAR(runMean.Data[1], 2 * 0.25, 1e-15);
-  // ONNX's reference and node tests update with the biased variance.
-  EXPECT_NEAR(runVar.Data[0], 0.75 + 5 * 0.25, 1e-15);
+  // The running variance takes the unbiased batch variance, as PyTorch's
+  // BatchNorm does (ONNX's reference would use the biased 5).
+  EXPECT_NEAR(runVar.Data[0], 0.75 + (20.0 / 3) * 0.25, 1e-15);
   EXPECT_NEAR(runVar.Data[1], 0.75, 1e-15);
   EXPECT_NEAR(y.Data[0], (1 - 4) / std::sqrt(5 + 1e-5), 1e-12);
   EXPECT_NEAR(y.Data[5], (7 - 4) / std::sqrt(5 + 1e-5), 1e-12);

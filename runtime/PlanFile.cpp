@@ -1,0 +1,662 @@
+//===- PlanFile.cpp - Plans on disk ---------------------------------------===//
+//
+// Converts between `struct Plan` and the messages of runtime/plan.proto.
+// Writing is a direct translation. Reading checks the envelope (magic,
+// version, body checksum), then translates and validates every field the
+// executor trusts: element types, sizes (no overflow), buffer, state,
+// function and call indices, op names and arities, placements inside the
+// arena, and the driver loop.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/PlanFile.h"
+
+#include "compiler/OpInfo.h"
+#include "runtime/ModelIO.h"
+#include "runtime/plan.pb.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SHA256.h"
+
+#include <cassert>
+#include <climits>
+
+using namespace headroom;
+namespace pb = headroom::planfile;
+
+static constexpr llvm::StringLiteral kMagic = "headroom plan";
+/// No tensor, state or arena of a valid plan is this large; the bound keeps
+/// every size and offset sum far from overflow.
+static constexpr uint64_t kMaxBytes = uint64_t(1) << 50;
+
+static const std::pair<DType, pb::ElementType> kElementTypes[] = {
+    {DType::F32, pb::F32},   {DType::F64, pb::F64}, {DType::F16, pb::F16},
+    {DType::BF16, pb::BF16}, {DType::I8, pb::I8},   {DType::I16, pb::I16},
+    {DType::I32, pb::I32},   {DType::I64, pb::I64}, {DType::U8, pb::U8},
+    {DType::U16, pb::U16},   {DType::U32, pb::U32}, {DType::U64, pb::U64},
+    {DType::Bool, pb::BOOL},
+};
+
+static const std::pair<StateKind, pb::StateKind> kStateKinds[] = {
+    {StateKind::Param, pb::PARAM},
+    {StateKind::Frozen, pb::FROZEN},
+    {StateKind::Buffer, pb::BUFFER},
+    {StateKind::Optimizer, pb::OPTIMIZER},
+};
+
+static std::string sha256Hex(llvm::StringRef bytes) {
+  return llvm::toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(bytes)),
+                     /*LowerCase=*/true);
+}
+
+//===----------------------------------------------------------------------===//
+// Writing
+//===----------------------------------------------------------------------===//
+
+static void toProto(const TensorType &t, pb::TensorType &p) {
+  for (const auto &[dtype, element] : kElementTypes)
+    if (dtype == t.dtype())
+      p.set_element_type(element);
+  for (int64_t d : t.shape())
+    p.add_dims(d);
+}
+
+static pb::ElementType toProto(DType t) {
+  for (const auto &[dtype, element] : kElementTypes)
+    if (dtype == t)
+      return element;
+  llvm_unreachable("element type missing from kElementTypes");
+}
+
+static void toProto(const std::string &name, const Attribute &a,
+                    pb::Attribute &p) {
+  p.set_name(name);
+  switch (a.kind()) {
+  case Attribute::Kind::Int:
+    p.set_int_value(a.asInt());
+    return;
+  case Attribute::Kind::Float:
+    p.set_float_value(a.asFloat());
+    return;
+  case Attribute::Kind::String:
+    p.set_string_value(a.asString());
+    return;
+  case Attribute::Kind::Ints:
+    p.mutable_ints_value()->mutable_values()->Add(a.asInts().begin(),
+                                                  a.asInts().end());
+    return;
+  case Attribute::Kind::Floats:
+    p.mutable_floats_value()->mutable_values()->Add(a.asFloats().begin(),
+                                                    a.asFloats().end());
+    return;
+  case Attribute::Kind::Strings:
+    for (const std::string &s : a.asStrings())
+      p.mutable_strings_value()->add_values(s);
+    return;
+  case Attribute::Kind::Type:
+    p.set_type_value(toProto(a.asType()));
+    return;
+  case Attribute::Kind::Tensor: {
+    const Tensor &t = a.asTensor();
+    pb::Tensor *pt = p.mutable_tensor_value();
+    toProto(t.type(), *pt->mutable_type());
+    pt->set_data(t.bytes().data(), t.bytes().size());
+    return;
+  }
+  }
+  llvm_unreachable("unknown attribute kind");
+}
+
+static void toProto(const MemoryReport &r, pb::MemoryReport &p) {
+  p.set_parameters(r.Parameters);
+  p.set_frozen(r.Frozen);
+  p.set_buffers(r.Buffers);
+  p.set_optimizer_state(r.OptimizerState);
+  p.set_constants(r.Constants);
+  p.set_arena_bytes(r.ArenaBytes);
+  p.set_arena_lower_bound(r.ArenaLowerBound);
+  p.set_activations(r.Activations);
+  p.set_gradients(r.Gradients);
+  p.set_temporaries(r.Temporaries);
+  p.set_workspace(r.Workspace);
+  for (const auto &point : r.Timeline) {
+    pb::TimelinePoint *t = p.add_timeline();
+    t->set_activations(point[0]);
+    t->set_gradients(point[1]);
+    t->set_temporaries(point[2]);
+  }
+}
+
+static void toProto(const Plan &plan, const PlanSource &source,
+                    const PlanRecipe &recipe, pb::Plan &p) {
+  p.mutable_source()->set_path(source.ModelPath);
+  p.mutable_source()->set_sha256(source.Sha256);
+  p.mutable_options()->set_flags(recipe.Flags);
+  p.mutable_options()->set_lr(recipe.Lr);
+  for (const DriverCall &d : recipe.Driver) {
+    pb::DriverCall *pd = p.add_driver();
+    pd->set_function(d.Function);
+    pd->set_repeat(d.Repeat);
+  }
+  for (const PlanState &s : plan.States) {
+    pb::State *ps = p.add_states();
+    ps->set_name(s.Name);
+    toProto(s.Type, *ps->mutable_type());
+    for (const auto &[kind, pkind] : kStateKinds)
+      if (kind == s.Kind)
+        ps->set_kind(pkind);
+  }
+  assert(plan.Buffers.size() == plan.Placements.size() &&
+         "one placement per buffer");
+  for (size_t i = 0; i < plan.Buffers.size(); ++i) {
+    pb::Buffer *pbuf = p.add_buffers();
+    toProto(plan.Buffers[i], *pbuf->mutable_type());
+    const Placement &place = plan.Placements[i];
+    switch (place.Where) {
+    case Placement::Kind::Arena:
+      pbuf->set_arena_offset(place.Offset);
+      break;
+    case Placement::Kind::State:
+      pbuf->set_state(place.Index);
+      break;
+    case Placement::Kind::Constant:
+      pbuf->mutable_constant()->set_function(place.Index);
+      pbuf->mutable_constant()->set_call(place.Call);
+      break;
+    }
+  }
+  for (const PlanFunction &f : plan.Functions) {
+    pb::Function *pf = p.add_functions();
+    pf->set_name(f.Name);
+    pf->mutable_args()->Add(f.Args.begin(), f.Args.end());
+    for (const std::string &name : f.ArgNames)
+      pf->add_arg_names(name);
+    pf->mutable_results()->Add(f.Results.begin(), f.Results.end());
+    for (const KernelCall &c : f.Calls) {
+      pb::Call *pc = pf->add_calls();
+      pc->set_op(c.Op);
+      for (const auto &[name, attr] : c.Attrs) // std::map: sorted by name
+        toProto(name, attr, *pc->add_attributes());
+      pc->mutable_inputs()->Add(c.Inputs.begin(), c.Inputs.end());
+      pc->mutable_outputs()->Add(c.Outputs.begin(), c.Outputs.end());
+      pc->set_state(c.State);
+      pc->set_id(c.Id);
+    }
+  }
+  p.set_arena_bytes(plan.ArenaBytes);
+  toProto(plan.Report, *p.mutable_report());
+}
+
+llvm::Expected<std::string>
+headroom::serializePlanFile(const Plan &plan, const PlanSource &source,
+                            const PlanRecipe &recipe) {
+  pb::Plan body;
+  toProto(plan, source, recipe, body);
+  pb::PlanFile file;
+  file.set_magic(kMagic.data(), kMagic.size());
+  file.set_format_version(kPlanFormatVersion);
+  // Fields without maps serialize deterministically.
+  if (!body.SerializeToString(file.mutable_body()))
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the plan is too large to serialize (%zu "
+                                   "bytes; protobuf's limit is 2 GiB)",
+                                   body.ByteSizeLong());
+  auto digest = llvm::SHA256::hash(llvm::arrayRefFromStringRef(file.body()));
+  file.set_body_sha256(digest.data(), digest.size());
+  std::string bytes;
+  if (!file.SerializeToString(&bytes))
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the plan is too large to serialize (%zu "
+                                   "bytes; protobuf's limit is 2 GiB)",
+                                   file.ByteSizeLong());
+  return bytes;
+}
+
+llvm::Error headroom::writePlanFile(const Plan &plan, const PlanSource &source,
+                                    const PlanRecipe &recipe,
+                                    llvm::StringRef path) {
+  auto bytes = serializePlanFile(plan, source, recipe);
+  if (!bytes)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s: %s",
+                                   path.str().c_str(),
+                                   llvm::toString(bytes.takeError()).c_str());
+  return writeFileAtomically(path, *bytes);
+}
+
+//===----------------------------------------------------------------------===//
+// Reading
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Translates a parsed pb::Plan, checking what the executor relies on.
+class PlanReader {
+public:
+  explicit PlanReader(llvm::StringRef name) : Name(name) {}
+  llvm::Expected<LoadedPlan> read(const pb::Plan &p);
+
+private:
+  llvm::Error invalid(const llvm::Twine &what) const {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   Name + ": invalid plan: " + what);
+  }
+  llvm::Expected<TensorType> readType(const pb::TensorType &p,
+                                      const llvm::Twine &where) const;
+  llvm::Expected<DType> readElementType(pb::ElementType e,
+                                        const llvm::Twine &where) const;
+  llvm::Expected<Attribute> readAttribute(const pb::Attribute &p,
+                                          const llvm::Twine &where) const;
+  llvm::Error readFunction(const pb::Function &p, PlanFunction &f) const;
+  llvm::Error checkCall(const PlanFunction &f, const KernelCall &c) const;
+  llvm::Error checkBuffer(int b, bool optional, const llvm::Twine &where) const;
+  llvm::Error checkPlacements() const;
+  llvm::Error checkDriver(const PlanRecipe &recipe) const;
+
+  std::string Name;
+  Plan P;
+};
+
+} // namespace
+
+llvm::Expected<DType>
+PlanReader::readElementType(pb::ElementType e, const llvm::Twine &where) const {
+  for (const auto &[dtype, element] : kElementTypes)
+    if (element == e)
+      return dtype;
+  return invalid(where + ": unknown element type " + llvm::Twine(int(e)));
+}
+
+llvm::Expected<TensorType>
+PlanReader::readType(const pb::TensorType &p, const llvm::Twine &where) const {
+  auto dtype = readElementType(p.element_type(), where);
+  if (!dtype)
+    return dtype.takeError();
+  uint64_t bytes = dtypeSize(*dtype);
+  for (int64_t d : p.dims())
+    if (d < 0 || __builtin_mul_overflow(bytes, uint64_t(d), &bytes) ||
+        bytes > kMaxBytes)
+      return invalid(where + ": dimensions out of range");
+  std::vector<int64_t> dims(p.dims().begin(), p.dims().end());
+  return TensorType(*dtype, dims);
+}
+
+llvm::Expected<Attribute>
+PlanReader::readAttribute(const pb::Attribute &p,
+                          const llvm::Twine &where) const {
+  switch (p.value_case()) {
+  case pb::Attribute::kIntValue:
+    return Attribute::getInt(p.int_value());
+  case pb::Attribute::kFloatValue:
+    return Attribute::getFloat(p.float_value());
+  case pb::Attribute::kStringValue:
+    return Attribute::getString(p.string_value());
+  case pb::Attribute::kIntsValue:
+    return Attribute::getInts(std::vector<int64_t>(
+        p.ints_value().values().begin(), p.ints_value().values().end()));
+  case pb::Attribute::kFloatsValue:
+    return Attribute::getFloats(std::vector<double>(
+        p.floats_value().values().begin(), p.floats_value().values().end()));
+  case pb::Attribute::kStringsValue:
+    return Attribute::getStrings(std::vector<std::string>(
+        p.strings_value().values().begin(), p.strings_value().values().end()));
+  case pb::Attribute::kTypeValue: {
+    auto t = readElementType(p.type_value(), where);
+    if (!t)
+      return t.takeError();
+    return Attribute::getType(*t);
+  }
+  case pb::Attribute::kTensorValue: {
+    auto t = readType(p.tensor_value().type(), where);
+    if (!t)
+      return t.takeError();
+    const std::string &data = p.tensor_value().data();
+    if (data.size() != t->sizeInBytes())
+      return invalid(where + ": " + llvm::Twine(data.size()) +
+                     " bytes of data for a tensor of type " + t->str());
+    return Attribute::getTensor(
+        Tensor(*t, std::vector<uint8_t>(data.begin(), data.end())));
+  }
+  case pb::Attribute::VALUE_NOT_SET:
+    break;
+  }
+  return invalid(where + ": no value");
+}
+
+llvm::Error PlanReader::checkBuffer(int b, bool optional,
+                                    const llvm::Twine &where) const {
+  if ((optional && b == -1) || (b >= 0 && size_t(b) < P.Buffers.size()))
+    return llvm::Error::success();
+  return invalid(where + ": buffer " + llvm::Twine(b) + " is out of range (" +
+                 llvm::Twine(P.Buffers.size()) + " buffers)");
+}
+
+llvm::Error PlanReader::readFunction(const pb::Function &p,
+                                     PlanFunction &f) const {
+  f.Name = p.name();
+  std::string where = "@" + f.Name;
+  f.Args.assign(p.args().begin(), p.args().end());
+  f.ArgNames.assign(p.arg_names().begin(), p.arg_names().end());
+  f.Results.assign(p.results().begin(), p.results().end());
+  if (f.ArgNames.size() != f.Args.size())
+    return invalid(where + ": " + llvm::Twine(f.Args.size()) +
+                   " arguments but " + llvm::Twine(f.ArgNames.size()) +
+                   " argument names");
+  for (int b : f.Args)
+    if (auto e = checkBuffer(b, /*optional=*/false, where + " argument"))
+      return e;
+  for (int b : f.Results)
+    if (auto e = checkBuffer(b, /*optional=*/false, where + " result"))
+      return e;
+  for (const pb::Call &pc : p.calls()) {
+    KernelCall c;
+    c.Op = pc.op();
+    c.Inputs.assign(pc.inputs().begin(), pc.inputs().end());
+    c.Outputs.assign(pc.outputs().begin(), pc.outputs().end());
+    c.State = pc.state();
+    c.Id = pc.id();
+    std::string callWhere = (where + " call " + llvm::Twine(f.Calls.size()) +
+                             " (op '" + c.Op + "')")
+                                .str();
+    for (const pb::Attribute &pa : pc.attributes()) {
+      auto a = readAttribute(pa, callWhere + " attribute '" + pa.name() + "'");
+      if (!a)
+        return a.takeError();
+      if (!c.Attrs.emplace(pa.name(), std::move(*a)).second)
+        return invalid(callWhere + ": attribute '" + pa.name() +
+                       "' appears twice");
+    }
+    if (auto e = checkCall(f, c))
+      return invalid(callWhere + ": " + llvm::toString(std::move(e)));
+    f.Calls.push_back(std::move(c));
+  }
+  return llvm::Error::success();
+}
+
+/// What the executor assumes of a call (without the plan's name: the caller
+/// adds it).
+llvm::Error PlanReader::checkCall(const PlanFunction &f,
+                                  const KernelCall &c) const {
+  auto fail = [](const llvm::Twine &msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+  };
+  const OpInfo *op = lookupOp(c.Op);
+  if (!op || op->has(opflags::Terminator))
+    return fail("not an op this headroom runs");
+  auto outside = [](size_t n, int lo, int hi) {
+    return int64_t(n) < lo || (hi >= 0 && int64_t(n) > hi);
+  };
+  if (outside(c.Inputs.size(), op->MinOperands, op->MaxOperands) ||
+      outside(c.Outputs.size(), op->MinResults, op->MaxResults))
+    return fail(llvm::Twine(c.Inputs.size()) + " inputs and " +
+                llvm::Twine(c.Outputs.size()) + " outputs do not fit the op");
+  for (int b : c.Inputs)
+    if (b != -1 && (b < 0 || size_t(b) >= P.Buffers.size()))
+      return fail("input buffer " + llvm::Twine(b) + " is out of range (" +
+                  llvm::Twine(P.Buffers.size()) + " buffers)");
+  for (int b : c.Outputs)
+    if (b < 0 || size_t(b) >= P.Buffers.size())
+      return fail("output buffer " + llvm::Twine(b) + " is out of range (" +
+                  llvm::Twine(P.Buffers.size()) + " buffers)");
+  bool usesState =
+      op->has(opflags::ReadsState) || op->has(opflags::WritesState);
+  if (!usesState) {
+    if (c.State != -1)
+      return fail("names a state slot but the op has none");
+    return llvm::Error::success();
+  }
+  if (c.State < 0 || size_t(c.State) >= P.States.size())
+    return fail("state " + llvm::Twine(c.State) + " is out of range (" +
+                llvm::Twine(P.States.size()) + " states)");
+  const TensorType &state = P.States[c.State].Type;
+  // Read and Assign copy the slot's bytes; ParamGrad copies its input's.
+  int value = c.Op == "Read" ? c.Outputs[0] : c.Inputs[0];
+  if (value < 0)
+    return fail("the state's value is absent");
+  if (c.Op != "ParamGrad" && P.Buffers[value] != state)
+    return fail("buffer " + llvm::Twine(value) + " is " +
+                P.Buffers[value].str() + ", the state is " + state.str());
+  return llvm::Error::success();
+}
+
+llvm::Error PlanReader::checkPlacements() const {
+  for (size_t i = 0; i < P.Buffers.size(); ++i) {
+    const Placement &place = P.Placements[i];
+    uint64_t bytes = P.Buffers[i].sizeInBytes();
+    std::string where = "buffer " + std::to_string(i);
+    switch (place.Where) {
+    case Placement::Kind::Arena:
+      if (place.Offset > P.ArenaBytes || bytes > P.ArenaBytes - place.Offset)
+        return invalid(where + ": bytes [" + llvm::Twine(place.Offset) + ", " +
+                       llvm::Twine(place.Offset + bytes) +
+                       ") lie outside the " + llvm::Twine(P.ArenaBytes) +
+                       "-byte arena");
+      break;
+    case Placement::Kind::State:
+      if (place.Index < 0 || size_t(place.Index) >= P.States.size())
+        return invalid(where + ": state " + llvm::Twine(place.Index) +
+                       " is out of range (" + llvm::Twine(P.States.size()) +
+                       " states)");
+      if (P.States[place.Index].Type != P.Buffers[i])
+        return invalid(where + " is " + P.Buffers[i].str() + ", its state is " +
+                       P.States[place.Index].Type.str());
+      break;
+    case Placement::Kind::Constant: {
+      if (place.Index < 0 || size_t(place.Index) >= P.Functions.size() ||
+          place.Call < 0 ||
+          size_t(place.Call) >= P.Functions[place.Index].Calls.size())
+        return invalid(where + ": constant of function " +
+                       llvm::Twine(place.Index) + " call " +
+                       llvm::Twine(place.Call) + " does not exist");
+      const KernelCall &c = P.Functions[place.Index].Calls[place.Call];
+      auto value = c.Attrs.find("value");
+      if (c.Op != "Constant" || value == c.Attrs.end() ||
+          value->second.kind() != Attribute::Kind::Tensor ||
+          value->second.asTensor().type() != P.Buffers[i])
+        return invalid(where + ": function " + llvm::Twine(place.Index) +
+                       " call " + llvm::Twine(place.Call) +
+                       " is not a Constant of type " + P.Buffers[i].str());
+      break;
+    }
+    }
+  }
+  return llvm::Error::success();
+}
+
+/// Each driver call runs a step: its arguments are batches of the data
+/// (leading dimension = samples) and its first result is the loss.
+llvm::Error PlanReader::checkDriver(const PlanRecipe &recipe) const {
+  if (recipe.Driver.empty())
+    return invalid("the driver loop is empty");
+  for (const DriverCall &d : recipe.Driver) {
+    const PlanFunction *f = P.function(d.Function);
+    if (!f)
+      return invalid("the driver calls @" + d.Function +
+                     ", which the plan does not define");
+    if (d.Repeat == 0)
+      return invalid("the driver calls @" + d.Function + " 0 times");
+    if (f->Results.empty())
+      return invalid("@" + d.Function + " returns no loss");
+    for (int b : f->Args)
+      if (P.Buffers[b].rank() == 0)
+        return invalid("@" + d.Function +
+                       " takes a scalar argument; data arguments are batches");
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
+  LoadedPlan out;
+  out.Source.ModelPath = p.source().path();
+  out.Source.Sha256 = p.source().sha256();
+  if (out.Source.ModelPath.empty())
+    return invalid("no source model");
+  out.Recipe.Flags = p.options().flags();
+  out.Recipe.Lr = p.options().lr();
+  for (const pb::DriverCall &d : p.driver())
+    out.Recipe.Driver.push_back({d.function(), d.repeat()});
+
+  for (const pb::State &ps : p.states()) {
+    std::string where = "state @" + ps.name();
+    auto type = readType(ps.type(), where);
+    if (!type)
+      return type.takeError();
+    llvm::Optional<StateKind> kind;
+    for (const auto &[k, pk] : kStateKinds)
+      if (pk == ps.kind())
+        kind = k;
+    if (!kind)
+      return invalid(where + ": unknown kind " + llvm::Twine(int(ps.kind())));
+    P.States.push_back({ps.name(), *type, *kind});
+  }
+
+  if (p.arena_bytes() > kMaxBytes)
+    return invalid("the arena of " + llvm::Twine(p.arena_bytes()) +
+                   " bytes is too large");
+  P.ArenaBytes = p.arena_bytes();
+  for (const pb::Buffer &pbuf : p.buffers()) {
+    std::string where = "buffer " + std::to_string(P.Buffers.size());
+    auto type = readType(pbuf.type(), where);
+    if (!type)
+      return type.takeError();
+    Placement place;
+    switch (pbuf.place_case()) {
+    case pb::Buffer::kArenaOffset:
+      place.Where = Placement::Kind::Arena;
+      place.Offset = pbuf.arena_offset();
+      break;
+    case pb::Buffer::kState:
+      place.Where = Placement::Kind::State;
+      place.Index = pbuf.state();
+      break;
+    case pb::Buffer::kConstant:
+      place.Where = Placement::Kind::Constant;
+      place.Index = pbuf.constant().function();
+      place.Call = pbuf.constant().call();
+      break;
+    case pb::Buffer::PLACE_NOT_SET:
+      return invalid(where + ": no placement");
+    }
+    P.Buffers.push_back(*type);
+    P.Placements.push_back(place);
+  }
+
+  for (const pb::Function &pf : p.functions()) {
+    PlanFunction f;
+    if (auto e = readFunction(pf, f))
+      return e;
+    P.Functions.push_back(std::move(f));
+  }
+  if (auto e = checkPlacements())
+    return e;
+  if (auto e = checkDriver(out.Recipe))
+    return e;
+
+  const pb::MemoryReport &pr = p.report();
+  MemoryReport &r = P.Report;
+  r.Parameters = pr.parameters();
+  r.Frozen = pr.frozen();
+  r.Buffers = pr.buffers();
+  r.OptimizerState = pr.optimizer_state();
+  r.Constants = pr.constants();
+  r.ArenaBytes = pr.arena_bytes();
+  r.ArenaLowerBound = pr.arena_lower_bound();
+  r.Activations = pr.activations();
+  r.Gradients = pr.gradients();
+  r.Temporaries = pr.temporaries();
+  r.Workspace = pr.workspace();
+  for (const pb::TimelinePoint &t : pr.timeline())
+    r.Timeline.push_back({t.activations(), t.gradients(), t.temporaries()});
+
+  out.ThePlan = std::move(P);
+  return out;
+}
+
+llvm::Expected<LoadedPlan> headroom::parsePlanFile(llvm::StringRef bytes,
+                                                   llvm::StringRef name) {
+  auto malformed = [&] {
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "%s: not a valid headroom plan (the data is malformed or truncated)",
+        name.str().c_str());
+  };
+  pb::PlanFile file;
+  if (bytes.size() > INT_MAX ||
+      !file.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) ||
+      file.magic() != kMagic || file.format_version() == 0)
+    return malformed(); // version 0 is absent: the file ends after the magic
+  if (file.format_version() != kPlanFormatVersion)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "%s: plan format version %u is not the version this headroom reads "
+        "(%u); compile again",
+        name.str().c_str(), file.format_version(), kPlanFormatVersion);
+  auto digest = llvm::SHA256::hash(llvm::arrayRefFromStringRef(file.body()));
+  pb::Plan body;
+  if (file.body_sha256() != llvm::toStringRef(digest) ||
+      !body.ParseFromString(file.body()))
+    return malformed();
+  return PlanReader(name).read(body);
+}
+
+llvm::Expected<LoadedPlan> headroom::readPlanFile(llvm::StringRef path) {
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                         /*RequiresNullTerminator=*/false);
+  if (!buf)
+    return llvm::createStringError(buf.getError(), "%s: cannot read: %s",
+                                   path.str().c_str(),
+                                   buf.getError().message().c_str());
+  return parsePlanFile((*buf)->getBuffer(), path);
+}
+
+//===----------------------------------------------------------------------===//
+// The source model
+//===----------------------------------------------------------------------===//
+
+/// The SHA-256 of the file at `path`, or the error that reading it gave.
+static llvm::ErrorOr<std::string> hashFile(llvm::StringRef path) {
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                         /*RequiresNullTerminator=*/false);
+  if (!buf)
+    return buf.getError();
+  return sha256Hex((*buf)->getBuffer());
+}
+
+llvm::Expected<PlanSource>
+headroom::describePlanSource(llvm::StringRef modelPath) {
+  PlanSource source;
+  llvm::SmallString<256> absolute(modelPath);
+  if (std::error_code ec = llvm::sys::fs::make_absolute(absolute))
+    return llvm::createStringError(ec, "%s: %s", modelPath.str().c_str(),
+                                   ec.message().c_str());
+  llvm::sys::path::remove_dots(absolute, /*remove_dot_dot=*/true);
+  source.ModelPath = absolute.str().str();
+  auto hash = hashFile(source.ModelPath);
+  if (!hash)
+    return llvm::createStringError(hash.getError(), "%s: cannot read: %s",
+                                   modelPath.str().c_str(),
+                                   hash.getError().message().c_str());
+  source.Sha256 = *hash;
+  return source;
+}
+
+llvm::Error headroom::checkPlanSource(const PlanSource &source,
+                                      llvm::StringRef planPath) {
+  auto hash = hashFile(source.ModelPath);
+  if (!hash)
+    return llvm::createStringError(
+        hash.getError(),
+        "%s: cannot read the source model %s (%s); the plan takes its "
+        "initial weights from it",
+        planPath.str().c_str(), source.ModelPath.c_str(),
+        hash.getError().message().c_str());
+  if (*hash == source.Sha256)
+    return llvm::Error::success();
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "%s: the source model %s changed since the plan was compiled (sha256 "
+      "%s... now %s...); compile again",
+      planPath.str().c_str(), source.ModelPath.c_str(),
+      source.Sha256.substr(0, 12).c_str(), hash->substr(0, 12).c_str());
+}

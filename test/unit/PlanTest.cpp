@@ -1,0 +1,67 @@
+//===- PlanTest.cpp - Lowering hazards: in-place reuse and state aliasing -===//
+#include "TestUtil.h"
+#include "compiler/Parser.h"
+#include "runtime/Executor.h"
+
+using namespace headroom;
+
+namespace {
+
+/// Runs @f of `text` on `args` and returns its results.
+std::vector<Tensor> runText(const char *text, std::vector<Tensor> args,
+                            const std::map<std::string, Tensor> &state = {}) {
+  auto m = takeOrFail(parseModule(text));
+  if (!m)
+    return {};
+  auto exec = takeOrFail(createCpuExecutor(*lowerModule(*m)));
+  if (!exec)
+    return {};
+  for (const auto &[name, t] : state)
+    EXPECT_EQ(errorOf(exec->writeState(name, t)), "");
+  std::vector<const Tensor *> ptrs;
+  for (const Tensor &t : args)
+    ptrs.push_back(&t);
+  return takeOrFail(exec->run("f", ptrs));
+}
+
+TEST(PlanTest, VariadicSumWithARepeatedDyingOperandIsNotInPlace) {
+  // %a dies at the Sum and is its first operand; the kernel writes the output
+  // before it reads operand 2 (%a again), so sharing would give 2(a+b).
+  auto r = runText("func @f(%x: f32[3], %b: f32[3]) {\n"
+                   "  %a = Neg(%x) : f32[3]\n"
+                   "  %s = Sum(%a, %b, %a) : f32[3]\n"
+                   "  return %s\n}\n",
+                   {Tensor::fromDoubles(DType::F32, {3}, {1, 2, 3}),
+                    Tensor::fromDoubles(DType::F32, {3}, {10, 20, 30})});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].getDouble(0), 8.0); // -1 + 10 - 1
+  EXPECT_EQ(r[0].getDouble(2), 24.0);
+}
+
+TEST(PlanTest, AReturnedReadIsTheValueBeforeTheWrite) {
+  auto r = runText("state @w : f32[2] param\n"
+                   "func @f(%x: f32[2]) {\n"
+                   "  %w = Read(@w) : f32[2]\n"
+                   "  %n = Add(%w, %x) : f32[2]\n"
+                   "  Assign(@w, %n)\n"
+                   "  return %w\n}\n",
+                   {Tensor::fromDoubles(DType::F32, {2}, {1, 1})},
+                   {{"w", Tensor::fromDoubles(DType::F32, {2}, {5, 6})}});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].getDouble(0), 5.0);
+  EXPECT_EQ(r[0].getDouble(1), 6.0);
+}
+
+TEST(PlanTest, ElementwiseChainsShareOneBuffer) {
+  auto m = takeOrFail(parseModule("func @f(%x: f32[256]) {\n"
+                                  "  %a = Neg(%x) : f32[256]\n"
+                                  "  %b = Exp(%a) : f32[256]\n"
+                                  "  %c = Tanh(%b) : f32[256]\n"
+                                  "  return %c\n}\n"));
+  ASSERT_TRUE(m);
+  auto plan = takeOrFail(lowerModule(*m));
+  // x (an argument) and one buffer for a, b and c in turn.
+  EXPECT_EQ(plan.ArenaBytes, 2u * 1024u);
+}
+
+} // namespace
