@@ -487,13 +487,18 @@ Error dropout(const KernelContext &ctx) {
       std::memset(ctx.Outputs[1].Data, 1, n);
     return Error::success();
   }
-  // keep[i] = hash >> 32 >= threshold, with probability 1 - ratio.
+  // keep(i) = hash >> 32 >= threshold, with probability 1 - ratio; computed
+  // where it is used, so the kernel needs no scratch.
   uint64_t threshold = static_cast<uint64_t>(ratio * 4294967296.0);
-  std::vector<uint8_t> keep(n);
-  for (int64_t i = 0; i < n; ++i)
-    keep[i] = (counterHash(ctx.Seed, i) >> 32) >= threshold;
-  if (hasMask)
-    std::memcpy(ctx.Outputs[1].Data, keep.data(), n);
+  uint64_t seed = ctx.Seed;
+  auto keep = [=](int64_t i) {
+    return (counterHash(seed, i) >> 32) >= threshold;
+  };
+  if (hasMask) {
+    auto *mask = static_cast<uint8_t *>(ctx.Outputs[1].Data);
+    for (int64_t i = 0; i < n; ++i)
+      mask[i] = keep(i);
+  }
   double scale = 1 / (1 - ratio);
   return dispatchType<FloatTypes>(ctx, x.Type, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -503,7 +508,7 @@ Error dropout(const KernelContext &ctx) {
     C s = static_cast<C>(scale);
     // x * 0 rather than 0 for a dropped element: NaN stays NaN, as in ONNX.
     for (int64_t i = 0; i < n; ++i)
-      py[i] = Elem<T>::store(Elem<T>::load(px[i]) * (keep[i] ? s : C(0)));
+      py[i] = Elem<T>::store(Elem<T>::load(px[i]) * (keep(i) ? s : C(0)));
     return Error::success();
   });
 }

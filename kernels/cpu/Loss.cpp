@@ -125,17 +125,16 @@ void logSoftmaxAxis1(const T *x, T *y, const LossShape &s) {
   }
 }
 
-/// Writes the reduced negative log-likelihood of `logProb` ([N, C, D]).
-template <typename T>
-void nllReduce(const T *logProb, const std::vector<T> &w,
-               const TensorView &labels, const LossShape &s, T *loss) {
+/// Writes the reduced negative log-likelihood, given the log-probability of
+/// each target's label: logProbAt(n, d, label).
+template <typename T, typename LogProbAt>
+void nllReduceWith(const LogProbAt &logProbAt, const std::vector<T> &w,
+                   const TensorView &labels, const LossShape &s, T *loss) {
   double total = 0, weightSum = 0;
   for (int64_t n = 0; n < s.N; ++n)
     for (int64_t d = 0; d < s.D; ++d) {
       int64_t i = n * s.D + d;
-      T l = w[i] == 0
-                ? T(0)
-                : -w[i] * logProb[(n * s.C + labelAt(labels, i)) * s.D + d];
+      T l = w[i] == 0 ? T(0) : -w[i] * logProbAt(n, d, labelAt(labels, i));
       if (s.Red == Reduction::None)
         loss[i] = l;
       total += l;
@@ -145,6 +144,15 @@ void nllReduce(const T *logProb, const std::vector<T> &w,
     loss[0] = T(total);
   if (s.Red == Reduction::Mean)
     loss[0] = T(total / weightSum);
+}
+
+/// The same with the log-probabilities given as an [N, C, D] array.
+template <typename T>
+void nllReduce(const T *logProb, const std::vector<T> &w,
+               const TensorView &labels, const LossShape &s, T *loss) {
+  nllReduceWith<T>([&](int64_t n, int64_t d,
+                       int64_t c) { return logProb[(n * s.C + c) * s.D + d]; },
+                   w, labels, s, loss);
 }
 
 Error checkLossType(const KernelContext &ctx, const LossShape &s,
@@ -182,18 +190,29 @@ template <typename T> Error softmaxCrossEntropy(const KernelContext &ctx) {
   if (!w)
     return w.takeError();
   // log_prob goes straight to the optional second result when it is wanted.
-  std::vector<T> scratch;
-  T *logProb = nullptr;
   if (ctx.Outputs.size() > 1 && ctx.Outputs[1].present()) {
     if (ctx.Outputs[1].numElements() != scores.numElements())
       return ctx.unsupported("log_prob type does not match the scores");
-    logProb = ctx.Outputs[1].as<T>();
-  } else {
-    scratch.resize(scores.numElements());
-    logProb = scratch.data();
+    T *logProb = ctx.Outputs[1].as<T>();
+    logSoftmaxAxis1(scores.as<T>(), logProb, *s);
+    nllReduce(logProb, *w, labels, *s, ctx.Outputs[0].as<T>());
+    return Error::success();
   }
-  logSoftmaxAxis1(scores.as<T>(), logProb, *s);
-  nllReduce(logProb, *w, labels, *s, ctx.Outputs[0].as<T>());
+  // Otherwise only each target's log-probability is needed: x[label] - max -
+  // log(sum exp(x - max)) over the classes, with no scores-sized scratch
+  // (the plan's memory is all the memory a step uses).
+  const T *x = scores.as<T>();
+  auto logProbAt = [&](int64_t n, int64_t d, int64_t label) {
+    const T *row = x + n * s->C * s->D + d;
+    T shift = row[0];
+    for (int64_t c = 1; c < s->C; ++c)
+      shift = std::max(shift, row[c * s->D]);
+    T sum = 0;
+    for (int64_t c = 0; c < s->C; ++c)
+      sum += std::exp(row[c * s->D] - shift);
+    return (row[label * s->D] - shift) - std::log(sum);
+  };
+  nllReduceWith<T>(logProbAt, *w, labels, *s, ctx.Outputs[0].as<T>());
   return Error::success();
 }
 
