@@ -15,6 +15,7 @@
 
 #include "compiler/ConstantFolding.h"
 #include "compiler/OnnxTensor.h"
+#include "compiler/Verifier.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -798,7 +799,14 @@ Expected<std::unique_ptr<Module>> Importer::run() {
     return e;
   if (auto e = makeShapesStatic())
     return e;
-  return translate();
+  auto m = translate();
+  if (!m)
+    return m.takeError();
+  // ONNX's shape inference does not check everything (a Gemm whose inner
+  // dimensions differ passes it); what it let through is an error here.
+  if (auto e = verifyModule(**m))
+    return fail("the model is inconsistent: " + llvm::toString(std::move(e)));
+  return m;
 }
 
 } // namespace

@@ -26,6 +26,7 @@ public:
 private:
   llvm::Error verifyFunction(const Function &f);
   llvm::Error verifyNode(const Node &n);
+  llvm::Error verifyMatrixProduct(const Node &n);
   llvm::Error fail(const Node &n, const llvm::Twine &msg) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "in @%s, %s: %s", n.parent()->name().c_str(),
@@ -128,9 +129,47 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                          " is not the operand cast to " +
                          dtypeName(a->asType()));
   }
+  if (n.op() == "MatMul" || n.op() == "Gemm")
+    if (auto e = verifyMatrixProduct(n))
+      return e;
   if ((n.op() == "Shape" || n.op() == "Size") &&
       n.result(0)->type().dtype() != DType::I64)
     return fail(n, "result must be i64");
+  return llvm::Error::success();
+}
+
+/// MatMul (numpy: batch dims broadcast, [M, K] x [K, N]; rank >= 2 here) and
+/// Gemm ([M, K] x [K, N] after transA/transB) give the shape they declare.
+llvm::Error Verifier::verifyMatrixProduct(const Node &n) {
+  llvm::ArrayRef<int64_t> a = n.operand(0)->type().shape(),
+                          b = n.operand(1)->type().shape(),
+                          y = n.result(0)->type().shape();
+  if (a.size() < 2 || b.size() < 2)
+    return llvm::Error::success(); // 1-D MatMul operands: numpy's promotion
+  int64_t m = a[a.size() - 2], k = a.back(), k2 = b[b.size() - 2],
+          nn = b.back();
+  llvm::SmallVector<int64_t, 4> want;
+  if (n.op() == "Gemm") {
+    if (a.size() != 2 || b.size() != 2)
+      return fail(n, "Gemm operands must be 2-D");
+    if (n.intAttr("transA", 0))
+      std::swap(m, k);
+    if (n.intAttr("transB", 0))
+      std::swap(k2, nn);
+  } else {
+    auto batch = broadcastShapes(a.drop_back(2), b.drop_back(2));
+    if (!batch)
+      return fail(n, "batch dimensions do not broadcast");
+    want = *batch;
+  }
+  if (k != k2)
+    return fail(n, "inner dimensions differ (" + llvm::Twine(k) + " and " +
+                       llvm::Twine(k2) + ")");
+  want.push_back(m);
+  want.push_back(nn);
+  if (llvm::ArrayRef<int64_t>(want) != y)
+    return fail(n, "result shape " + shapeString(y) + " should be " +
+                       shapeString(want));
   return llvm::Error::success();
 }
 

@@ -357,27 +357,36 @@ llvm::Expected<ConvShape> convShape(const KernelContext &ctx,
   return s;
 }
 
-/// The im2col matrices of all the samples of a batch, or of as many as fit
-/// in kColBytes, sit side by side in one [colRows, Count * P] matrix (column
-/// n * P + p), so each group of a Conv or of its gradients is one GEMM per
-/// chunk of samples: big enough for OpenBLAS's threads to split, and
-/// ConvGradWeight's sum over the batch runs inside the GEMM's reduction.
-/// A pointwise window needs no im2col; it runs one sample at a time on x's
-/// own data.
+/// The im2col matrices of a chunk of samples sit side by side in one
+/// [colRows, Count * P] matrix (column n * P + p), so each group of a Conv or
+/// of its gradients is one GEMM per chunk, and ConvGradWeight's sum over the
+/// chunk runs inside the GEMM's reduction. A chunk is the fewest samples
+/// with kChunkColumns columns, at most kColBytes of scratch: batching more
+/// does not pay on the CPU. Measured on LeNet (B=32; OpenBLAS 0.3.21), one
+/// GEMM over the whole batch ran up to 3x slower than GEMMs of one or a few
+/// samples, whose im2col matrix stays in cache and which OpenBLAS runs with
+/// its small-matrix kernels, without packing; its second thread made the
+/// big GEMMs slower still. So chunks only gather the few samples that a
+/// small spatial output (late layers: P = 7 x 7 and less) needs to make a
+/// GEMM of useful width. A pointwise window needs no im2col; it runs one
+/// sample at a time on x's own data.
+constexpr int64_t kChunkColumns = 512;
 constexpr int64_t kColBytes = int64_t(64) << 20;
 
-/// A batch walked in chunks of samples [N0, N0 + Count).
+/// A batch walked in chunks of Samples samples [n0, n0 + Samples).
 struct Chunking {
   int64_t Samples = 1;
   bool Pointwise = false;
 
   Chunking(const ConvShape &s, size_t elemSize) : Pointwise(s.W.isPointwise()) {
+    int64_t P = s.W.outSize();
     // Per sample: the im2col columns, and dy or y in [mg, P] form.
-    int64_t perSample =
-        std::max(s.colRows(), s.mg()) * s.W.outSize() * int64_t(elemSize);
-    if (!Pointwise && perSample > 0)
-      Samples = std::clamp<int64_t>(kColBytes / perSample, 1,
-                                    std::max<int64_t>(s.N, 1));
+    int64_t bytes = std::max(s.colRows(), s.mg()) * P * int64_t(elemSize);
+    if (Pointwise || P == 0 || bytes == 0)
+      return;
+    Samples = std::clamp<int64_t>(ceilDiv(kChunkColumns, P), 1,
+                                  std::max<int64_t>(kColBytes / bytes, 1));
+    Samples = std::min(Samples, std::max<int64_t>(s.N, 1));
   }
 };
 

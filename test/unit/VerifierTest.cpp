@@ -86,6 +86,22 @@ TEST(VerifierTest, RejectsReturnBeforeTheEnd) {
             "in @f, node 0 ('Return'): 'return' must be the last node");
 }
 
+TEST(VerifierTest, ChecksMatrixProductShapes) {
+  EXPECT_EQ(verifyError("func @f(%a: f32[2, 3], %b: f32[3, 3]) {\n"
+                        "  %y = MatMul(%a, %b) : f32[3, 3]\n  return %y\n}\n"),
+            "in @f, node 0 ('MatMul' defining %y): result shape 3x3 should be "
+            "2x3");
+  EXPECT_EQ(verifyError("func @f(%a: f32[4, 2], %b: f32[3, 4]) {\n"
+                        "  %y = Gemm(%a, %b) {transA = 1, transB = 1} : "
+                        "f32[2, 3]\n  return %y\n}\n"),
+            "");
+  EXPECT_EQ(
+      verifyError("func @f(%a: f32[2, 3, 4], %b: f32[5, 2]) {\n"
+                  "  %y = MatMul(%a, %b) : f32[2, 3, 2]\n  return %y\n}\n"),
+      "in @f, node 0 ('MatMul' defining %y): inner dimensions differ (4 "
+      "and 5)");
+}
+
 TEST(VerifierTest, RejectsUseBeforeDefinition) {
   Module m;
   Function *f = m.addFunction("f");
