@@ -264,10 +264,10 @@ void im2colChannel(std::conditional_t<Scatter, T, const T> *img,
           std::fill(colK, colK + rowLo * outLast, T(0));
           std::fill(colK + rowHi * outLast, colK + outRows * outLast, T(0));
           if (stride == 1 && w.Strides[0] == 1 && outLast == inLast &&
-              rowLo < rowHi) {
+              rowLo < rowHi && lo < hi) {
             // Rows of col and of the input have one length, so the taps of
-            // rows [rowLo, rowHi) are one shifted block; the entries it
-            // wraps into the padding are zeroed after.
+            // rows [rowLo, rowHi) are one shifted block of the input; the
+            // entries it wraps into the padding are zeroed after.
             int64_t first = rowLo * outLast + lo,
                     end = (rowHi - 1) * outLast + hi;
             int64_t shift = offRow * inLast + off;
@@ -370,7 +370,7 @@ llvm::Expected<ConvShape> convShape(const KernelContext &ctx,
 /// small spatial output (late layers: P = 7 x 7 and less) needs to make a
 /// GEMM of useful width. A pointwise window needs no im2col; it runs one
 /// sample at a time on x's own data.
-constexpr int64_t kChunkColumns = 512;
+constexpr int64_t kChunkColumns = 256;
 constexpr int64_t kColBytes = int64_t(64) << 20;
 
 /// A batch walked in chunks of Samples samples [n0, n0 + Samples).

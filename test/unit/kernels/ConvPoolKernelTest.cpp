@@ -167,6 +167,37 @@ std::vector<ConvCase> convCases() {
                    {1, 2},
                    {2},
                    {2}});
+  // 20 samples of 4 x 6 = 24 outputs: chunks of 11 and 9 samples
+  // (kChunkColumns 256). Width 6 + 2 + 0 - 3 + 1 = 6 keeps the input's row
+  // length, im2col's shifted-block path, with padding on one side per axis.
+  cases.push_back({"batch_in_chunks_same_width",
+                   {20, 2, 5, 6},
+                   {3, 2, 3, 3},
+                   {20, 3, 4, 6},
+                   convAttrs({1, 1}, {0, 2, 1, 0}, {1, 1}, 1),
+                   {0, 2, 1, 0},
+                   {1, 1},
+                   {1, 1}});
+  // End padding wider than the input: taps 2..4 of each row read only
+  // padding (W: 2 + 0 + 4 - 5 + 1 = 2, the input's width).
+  cases.push_back({"padding_wider_than_input",
+                   {1, 1, 3, 2},
+                   {1, 1, 1, 5},
+                   {1, 1, 3, 2},
+                   convAttrs({1, 1}, {0, 0, 0, 4}, {1, 1}, 1),
+                   {0, 0, 0, 4},
+                   {1, 1},
+                   {1, 1}});
+  // W: 5 + 2 + 1 - 3 + 1 = 6, one more than the input: padded ends on
+  // unit-stride rows that im2col copies one at a time.
+  cases.push_back({"wider_than_input",
+                   {2, 2, 4, 5},
+                   {2, 2, 2, 3},
+                   {2, 2, 4, 6},
+                   convAttrs({1, 1}, {1, 2, 0, 1}, {1, 1}, 1),
+                   {1, 2, 0, 1},
+                   {1, 1},
+                   {1, 1}});
   cases.push_back({"3d_grouped",
                    {1, 2, 4, 3, 5},
                    {2, 1, 2, 2, 3},
