@@ -14,6 +14,8 @@
 #include "runtime/Report.h"
 #include "runtime/Trainer.h"
 
+#include "tools/Diagnostics.h"
+
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -115,16 +117,6 @@ static cl::opt<bool> DisableDropout(
     cl::sub(TrainCmd), cl::sub(ReportCmd), cl::sub(CompileCmd),
     cl::cat(TrainCat));
 
-static int failTrain(llvm::Error e) {
-  llvm::WithColor::error(llvm::errs(), "headroom")
-      << llvm::toString(std::move(e)) << '\n';
-  return 1;
-}
-static int failTrain(const llvm::Twine &msg) {
-  return failTrain(
-      llvm::createStringError(llvm::inconvertibleErrorCode(), msg));
-}
-
 static llvm::Expected<OptimizerOptions> optimizerFromFlags() {
   OptimizerOptions o;
   if (OptimizerName == "sgd")
@@ -140,8 +132,12 @@ static llvm::Expected<OptimizerOptions> optimizerFromFlags() {
         "are not implemented yet)",
         OptimizerName.c_str());
   bool adamw = o.Kind == OptimizerOptions::Kind::AdamW;
-  o.Lr = Lr >= 0 ? Lr : adamw ? 1e-3 : 0.01;
-  o.WeightDecay = WeightDecay >= 0 ? WeightDecay : adamw ? 0.01 : 0.0;
+  // Defaults depend on the optimizer; a given value is always used (and
+  // checked), even a negative one.
+  o.Lr = Lr.getNumOccurrences() ? Lr : adamw ? 1e-3 : 0.01;
+  o.WeightDecay = WeightDecay.getNumOccurrences() ? WeightDecay
+                  : adamw                         ? 0.01
+                                                  : 0.0;
   o.Momentum = Momentum;
   o.Nesterov = Nesterov;
   o.Eps = Eps;
@@ -151,6 +147,9 @@ static llvm::Expected<OptimizerOptions> optimizerFromFlags() {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "--betas %s: expected two numbers B1,B2",
                                    Betas.c_str());
+  if (o.WeightDecay < 0)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--weight-decay must not be negative");
   if (o.Lr <= 0)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "--lr must be positive");
@@ -163,48 +162,6 @@ static std::string formatDuration(double seconds) {
   std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", (long long)(s / 3600),
                 (long long)(s / 60 % 60), (long long)(s % 60));
   return buf;
-}
-
-static std::string bytesText(uint64_t b) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << llvm::format(u ? "%.2f %s" : "%.0f %s", v, units[u]);
-  return os.str();
-}
-
-/// What the step holds in memory, by category, from the plan. Until the
-/// memory planner exists every value has its own buffer, so "values" is the
-/// sum of all of them, not a peak.
-static void printMemory(const Executor &exec, llvm::raw_ostream &os) {
-  const Plan &plan = exec.plan();
-  uint64_t byKind[4] = {0, 0, 0, 0};
-  unsigned counts[4] = {0, 0, 0, 0};
-  for (const PlanState &s : plan.States) {
-    byKind[static_cast<int>(s.Kind)] += s.Type.sizeInBytes();
-    ++counts[static_cast<int>(s.Kind)];
-  }
-  uint64_t states = byKind[0] + byKind[1] + byKind[2] + byKind[3];
-  os << "memory of one step (no memory planning yet: one buffer per value)\n";
-  const char *names[] = {"parameters", "frozen weights", "buffers",
-                         "optimizer state"};
-  for (int k = 0; k < 4; ++k)
-    if (counts[k])
-      os << llvm::format("  %-18s %12s  (%u tensors)\n", names[k],
-                         bytesText(byKind[k]).c_str(), counts[k]);
-  os << llvm::format("  %-18s %12s  (%zu values, incl. gradients)\n",
-                     static_cast<const char *>("values"),
-                     bytesText(exec.allocatedBytes() - states).c_str(),
-                     plan.Buffers.size());
-  os << llvm::format("  %-18s %12s\n",
-                     static_cast<const char *>("total allocated"),
-                     bytesText(exec.allocatedBytes()).c_str());
 }
 
 /// The training options the flags give; `--batch` or `--shape` is required.
@@ -259,9 +216,15 @@ static std::string compileFlagsText(const TrainOptions &options) {
 static int trainLoop(Trainer &t, const Dataset &data, double lr,
                      llvm::StringRef sourceModel) {
   if (auto e = t.checkData(data))
-    return failTrain(std::move(e));
-  printMemory(t.executor(), llvm::errs());
+    return reportError(std::move(e));
+  printReportTable(t.executor().plan().Report,
+                   (llvm::sys::path::filename(sourceModel) + ", batch " +
+                    llvm::Twine(t.batch()))
+                       .str(),
+                   llvm::errs());
   int64_t batch = t.batch();
+  if (batch <= 0)
+    return reportError("the model has no data input to feed");
   int64_t perEpoch = data.Samples / batch;
   int64_t total = Steps > 0 ? Steps : Epochs * perEpoch;
 
@@ -270,7 +233,7 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
     std::error_code ec;
     log = std::make_unique<llvm::raw_fd_ostream>(Log, ec);
     if (ec)
-      return failTrain(Log + ": cannot write: " + ec.message());
+      return reportError(Log + ": cannot write: " + ec.message());
   }
   bool tty = llvm::sys::Process::StandardErrIsDisplayed();
   std::vector<int64_t> order(data.Samples);
@@ -287,7 +250,7 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
     }
     auto r = t.step(data, order, inEpoch * batch);
     if (!r)
-      return failTrain(r.takeError());
+      return reportError(r.takeError());
     lastLoss = r->Loss;
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -323,7 +286,7 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
     llvm::errs() << "\n";
   if (!Save.empty()) {
     if (auto e = saveTrainedModel(t.executor(), sourceModel, Save))
-      return failTrain(std::move(e));
+      return reportError(std::move(e));
     llvm::errs() << "saved " << Save << " (final loss "
                  << llvm::format("%.4f", lastLoss) << ")\n";
   }
@@ -333,15 +296,15 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
 int runTrain(const ImportOptions &import) {
   auto options = trainOptionsFromFlags(import);
   if (!options)
-    return failTrain(options.takeError());
+    return reportError(options.takeError());
   if ((Steps > 0) == (Epochs > 0))
-    return failTrain("give exactly one of --steps N or --epochs N");
+    return reportError("give exactly one of --steps N or --epochs N");
   auto data = loadDataset(DataPath);
   if (!data)
-    return failTrain(data.takeError());
+    return reportError(data.takeError());
   auto trainer = Trainer::create(Model, *options);
   if (!trainer)
-    return failTrain(trainer.takeError());
+    return reportError(trainer.takeError());
   return trainLoop(**trainer, *data, options->Optimizer.Lr, Model);
 }
 
@@ -362,13 +325,13 @@ static std::string reportTitle(const ImportOptions &import) {
 int runReport(const ImportOptions &import) {
   auto options = trainOptionsFromFlags(import);
   if (!options)
-    return failTrain(options.takeError());
+    return reportError(options.takeError());
   auto m = buildTrainingStep(Model, *options);
   if (!m)
-    return failTrain(m.takeError());
+    return reportError(m.takeError());
   auto plan = lowerModule(**m);
   if (!plan)
-    return failTrain(plan.takeError());
+    return reportError(plan.takeError());
   std::string title = reportTitle(import);
   if (Json)
     printReportJson(plan->Report, llvm::outs());
@@ -379,34 +342,34 @@ int runReport(const ImportOptions &import) {
     llvm::raw_string_ostream os(text);
     printReportSvg(plan->Report, title, os);
     if (auto e = writeFileAtomically(Svg, os.str()))
-      return failTrain(std::move(e));
+      return reportError(std::move(e));
   }
   return 0;
 }
 
 int runCompile(const ImportOptions &import) {
   if (PlanOut.empty())
-    return failTrain("-o PLAN is required: the plan file to write");
+    return reportError("-o PLAN is required: the plan file to write");
   auto options = trainOptionsFromFlags(import);
   if (!options)
-    return failTrain(options.takeError());
+    return reportError(options.takeError());
   // Hashed before the import reads it: a model that changes meanwhile is
   // refused at run time rather than silently paired with this plan.
   auto source = describePlanSource(Model);
   if (!source)
-    return failTrain(source.takeError());
+    return reportError(source.takeError());
   auto m = buildTrainingStep(Model, *options);
   if (!m)
-    return failTrain(m.takeError());
+    return reportError(m.takeError());
   auto plan = lowerModule(**m);
   if (!plan)
-    return failTrain(plan.takeError());
+    return reportError(plan.takeError());
   PlanRecipe recipe;
   recipe.Flags = compileFlagsText(*options);
   recipe.Lr = options->Optimizer.Lr;
   recipe.Driver.push_back({plan->Functions.front().Name, /*Repeat=*/1});
   if (auto e = writePlanFile(*plan, *source, recipe, PlanOut))
-    return failTrain(std::move(e));
+    return reportError(std::move(e));
   printReportTable(plan->Report, reportTitle(import), llvm::outs());
   uint64_t size = 0;
   llvm::sys::fs::file_size(PlanOut, size);
@@ -417,29 +380,29 @@ int runCompile(const ImportOptions &import) {
 
 int runRun() {
   if ((Steps > 0) == (Epochs > 0))
-    return failTrain("give exactly one of --steps N or --epochs N");
+    return reportError("give exactly one of --steps N or --epochs N");
   auto loaded = readPlanFile(PlanPath);
   if (!loaded)
-    return failTrain(loaded.takeError());
+    return reportError(loaded.takeError());
   if (auto e = checkPlanSource(loaded->Source, PlanPath))
-    return failTrain(std::move(e));
+    return reportError(std::move(e));
   // Trainer steps run the plan's first function once; other drivers (micro-
   // steps for accumulation) come with the plans that need them.
   const std::vector<DriverCall> &driver = loaded->Recipe.Driver;
   const Plan &plan = loaded->ThePlan;
   if (driver.size() != 1 || driver[0].Repeat != 1 ||
       driver[0].Function != plan.Functions.front().Name)
-    return failTrain(
+    return reportError(
         PlanPath + ": this headroom runs plans whose driver calls @" +
         plan.Functions.front().Name + " once per step; compile again");
   auto data = loadDataset(DataPath);
   if (!data)
-    return failTrain(data.takeError());
+    return reportError(data.takeError());
   llvm::errs() << "plan " << PlanPath << ": " << loaded->Source.ModelPath << " "
                << loaded->Recipe.Flags << "\n";
   std::string model = loaded->Source.ModelPath;
   auto trainer = Trainer::fromPlan(std::move(loaded->ThePlan), model, Seed);
   if (!trainer)
-    return failTrain(trainer.takeError());
+    return reportError(trainer.takeError());
   return trainLoop(**trainer, *data, loaded->Recipe.Lr, model);
 }

@@ -14,6 +14,8 @@
 
 #include "runtime/Report.h"
 
+#include "tools/Diagnostics.h"
+
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/WithColor.h"
@@ -60,12 +62,6 @@ static cl::opt<std::string> Output("o", cl::desc("Output model"),
                                    cl::value_desc("OUT.onnx"), cl::Required,
                                    cl::sub(ZooCmd), cl::cat(ZooCat));
 
-static int failZoo(llvm::Error e) {
-  llvm::WithColor::error(llvm::errs(), "headroom")
-      << llvm::toString(std::move(e)) << '\n';
-  return 1;
-}
-
 /// The architecture's defaults, overridden by the flags that were given.
 static llvm::Expected<ZooConfig> configFromFlags() {
   auto config = defaultZooConfig(Arch);
@@ -93,10 +89,10 @@ static llvm::Expected<ZooConfig> configFromFlags() {
 int runZoo() {
   auto config = configFromFlags();
   if (!config)
-    return failZoo(config.takeError());
+    return reportError(config.takeError());
   auto summary = writeZooModel(*config, Output);
   if (!summary)
-    return failZoo(summary.takeError());
+    return reportError(summary.takeError());
   llvm::outs() << "wrote " << summary->ModelPath << ": " << config->Arch << ", "
                << config->Layers << " layers, " << summary->Parameters
                << " parameters (" << formatBytes(summary->ParameterBytes)

@@ -16,6 +16,8 @@
 #include "runtime/Report.h"
 #include "llvm/ADT/StringMap.h"
 
+#include "tools/Diagnostics.h"
+
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -103,15 +105,6 @@ static cl::opt<bool> Markdown("markdown",
 static cl::opt<std::string> OutputFile("o", cl::desc("Output file"),
                                        cl::value_desc("file"), cl::init("-"),
                                        cl::sub(OptCmd), cl::cat(Category));
-
-static int fail(llvm::Error e) {
-  llvm::WithColor::error(llvm::errs(), "headroom")
-      << llvm::toString(std::move(e)) << '\n';
-  return 1;
-}
-static int fail(const llvm::Twine &msg) {
-  return fail(llvm::createStringError(llvm::inconvertibleErrorCode(), msg));
-}
 
 /// The import options the shared flags give.
 static llvm::Expected<ImportOptions> importOptionsFromFlags() {
@@ -246,7 +239,7 @@ static int runOpt() {
   std::error_code ec;
   llvm::ToolOutputFile out(OutputFile, ec, llvm::sys::fs::OF_Text);
   if (ec)
-    return fail(OutputFile + ": cannot write: " + ec.message());
+    return reportError(OutputFile + ": cannot write: " + ec.message());
   auto process = [&](llvm::Expected<std::unique_ptr<Module>> m) -> llvm::Error {
     if (!m)
       return m.takeError();
@@ -267,7 +260,7 @@ static int runOpt() {
   };
   if (!SplitInputFile || llvm::StringRef(OptInput).endswith(".onnx")) {
     if (auto e = process(loadModule(OptInput)))
-      return fail(std::move(e));
+      return reportError(std::move(e));
     out.keep(); // otherwise ToolOutputFile deletes the partial output
     return 0;
   }
@@ -275,7 +268,7 @@ static int runOpt() {
   // check it) and the next chunk still runs; the exit status reports it.
   auto buf = llvm::MemoryBuffer::getFileOrSTDIN(OptInput, /*IsText=*/true);
   if (!buf)
-    return fail(OptInput + ": cannot read: " + buf.getError().message());
+    return reportError(OptInput + ": cannot read: " + buf.getError().message());
   llvm::SmallVector<llvm::StringRef, 8> chunks;
   (*buf)->getBuffer().split(chunks, "// -----");
   int status = 0;
@@ -321,19 +314,19 @@ int main(int argc, char **argv) {
   if (CompileCmd) {
     auto options = importOptionsFromFlags();
     if (!options)
-      return fail(options.takeError());
+      return reportError(options.takeError());
     return runCompile(*options);
   }
   if (ReportCmd) {
     auto options = importOptionsFromFlags();
     if (!options)
-      return fail(options.takeError());
+      return reportError(options.takeError());
     return runReport(*options);
   }
   if (TrainCmd) {
     auto options = importOptionsFromFlags();
     if (!options)
-      return fail(options.takeError());
+      return reportError(options.takeError());
     return runTrain(*options);
   }
   cl::PrintHelpMessage();

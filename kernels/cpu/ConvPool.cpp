@@ -357,19 +357,18 @@ llvm::Expected<ConvShape> convShape(const KernelContext &ctx,
   return s;
 }
 
-/// The im2col matrices of a chunk of samples sit side by side in one
-/// [colRows, Count * P] matrix (column n * P + p), so each group of a Conv or
-/// of its gradients is one GEMM per chunk, and ConvGradWeight's sum over the
-/// chunk runs inside the GEMM's reduction. A chunk is the fewest samples
-/// with kChunkColumns columns, at most kColBytes of scratch: batching more
-/// does not pay on the CPU. Measured on LeNet (B=32; OpenBLAS 0.3.21), one
-/// GEMM over the whole batch ran up to 3x slower than GEMMs of one or a few
-/// samples, whose im2col matrix stays in cache and which OpenBLAS runs with
-/// its small-matrix kernels, without packing; its second thread made the
-/// big GEMMs slower still. So chunks only gather the few samples that a
-/// small spatial output (late layers: P = 7 x 7 and less) needs to make a
-/// GEMM of useful width. A pointwise window needs no im2col; it runs one
-/// sample at a time on x's own data.
+/// Conv and its gradients walk the batch in chunks of samples. The im2col
+/// matrices of a chunk sit side by side in one [colRows, count * P] matrix
+/// (column n * P + p), so each group is one GEMM per chunk, and
+/// ConvGradWeight sums the chunk inside the GEMM's reduction. A chunk is the
+/// fewest samples with kChunkColumns columns (capped at kColBytes of
+/// scratch): enough to give a small spatial output (P = 7 x 7 and less in
+/// late layers) a GEMM of useful width, and no more, because bigger GEMMs
+/// are slower here. On LeNet (B = 32, OpenBLAS 0.3.21) one GEMM over the
+/// whole batch ran up to 3x slower than per-sample GEMMs, which stay in
+/// cache and run OpenBLAS's small-matrix kernels without packing, and a
+/// second OpenBLAS thread made it slower still. A pointwise window needs no
+/// im2col: it runs one sample at a time on x's own data.
 constexpr int64_t kChunkColumns = 256;
 constexpr int64_t kColBytes = int64_t(64) << 20;
 
@@ -545,8 +544,8 @@ llvm::Error convGradWeight(const KernelContext &ctx, ConvShape s) {
   auto col = scratch<T>(ch.Pointwise ? 0 : K * ch.Samples * P);
   auto dyBuf = scratch<T>(ch.Samples > 1 ? s.mg() * ch.Samples * P : 0);
   // dW_g^T (+)= col dy_g^T, the chunk's samples summed in the GEMM's
-  // reduction. (OpenBLAS runs this orientation much faster than
-  // dW_g = dy_g col^T: 1.6x on LeNet's second conv.)
+  // reduction. (OpenBLAS runs this orientation faster than
+  // dW_g = dy_g col^T: 1.4-1.6x on LeNet's second conv.)
   auto dwT = scratch<T>(s.M * K);
   std::fill(dwT.get(), dwT.get() + s.M * K, T(0));
   for (int64_t n0 = 0; n0 < s.N; n0 += ch.Samples) {

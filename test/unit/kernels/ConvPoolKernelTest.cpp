@@ -1,7 +1,8 @@
 //===- ConvPoolKernelTest.cpp - Unit tests of kernels/cpu/ConvPool.cpp ---===//
 //
 // Conv against a direct (naive) N-D reference over strided, padded, dilated,
-// grouped and auto-padded cases in 1-D, 2-D and 3-D; every gradient kernel
+// grouped and auto-padded cases in 1-D, 2-D and 3-D, and a batch that spans
+// several of the kernels' chunks of samples; every gradient kernel
 // against central differences of its forward kernel in float64. ONNX's node
 // tests (CpuNodeTest) cover the forward kernels' f32 results.
 //
