@@ -41,12 +41,29 @@ headroom::buildTrainingStep(llvm::StringRef modelPath,
   return m;
 }
 
+llvm::Expected<Plan> headroom::lowerTrainingStep(Module &m) {
+  auto asBuilt = lowerModule(m);
+  if (!asBuilt)
+    return asBuilt.takeError();
+  PassManager pm;
+  if (auto e = pm.addPipeline("schedule"))
+    return e;
+  if (auto e = pm.run(m))
+    return e;
+  auto scheduled = lowerModule(m);
+  if (!scheduled)
+    return scheduled.takeError();
+  if (scheduled->Report.PeakBytes() <= asBuilt->Report.PeakBytes())
+    return scheduled;
+  return asBuilt;
+}
+
 llvm::Expected<std::unique_ptr<Trainer>>
 Trainer::create(llvm::StringRef modelPath, const TrainOptions &options) {
   auto m = buildTrainingStep(modelPath, options);
   if (!m)
     return m.takeError();
-  auto plan = lowerModule(**m);
+  auto plan = lowerTrainingStep(**m);
   if (!plan)
     return plan.takeError();
   auto t = fromPlan(std::move(*plan), modelPath, options.Seed);

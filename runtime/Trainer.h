@@ -32,6 +32,11 @@ struct TrainOptions {
 llvm::Expected<std::unique_ptr<Module>>
 buildTrainingStep(llvm::StringRef modelPath, const TrainOptions &options);
 
+/// Lowers the step twice, as built and after the `schedule` pass, and keeps
+/// the plan with the lower peak (the pass helps most steps, not all: it is
+/// a heuristic, the plan's peak is the truth). Leaves `m` scheduled.
+llvm::Expected<Plan> lowerTrainingStep(Module &m);
+
 struct StepResult {
   double Loss = 0;
   llvm::Optional<double> GradNorm; // with clipping

@@ -329,7 +329,7 @@ int runReport(const ImportOptions &import) {
   auto m = buildTrainingStep(Model, *options);
   if (!m)
     return reportError(m.takeError());
-  auto plan = lowerModule(**m);
+  auto plan = lowerTrainingStep(**m);
   if (!plan)
     return reportError(plan.takeError());
   std::string title = reportTitle(import);
@@ -361,7 +361,7 @@ int runCompile(const ImportOptions &import) {
   auto m = buildTrainingStep(Model, *options);
   if (!m)
     return reportError(m.takeError());
-  auto plan = lowerModule(**m);
+  auto plan = lowerTrainingStep(**m);
   if (!plan)
     return reportError(plan.takeError());
   PlanRecipe recipe;
