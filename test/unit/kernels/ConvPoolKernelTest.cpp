@@ -7,6 +7,7 @@
 // tests (CpuNodeTest) cover the forward kernels' f32 results.
 //
 //===----------------------------------------------------------------------===//
+#include "KernelTestUtil.h"
 #include "kernels/cpu/Kernel.h"
 #include "test/unit/TestUtil.h"
 
@@ -26,61 +27,6 @@ int64_t product(const std::vector<int64_t> &shape) {
   for (int64_t d : shape)
     n *= d;
   return n;
-}
-
-/// An f64 tensor owned by the test.
-struct T64 {
-  std::vector<int64_t> Shape;
-  std::vector<double> Data;
-  explicit T64(std::vector<int64_t> shape, unsigned seed = 0)
-      : Shape(std::move(shape)), Data(product(Shape)) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<double> dist(-1, 1);
-    if (seed)
-      for (double &v : Data)
-        v = dist(gen);
-  }
-  TensorView view() { return TensorView{DType::F64, Shape, Data.data()}; }
-};
-
-/// Runs `op`; "" on success, else the kernel's error.
-std::string run(llvm::StringRef op, std::vector<TensorView> ins,
-                std::vector<TensorView> outs, const AttributeMap &attrs) {
-  KernelFn fn = lookupKernel(op);
-  if (!fn)
-    return "no kernel for " + op.str();
-  KernelContext ctx{op, ins, outs, attrs, /*Seed=*/0};
-  return errorOf(fn(ctx));
-}
-
-double dot(const std::vector<double> &a, const std::vector<double> &b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    s += a[i] * b[i];
-  return s;
-}
-
-/// Checks `analytic` = d(loss)/d(param) by central differences. In f64 with
-/// h = 1e-6 the truncation error is O(h^2) ~ 1e-12 and the rounding error
-/// ~ 1e-16 * |loss| / h ~ 1e-9 for these losses of size <= 10; 1e-6 is far
-/// above both and far below any real mistake (a missed tap or a wrong
-/// divisor changes a gradient entry by ~0.1 or more).
-void expectGradient(std::vector<double> &param,
-                    const std::function<double()> &loss,
-                    const std::vector<double> &analytic, const char *what) {
-  const double h = 1e-6, tol = 1e-6;
-  ASSERT_EQ(param.size(), analytic.size()) << what;
-  for (size_t i = 0; i < param.size(); ++i) {
-    double saved = param[i];
-    param[i] = saved + h;
-    double plus = loss();
-    param[i] = saved - h;
-    double minus = loss();
-    param[i] = saved;
-    double numeric = (plus - minus) / (2 * h);
-    ASSERT_NEAR(analytic[i], numeric, tol * (1 + std::fabs(numeric)))
-        << what << " element " << i;
-  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -262,8 +208,9 @@ std::vector<double> referenceConv(const ConvCase &c, const T64 &x, const T64 &w,
 TEST(ConvPoolKernelTest, ConvMatchesDirectDefinition) {
   for (ConvCase &c : convCases()) {
     T64 x(c.X, 1), w(c.W, 2), b({c.W[0]}, 3), y(c.Y);
-    ASSERT_EQ(run("Conv", {x.view(), w.view(), b.view()}, {y.view()}, c.Attrs),
-              "")
+    ASSERT_EQ(
+        runKernel("Conv", {x.view(), w.view(), b.view()}, {y.view()}, c.Attrs),
+        "")
         << c.Name;
     std::vector<double> want = referenceConv(c, x, w, b);
     ASSERT_EQ(want.size(), y.Data.size()) << c.Name;
@@ -274,15 +221,16 @@ TEST(ConvPoolKernelTest, ConvMatchesDirectDefinition) {
 
 TEST(ConvPoolKernelTest, ConvWithoutBiasAndInF32) {
   T64 x({1, 2, 3, 3}, 1), w({1, 2, 2, 2}, 2), y({1, 1, 2, 2});
-  ASSERT_EQ(run("Conv", {x.view(), w.view(), TensorView()}, {y.view()},
-                AttributeMap()),
+  ASSERT_EQ(runKernel("Conv", {x.view(), w.view(), TensorView()}, {y.view()},
+                      AttributeMap()),
             "");
   std::vector<float> xf(x.Data.begin(), x.Data.end()),
       wf(w.Data.begin(), w.Data.end()), yf(4);
-  ASSERT_EQ(run("Conv",
-                {TensorView{DType::F32, x.Shape, xf.data()},
-                 TensorView{DType::F32, w.Shape, wf.data()}},
-                {TensorView{DType::F32, y.Shape, yf.data()}}, AttributeMap()),
+  ASSERT_EQ(runKernel("Conv",
+                      {TensorView{DType::F32, x.Shape, xf.data()},
+                       TensorView{DType::F32, w.Shape, wf.data()}},
+                      {TensorView{DType::F32, y.Shape, yf.data()}},
+                      AttributeMap()),
             "");
   // One output by hand: the top-left 2x2 patch of both channels.
   double want = 0;
@@ -298,12 +246,12 @@ TEST(ConvPoolKernelTest, ConvWithoutBiasAndInF32) {
 TEST(ConvPoolKernelTest, ConvRejectsAMismatchedOutputShape) {
   T64 x({1, 2, 5, 5}, 1), w({3, 2, 3, 3}, 2), y({1, 3, 4, 4});
   std::string error =
-      run("Conv", {x.view(), w.view()}, {y.view()}, AttributeMap());
+      runKernel("Conv", {x.view(), w.view()}, {y.view()}, AttributeMap());
   EXPECT_NE(error.find("Conv: spatial output size 4"), std::string::npos)
       << error;
   AttributeMap a;
   a["auto_pad"] = Attribute::getString("SAME_SIDEWAYS");
-  error = run("Conv", {x.view(), w.view()}, {y.view()}, a);
+  error = runKernel("Conv", {x.view(), w.view()}, {y.view()}, a);
   EXPECT_NE(error.find("auto_pad 'SAME_SIDEWAYS'"), std::string::npos) << error;
 }
 
@@ -311,15 +259,18 @@ TEST(ConvPoolKernelTest, ConvGradientsMatchFiniteDifferences) {
   for (ConvCase &c : convCases()) {
     T64 x(c.X, 1), w(c.W, 2), y(c.Y), r(c.Y, 4), dx(c.X), dw(c.W);
     auto loss = [&] {
-      std::string e = run("Conv", {x.view(), w.view()}, {y.view()}, c.Attrs);
+      std::string e =
+          runKernel("Conv", {x.view(), w.view()}, {y.view()}, c.Attrs);
       EXPECT_EQ(e, "");
       return dot(y.Data, r.Data);
     };
-    ASSERT_EQ(run("ConvGradInput", {r.view(), w.view()}, {dx.view()}, c.Attrs),
-              "")
+    ASSERT_EQ(
+        runKernel("ConvGradInput", {r.view(), w.view()}, {dx.view()}, c.Attrs),
+        "")
         << c.Name;
-    ASSERT_EQ(run("ConvGradWeight", {r.view(), x.view()}, {dw.view()}, c.Attrs),
-              "")
+    ASSERT_EQ(
+        runKernel("ConvGradWeight", {r.view(), x.view()}, {dw.view()}, c.Attrs),
+        "")
         << c.Name;
     expectGradient(x.Data, loss, dx.Data, c.Name);
     expectGradient(w.Data, loss, dw.Data, c.Name);
@@ -379,11 +330,12 @@ TEST(ConvPoolKernelTest, MaxPoolGradMatchesFiniteDifferences) {
   for (PoolCase &c : poolCases()) {
     T64 x(c.X, 1), y(c.Y), r(c.Y, 4), dx(c.X);
     auto loss = [&] {
-      EXPECT_EQ(run("MaxPool", {x.view()}, {y.view()}, c.Attrs), "");
+      EXPECT_EQ(runKernel("MaxPool", {x.view()}, {y.view()}, c.Attrs), "");
       return dot(y.Data, r.Data);
     };
-    ASSERT_EQ(run("MaxPoolGrad", {r.view(), x.view()}, {dx.view()}, c.Attrs),
-              "")
+    ASSERT_EQ(
+        runKernel("MaxPoolGrad", {r.view(), x.view()}, {dx.view()}, c.Attrs),
+        "")
         << c.Name;
     expectGradient(x.Data, loss, dx.Data, c.Name);
   }
@@ -395,14 +347,14 @@ TEST(ConvPoolKernelTest, MaxPoolGradRoutesTiesToTheFirstMaximum) {
   T64 x({1, 1, 3}), dy({1, 1, 2}), dx({1, 1, 3});
   x.Data = {5, 5, 5};
   dy.Data = {1, 10};
-  ASSERT_EQ(run("MaxPoolGrad", {dy.view(), x.view()}, {dx.view()},
-                poolAttrs({2}, {1}, {0, 0})),
+  ASSERT_EQ(runKernel("MaxPoolGrad", {dy.view(), x.view()}, {dx.view()},
+                      poolAttrs({2}, {1}, {0, 0})),
             "");
   EXPECT_EQ(dx.Data, (std::vector<double>{1, 10, 0}));
   // Overlapping windows sharing a strict maximum accumulate into it.
   x.Data = {0, 7, 1};
-  ASSERT_EQ(run("MaxPoolGrad", {dy.view(), x.view()}, {dx.view()},
-                poolAttrs({2}, {1}, {0, 0})),
+  ASSERT_EQ(runKernel("MaxPoolGrad", {dy.view(), x.view()}, {dx.view()},
+                      poolAttrs({2}, {1}, {0, 0})),
             "");
   EXPECT_EQ(dx.Data, (std::vector<double>{0, 11, 0}));
 }
@@ -414,11 +366,11 @@ TEST(ConvPoolKernelTest, MaxPoolIndicesInBothStorageOrders) {
   std::vector<int64_t> idx(4);
   TensorView indices{DType::I64, y.Shape, idx.data()};
   AttributeMap a = poolAttrs({2, 2}, {1, 1}, {0, 0, 0, 0});
-  ASSERT_EQ(run("MaxPool", {x.view()}, {y.view(), indices}, a), "");
+  ASSERT_EQ(runKernel("MaxPool", {x.view()}, {y.view(), indices}, a), "");
   EXPECT_EQ(y.Data, (std::vector<double>{9, 5, 6, 8}));
   EXPECT_EQ(idx, (std::vector<int64_t>{3, 5, 6, 11}));
   a["storage_order"] = Attribute::getInt(1);
-  ASSERT_EQ(run("MaxPool", {x.view()}, {y.view(), indices}, a), "");
+  ASSERT_EQ(runKernel("MaxPool", {x.view()}, {y.view(), indices}, a), "");
   // Column-major within a plane: (h, w) -> w * 2 + h.
   EXPECT_EQ(idx, (std::vector<int64_t>{1, 5, 6, 11}));
 }
@@ -429,12 +381,13 @@ TEST(ConvPoolKernelTest, MaxPoolRejectsUnsupportedForms) {
   TensorView x{DType::I32, shape, data.data()},
       y{DType::I32, outShape, data.data()};
   std::string error =
-      run("MaxPool", {x}, {y}, poolAttrs({2, 2}, {1, 1}, {0, 0, 0, 0}));
+      runKernel("MaxPool", {x}, {y}, poolAttrs({2, 2}, {1, 1}, {0, 0, 0, 0}));
   EXPECT_NE(error.find("MaxPool: element type i32"), std::string::npos)
       << error;
   // A window entirely in the padding has no maximum.
   T64 xf({1, 1, 1}), yf({1, 1, 3});
-  error = run("MaxPool", {xf.view()}, {yf.view()}, poolAttrs({1}, {1}, {1, 1}));
+  error = runKernel("MaxPool", {xf.view()}, {yf.view()},
+                    poolAttrs({1}, {1}, {1, 1}));
   EXPECT_NE(error.find("entirely in the padding"), std::string::npos) << error;
 }
 
@@ -444,10 +397,10 @@ TEST(ConvPoolKernelTest, AveragePoolDivisors) {
   T64 x({1, 1, 3}), y({1, 1, 4});
   x.Data = {1, 2, 3};
   AttributeMap a = poolAttrs({2}, {1}, {1, 1});
-  ASSERT_EQ(run("AveragePool", {x.view()}, {y.view()}, a), "");
+  ASSERT_EQ(runKernel("AveragePool", {x.view()}, {y.view()}, a), "");
   EXPECT_EQ(y.Data, (std::vector<double>{1, 1.5, 2.5, 3}));
   a["count_include_pad"] = Attribute::getInt(1);
-  ASSERT_EQ(run("AveragePool", {x.view()}, {y.view()}, a), "");
+  ASSERT_EQ(runKernel("AveragePool", {x.view()}, {y.view()}, a), "");
   EXPECT_EQ(y.Data, (std::vector<double>{0.5, 1.5, 2.5, 1.5}));
 }
 
@@ -457,10 +410,12 @@ TEST(ConvPoolKernelTest, AveragePoolGradMatchesFiniteDifferences) {
       c.Attrs["count_include_pad"] = Attribute::getInt(includePad);
       T64 x(c.X, 1), y(c.Y), r(c.Y, 4), dx(c.X);
       auto loss = [&] {
-        EXPECT_EQ(run("AveragePool", {x.view()}, {y.view()}, c.Attrs), "");
+        EXPECT_EQ(runKernel("AveragePool", {x.view()}, {y.view()}, c.Attrs),
+                  "");
         return dot(y.Data, r.Data);
       };
-      ASSERT_EQ(run("AveragePoolGrad", {r.view()}, {dx.view()}, c.Attrs), "")
+      ASSERT_EQ(runKernel("AveragePoolGrad", {r.view()}, {dx.view()}, c.Attrs),
+                "")
           << c.Name;
       expectGradient(x.Data, loss, dx.Data, c.Name);
     }
@@ -470,8 +425,9 @@ TEST(ConvPoolKernelTest, AveragePoolGradMatchesFiniteDifferences) {
 TEST(ConvPoolKernelTest, GlobalAveragePool) {
   T64 x({2, 1, 2, 2}), y({2, 1, 1, 1});
   x.Data = {1, 2, 3, 4, -1, -1, -1, 3};
-  ASSERT_EQ(run("GlobalAveragePool", {x.view()}, {y.view()}, AttributeMap()),
-            "");
+  ASSERT_EQ(
+      runKernel("GlobalAveragePool", {x.view()}, {y.view()}, AttributeMap()),
+      "");
   EXPECT_EQ(y.Data, (std::vector<double>{2.5, 0}));
 }
 

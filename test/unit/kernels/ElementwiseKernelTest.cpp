@@ -7,6 +7,7 @@
 // statistics and determinism.
 //
 //===----------------------------------------------------------------------===//
+#include "KernelTestUtil.h"
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/KernelUtil.h"
 
@@ -36,19 +37,6 @@ template <typename T> struct Buf {
   }
   TensorView view() { return TensorView{Type, Shape, Data.data()}; }
 };
-
-/// Runs kernel `op`; "" on success, else the error's message.
-std::string run(llvm::StringRef op, std::vector<TensorView> ins,
-                std::vector<TensorView> outs, const AttributeMap &attrs = {},
-                uint64_t seed = 0) {
-  KernelFn fn = lookupKernel(op);
-  if (!fn)
-    return "no kernel for " + op.str();
-  KernelContext ctx{op, ins, outs, attrs, seed};
-  if (llvm::Error e = fn(ctx))
-    return llvm::toString(std::move(e));
-  return "";
-}
 
 std::vector<double> randomDoubles(int64_t n, unsigned seed) {
   std::mt19937 gen(seed);
@@ -129,7 +117,7 @@ TEST(ElementwiseKernelTest, BroadcastingMatchesIndexReference) {
     Buf<double> a(DType::F64, c.A), b(DType::F64, c.B), y(DType::F64, c.Out);
     a.Data = randomDoubles(a.Data.size(), 1);
     b.Data = randomDoubles(b.Data.size(), 2);
-    ASSERT_EQ(run("Sub", {a.view(), b.view()}, {y.view()}), "");
+    ASSERT_EQ(runKernel("Sub", {a.view(), b.view()}, {y.view()}), "");
     for (size_t o = 0; o < y.Data.size(); ++o)
       ASSERT_EQ(y.Data[o], a.Data[sourceIndex(o, c.Out, c.A)] -
                                b.Data[sourceIndex(o, c.Out, c.B)])
@@ -142,7 +130,7 @@ TEST(ElementwiseKernelTest, WhereBroadcastsAllThreeOperands) {
   Buf<uint8_t> c(DType::Bool, cs, {1, 0, 1, 0, 0, 1});
   Buf<float> a(DType::F32, as, {1, 2, 3, 4}), b(DType::F32, bs, {-1});
   Buf<float> y(DType::F32, out);
-  ASSERT_EQ(run("Where", {c.view(), a.view(), b.view()}, {y.view()}), "");
+  ASSERT_EQ(runKernel("Where", {c.view(), a.view(), b.view()}, {y.view()}), "");
   for (size_t o = 0; o < y.Data.size(); ++o) {
     float want = c.Data[sourceIndex(o, out, cs)]
                      ? a.Data[sourceIndex(o, out, as)]
@@ -160,26 +148,26 @@ TEST(ElementwiseKernelTest, IntegerArithmeticWrapsAndTruncates) {
   Buf<int32_t> a(DType::I32, {5}, {-7, 7, -7, 5, kMin});
   Buf<int32_t> b(DType::I32, {5}, {2, -2, -2, 0, -1});
   Buf<int32_t> q(DType::I32, {5});
-  ASSERT_EQ(run("Div", {a.view(), b.view()}, {q.view()}), "");
+  ASSERT_EQ(runKernel("Div", {a.view(), b.view()}, {q.view()}), "");
   // Toward zero like C; x / 0 is defined as 0 and MIN / -1 wraps.
   EXPECT_EQ(q.Data, (std::vector<int32_t>{-3, -3, 3, 0, kMin}));
 
   Buf<uint8_t> u(DType::U8, {2}, {250, 3}), v(DType::U8, {2}, {10, 5});
   Buf<uint8_t> sum(DType::U8, {2}), diff(DType::U8, {2});
-  ASSERT_EQ(run("Add", {u.view(), v.view()}, {sum.view()}), "");
-  ASSERT_EQ(run("Sub", {u.view(), v.view()}, {diff.view()}), "");
+  ASSERT_EQ(runKernel("Add", {u.view(), v.view()}, {sum.view()}), "");
+  ASSERT_EQ(runKernel("Sub", {u.view(), v.view()}, {diff.view()}), "");
   EXPECT_EQ(sum.Data, (std::vector<uint8_t>{4, 8}));
   EXPECT_EQ(diff.Data, (std::vector<uint8_t>{240, 254}));
 
   // u16 * u16 would overflow a promoted int; it must wrap instead.
   Buf<uint16_t> h(DType::U16, {1}, {65535}), p(DType::U16, {1});
-  ASSERT_EQ(run("Mul", {h.view(), h.view()}, {p.view()}), "");
+  ASSERT_EQ(runKernel("Mul", {h.view(), h.view()}, {p.view()}), "");
   EXPECT_EQ(p.Data[0], 1);
 
   Buf<int8_t> s(DType::I8, {3}, {-128, -5, 7}), abs(DType::I8, {3}),
       neg(DType::I8, {3});
-  ASSERT_EQ(run("Abs", {s.view()}, {abs.view()}), "");
-  ASSERT_EQ(run("Neg", {s.view()}, {neg.view()}), "");
+  ASSERT_EQ(runKernel("Abs", {s.view()}, {abs.view()}), "");
+  ASSERT_EQ(runKernel("Neg", {s.view()}, {neg.view()}), "");
   EXPECT_EQ(abs.Data, (std::vector<int8_t>{-128, 5, 7}));
   EXPECT_EQ(neg.Data, (std::vector<int8_t>{-128, 5, -7}));
 }
@@ -187,26 +175,26 @@ TEST(ElementwiseKernelTest, IntegerArithmeticWrapsAndTruncates) {
 TEST(ElementwiseKernelTest, PowKeepsTheBaseTypeForAnyExponentType) {
   Buf<float> fb(DType::F32, {2}, {2, 3}), fy(DType::F32, {2});
   Buf<int64_t> ie(DType::I64, {}, {3});
-  ASSERT_EQ(run("Pow", {fb.view(), ie.view()}, {fy.view()}), "");
+  ASSERT_EQ(runKernel("Pow", {fb.view(), ie.view()}, {fy.view()}), "");
   EXPECT_EQ(fy.Data, (std::vector<float>{8, 27}));
 
   // Integer base, fractional exponent: computed in double, then truncated.
   Buf<int64_t> ib(DType::I64, {3}, {2, 3, 4}), iy(DType::I64, {3});
   Buf<float> half(DType::F32, {1}, {0.5});
-  ASSERT_EQ(run("Pow", {ib.view(), half.view()}, {iy.view()}), "");
+  ASSERT_EQ(runKernel("Pow", {ib.view(), half.view()}, {iy.view()}), "");
   EXPECT_EQ(iy.Data, (std::vector<int64_t>{1, 1, 2}));
 
   // Integer base and exponent: exact, including negative exponents.
   Buf<int32_t> b(DType::I32, {4}, {3, 2, -1, 1}),
       e(DType::I32, {4}, {20, -1, 3, -5});
   Buf<int32_t> y(DType::I32, {4});
-  ASSERT_EQ(run("Pow", {b.view(), e.view()}, {y.view()}), "");
+  ASSERT_EQ(runKernel("Pow", {b.view(), e.view()}, {y.view()}), "");
   // 3^20 = 3486784401 wraps to -808182895.
   EXPECT_EQ(y.Data, (std::vector<int32_t>{-808182895, 0, -1, 1}));
 
   Buf<double> x(DType::F64, {1}, {2}), p(DType::F64, {1}, {0.5}),
       r(DType::F64, {1});
-  ASSERT_EQ(run("Pow", {x.view(), p.view()}, {r.view()}), "");
+  ASSERT_EQ(runKernel("Pow", {x.view(), p.view()}, {r.view()}), "");
   EXPECT_DOUBLE_EQ(r.Data[0], std::sqrt(2.0));
 }
 
@@ -217,9 +205,9 @@ TEST(ElementwiseKernelTest, VariadicMaxMinSumBroadcastAndPropagateNaN) {
   Buf<double> c(DType::F64, {}, {3});
   Buf<double> mx(DType::F64, {2, 2}), mn(DType::F64, {2, 2}),
       sum(DType::F64, {2, 2});
-  ASSERT_EQ(run("Max", {a.view(), b.view(), c.view()}, {mx.view()}), "");
-  ASSERT_EQ(run("Min", {a.view(), b.view(), c.view()}, {mn.view()}), "");
-  ASSERT_EQ(run("Sum", {a.view(), b.view(), c.view()}, {sum.view()}), "");
+  ASSERT_EQ(runKernel("Max", {a.view(), b.view(), c.view()}, {mx.view()}), "");
+  ASSERT_EQ(runKernel("Min", {a.view(), b.view(), c.view()}, {mn.view()}), "");
+  ASSERT_EQ(runKernel("Sum", {a.view(), b.view(), c.view()}, {sum.view()}), "");
   // NaN in either position of any pair wins, as in numpy.maximum.
   EXPECT_TRUE(std::isnan(mx.Data[0]) && std::isnan(mx.Data[1]) &&
               std::isnan(mx.Data[2]));
@@ -229,7 +217,7 @@ TEST(ElementwiseKernelTest, VariadicMaxMinSumBroadcastAndPropagateNaN) {
   EXPECT_EQ(sum.Data[3], 5);
 
   Buf<int64_t> one(DType::I64, {3}, {4, -1, 9}), copy(DType::I64, {3});
-  ASSERT_EQ(run("Max", {one.view()}, {copy.view()}), "");
+  ASSERT_EQ(runKernel("Max", {one.view()}, {copy.view()}), "");
   EXPECT_EQ(copy.Data, one.Data);
 }
 
@@ -237,9 +225,9 @@ TEST(ElementwiseKernelTest, ComparisonsAndLogicGiveBools) {
   Buf<double> a(DType::F64, {2, 2}, {1, 2, 3, 4}), b(DType::F64, {2}, {2, 3});
   Buf<uint8_t> lt(DType::Bool, {2, 2}), ge(DType::Bool, {2, 2}),
       eq(DType::Bool, {2, 2});
-  ASSERT_EQ(run("Less", {a.view(), b.view()}, {lt.view()}), "");
-  ASSERT_EQ(run("GreaterOrEqual", {a.view(), b.view()}, {ge.view()}), "");
-  ASSERT_EQ(run("Equal", {a.view(), b.view()}, {eq.view()}), "");
+  ASSERT_EQ(runKernel("Less", {a.view(), b.view()}, {lt.view()}), "");
+  ASSERT_EQ(runKernel("GreaterOrEqual", {a.view(), b.view()}, {ge.view()}), "");
+  ASSERT_EQ(runKernel("Equal", {a.view(), b.view()}, {eq.view()}), "");
   EXPECT_EQ(lt.Data, (std::vector<uint8_t>{1, 1, 0, 0}));
   EXPECT_EQ(ge.Data, (std::vector<uint8_t>{0, 0, 1, 1}));
   EXPECT_EQ(eq.Data, (std::vector<uint8_t>{0, 0, 0, 0}));
@@ -248,9 +236,9 @@ TEST(ElementwiseKernelTest, ComparisonsAndLogicGiveBools) {
       q(DType::Bool, {4}, {0, 1, 0, 1});
   Buf<uint8_t> andr(DType::Bool, {4}), orr(DType::Bool, {4}),
       notr(DType::Bool, {4});
-  ASSERT_EQ(run("And", {p.view(), q.view()}, {andr.view()}), "");
-  ASSERT_EQ(run("Or", {p.view(), q.view()}, {orr.view()}), "");
-  ASSERT_EQ(run("Not", {p.view()}, {notr.view()}), "");
+  ASSERT_EQ(runKernel("And", {p.view(), q.view()}, {andr.view()}), "");
+  ASSERT_EQ(runKernel("Or", {p.view(), q.view()}, {orr.view()}), "");
+  ASSERT_EQ(runKernel("Not", {p.view()}, {notr.view()}), "");
   EXPECT_EQ(andr.Data, (std::vector<uint8_t>{0, 0, 0, 1}));
   EXPECT_EQ(orr.Data, (std::vector<uint8_t>{0, 1, 1, 1}));
   EXPECT_EQ(notr.Data, (std::vector<uint8_t>{1, 1, 0, 0}));
@@ -264,46 +252,46 @@ TEST(ElementwiseKernelTest, UnaryMathEdgeCases) {
   const double nan = std::nan("");
   Buf<double> x(DType::F64, {4}, {-800, 0, 800, nan}), y(DType::F64, {4});
   // Sigmoid never overflows exp, at either end.
-  ASSERT_EQ(run("Sigmoid", {x.view()}, {y.view()}), "");
+  ASSERT_EQ(runKernel("Sigmoid", {x.view()}, {y.view()}), "");
   EXPECT_EQ(y.Data[0], 0);
   EXPECT_EQ(y.Data[1], 0.5);
   EXPECT_EQ(y.Data[2], 1);
   EXPECT_TRUE(std::isnan(y.Data[3]));
   // Relu keeps NaN (numpy's maximum(x, 0)).
-  ASSERT_EQ(run("Relu", {x.view()}, {y.view()}), "");
+  ASSERT_EQ(runKernel("Relu", {x.view()}, {y.view()}), "");
   EXPECT_EQ(y.Data[0], 0);
   EXPECT_EQ(y.Data[2], 800);
   EXPECT_TRUE(std::isnan(y.Data[3]));
 
   Buf<double> v(DType::F64, {3}, {-2.5, 0.5, 4}), w(DType::F64, {3});
-  ASSERT_EQ(run("LeakyRelu", {v.view()}, {w.view()}), "");
+  ASSERT_EQ(runKernel("LeakyRelu", {v.view()}, {w.view()}), "");
   EXPECT_EQ(w.Data, (std::vector<double>{-0.025, 0.5, 4}));
   AttributeMap alpha{{"alpha", Attribute::getFloat(0.5)}};
-  ASSERT_EQ(run("LeakyRelu", {v.view()}, {w.view()}, alpha), "");
+  ASSERT_EQ(runKernel("LeakyRelu", {v.view()}, {w.view()}, alpha), "");
   EXPECT_EQ(w.Data, (std::vector<double>{-1.25, 0.5, 4}));
-  ASSERT_EQ(run("Floor", {v.view()}, {w.view()}), "");
+  ASSERT_EQ(runKernel("Floor", {v.view()}, {w.view()}), "");
   EXPECT_EQ(w.Data, (std::vector<double>{-3, 0, 4}));
-  ASSERT_EQ(run("Ceil", {v.view()}, {w.view()}), "");
+  ASSERT_EQ(runKernel("Ceil", {v.view()}, {w.view()}), "");
   EXPECT_EQ(w.Data, (std::vector<double>{-2, 1, 4}));
-  ASSERT_EQ(run("Reciprocal", {v.view()}, {w.view()}), "");
+  ASSERT_EQ(runKernel("Reciprocal", {v.view()}, {w.view()}), "");
   EXPECT_EQ(w.Data, (std::vector<double>{-0.4, 2, 0.25}));
-  ASSERT_EQ(run("Erf", {v.view()}, {w.view()}), "");
+  ASSERT_EQ(runKernel("Erf", {v.view()}, {w.view()}), "");
   EXPECT_DOUBLE_EQ(w.Data[1], 0.52049987781304654);
 
   // f16 computes in float and rounds the result once.
   Buf<uint16_t> h(DType::F16, {2}, {floatToHalf(0), floatToHalf(1)}),
       e(DType::F16, {2});
-  ASSERT_EQ(run("Exp", {h.view()}, {e.view()}), "");
+  ASSERT_EQ(runKernel("Exp", {h.view()}, {e.view()}), "");
   EXPECT_EQ(e.Data[0], floatToHalf(1));
   EXPECT_EQ(e.Data[1], floatToHalf(std::exp(1.0f)));
 }
 
 TEST(ElementwiseKernelTest, UnsupportedElementTypesAreErrors) {
   Buf<int32_t> i(DType::I32, {2}), o(DType::I32, {2});
-  EXPECT_EQ(run("Exp", {i.view()}, {o.view()}),
+  EXPECT_EQ(runKernel("Exp", {i.view()}, {o.view()}),
             "Exp: element type i32 is not supported");
   Buf<float> f(DType::F32, {2}), g(DType::F32, {2});
-  EXPECT_EQ(run("Not", {f.view()}, {g.view()}),
+  EXPECT_EQ(runKernel("Not", {f.view()}, {g.view()}),
             "Not: element type f32 is not supported");
 }
 
@@ -316,35 +304,35 @@ TEST(ElementwiseKernelTest, CastTruncatesSaturatesAndRounds) {
   const float nan = std::nanf("");
   Buf<float> f(DType::F32, {6}, {-1.7f, 1.7f, nan, 1e10f, -1e10f, -0.5f});
   Buf<int32_t> i(DType::I32, {6});
-  ASSERT_EQ(run("Cast", {f.view()}, {i.view()}, to(DType::I32)), "");
+  ASSERT_EQ(runKernel("Cast", {f.view()}, {i.view()}, to(DType::I32)), "");
   const int32_t kMax = std::numeric_limits<int32_t>::max(),
                 kMin = std::numeric_limits<int32_t>::min();
   EXPECT_EQ(i.Data, (std::vector<int32_t>{-1, 1, 0, kMax, kMin, 0}));
 
   Buf<uint8_t> b(DType::Bool, {6});
-  ASSERT_EQ(run("Cast", {f.view()}, {b.view()}, to(DType::Bool)), "");
+  ASSERT_EQ(runKernel("Cast", {f.view()}, {b.view()}, to(DType::Bool)), "");
   EXPECT_EQ(b.Data, (std::vector<uint8_t>{1, 1, 1, 1, 1, 1}));
   Buf<double> back(DType::F64, {6});
-  ASSERT_EQ(run("Cast", {b.view()}, {back.view()}, to(DType::F64)), "");
+  ASSERT_EQ(runKernel("Cast", {b.view()}, {back.view()}, to(DType::F64)), "");
   EXPECT_EQ(back.Data, (std::vector<double>(6, 1.0)));
 
   Buf<int64_t> big(DType::I64, {2}, {300, -1});
   Buf<uint8_t> small(DType::U8, {2});
-  ASSERT_EQ(run("Cast", {big.view()}, {small.view()}, to(DType::U8)), "");
+  ASSERT_EQ(runKernel("Cast", {big.view()}, {small.view()}, to(DType::U8)), "");
   EXPECT_EQ(small.Data, (std::vector<uint8_t>{44, 255}));
 
   Buf<double> d(DType::F64, {3}, {1.5, 65504, 1.0 / 3});
   Buf<uint16_t> h(DType::F16, {3}), bf(DType::BF16, {3});
-  ASSERT_EQ(run("Cast", {d.view()}, {h.view()}, to(DType::F16)), "");
-  ASSERT_EQ(run("Cast", {d.view()}, {bf.view()}, to(DType::BF16)), "");
+  ASSERT_EQ(runKernel("Cast", {d.view()}, {h.view()}, to(DType::F16)), "");
+  ASSERT_EQ(runKernel("Cast", {d.view()}, {bf.view()}, to(DType::BF16)), "");
   EXPECT_EQ(h.Data[0], floatToHalf(1.5f));
   EXPECT_EQ(h.Data[1], floatToHalf(65504.0f));
   EXPECT_EQ(bf.Data[2], floatToBf16(1.0f / 3));
   Buf<float> wide(DType::F32, {3});
-  ASSERT_EQ(run("Cast", {h.view()}, {wide.view()}, to(DType::F32)), "");
+  ASSERT_EQ(runKernel("Cast", {h.view()}, {wide.view()}, to(DType::F32)), "");
   EXPECT_EQ(wide.Data[1], 65504.0f);
 
-  EXPECT_EQ(run("Cast", {d.view()}, {wide.view()}, to(DType::F64)),
+  EXPECT_EQ(runKernel("Cast", {d.view()}, {wide.view()}, to(DType::F64)),
             "Cast: result type f32 differs from `to` f64");
 }
 
@@ -369,7 +357,7 @@ DropoutRun dropout(Buf<float> &x, std::vector<float> ratio,
     ins[1] = ratioBuf.view();
   if (!training.empty())
     ins[2] = trainingBuf.view();
-  r.Error = run("Dropout", ins, {r.Y.view(), r.Mask.view()}, {}, seed);
+  r.Error = runKernel("Dropout", ins, {r.Y.view(), r.Mask.view()}, {}, seed);
   return r;
 }
 

@@ -5,6 +5,7 @@
 // form of MatMul.
 //
 //===----------------------------------------------------------------------===//
+#include "KernelTestUtil.h"
 #include "kernels/cpu/Kernel.h"
 
 #include <gtest/gtest.h>
@@ -43,17 +44,6 @@ template <typename T> Buffer<T> randomBuffer(std::vector<int64_t> shape) {
   for (T &v : b.Data)
     v = T(dist(rng));
   return b;
-}
-
-std::string runKernel(llvm::StringRef op, std::vector<TensorView> inputs,
-                      std::vector<TensorView> outputs,
-                      const AttributeMap &attrs) {
-  KernelFn fn = lookupKernel(op);
-  if (!fn)
-    return "no kernel for " + op.str();
-  KernelContext ctx{op, inputs, outputs, attrs, /*Seed=*/0};
-  llvm::Error e = fn(ctx);
-  return e ? llvm::toString(std::move(e)) : "";
 }
 
 /// Y = alpha * op(A) * op(B) + beta * C, with C of rank <= 2 broadcast.

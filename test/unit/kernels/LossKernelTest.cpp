@@ -5,6 +5,7 @@
 // central differences of the forward kernel in f64.
 //
 //===----------------------------------------------------------------------===//
+#include "KernelTestUtil.h"
 #include "kernels/cpu/Kernel.h"
 
 #include <gtest/gtest.h>
@@ -16,26 +17,6 @@ using namespace headroom;
 using namespace headroom::cpu;
 
 namespace {
-
-std::string runKernel(llvm::StringRef op, std::vector<TensorView> inputs,
-                      std::vector<TensorView> outputs,
-                      const AttributeMap &attrs) {
-  KernelFn fn = lookupKernel(op);
-  if (!fn)
-    return "no kernel for " + op.str();
-  KernelContext ctx{op, inputs, outputs, attrs, /*Seed=*/0};
-  llvm::Error e = fn(ctx);
-  return e ? llvm::toString(std::move(e)) : "";
-}
-
-std::vector<double> randomData(int64_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> dist(-2, 2);
-  std::vector<double> v(n);
-  for (double &x : v)
-    x = dist(rng);
-  return v;
-}
 
 /// A [N=2, C=4, d1=3] problem whose labels include ignore_index (-1), so the
 /// weighting rules and the ignored rows are all exercised.

@@ -6,6 +6,7 @@
 // forward kernels' f32 results.
 //
 //===----------------------------------------------------------------------===//
+#include "KernelTestUtil.h"
 #include "kernels/cpu/Kernel.h"
 #include "test/unit/TestUtil.h"
 
@@ -20,65 +21,6 @@ using namespace headroom::cpu;
 
 namespace {
 
-/// An f64 tensor owned by the test; random in [-1, 1) when seed != 0.
-struct T64 {
-  std::vector<int64_t> Shape;
-  std::vector<double> Data;
-  explicit T64(std::vector<int64_t> shape, unsigned seed = 0)
-      : Shape(std::move(shape)) {
-    int64_t n = 1;
-    for (int64_t d : Shape)
-      n *= d;
-    Data.resize(n);
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<double> dist(-1, 1);
-    if (seed)
-      for (double &v : Data)
-        v = dist(gen);
-  }
-  TensorView view() { return TensorView{DType::F64, Shape, Data.data()}; }
-};
-
-/// Runs `op`; "" on success, else the kernel's error.
-std::string run(llvm::StringRef op, std::vector<TensorView> ins,
-                std::vector<TensorView> outs, const AttributeMap &attrs) {
-  KernelFn fn = lookupKernel(op);
-  if (!fn)
-    return "no kernel for " + op.str();
-  KernelContext ctx{op, ins, outs, attrs, /*Seed=*/0};
-  return errorOf(fn(ctx));
-}
-
-double dot(const std::vector<double> &a, const std::vector<double> &b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    s += a[i] * b[i];
-  return s;
-}
-
-/// Checks `analytic` = d(loss)/d(param) by central differences. In f64 with
-/// h = 1e-6 the truncation error is O(h^2 * f''') ~ 1e-11 here (epsilon keeps
-/// 1/sqrt(var + eps) smooth) and the rounding error ~ 1e-16 * |loss| / h ~
-/// 1e-9; 1e-6 is far above both and far below a real mistake (a dropped
-/// mean or variance term changes entries by ~0.1).
-void expectGradient(std::vector<double> &param,
-                    const std::function<double()> &loss,
-                    const std::vector<double> &analytic, const char *what) {
-  const double h = 1e-6, tol = 1e-6;
-  ASSERT_EQ(param.size(), analytic.size()) << what;
-  for (size_t i = 0; i < param.size(); ++i) {
-    double saved = param[i];
-    param[i] = saved + h;
-    double plus = loss();
-    param[i] = saved - h;
-    double minus = loss();
-    param[i] = saved;
-    double numeric = (plus - minus) / (2 * h);
-    ASSERT_NEAR(analytic[i], numeric, tol * (1 + std::fabs(numeric)))
-        << what << " element " << i;
-  }
-}
-
 AttributeMap layerNormAttrs(int64_t axis, double epsilon) {
   AttributeMap a;
   a["axis"] = Attribute::getInt(axis);
@@ -92,9 +34,10 @@ TEST(NormKernelTest, LayerNormalizationAndItsStatistics) {
   x.Data = {1, 2, 3, 4, -2, 0, 0, 2};
   scale.Data = {1, 2, 1, 0.5};
   bias.Data = {0, 0, 1, 1};
-  ASSERT_EQ(run("LayerNormalization", {x.view(), scale.view(), bias.view()},
+  ASSERT_EQ(
+      runKernel("LayerNormalization", {x.view(), scale.view(), bias.view()},
                 {y.view(), mean.view(), inv.view()}, layerNormAttrs(1, 0)),
-            "");
+      "");
   // Row 0: mean 2.5, variance 1.25; row 1: mean 0, variance 2.
   EXPECT_EQ(mean.Data, (std::vector<double>{2.5, 0}));
   EXPECT_NEAR(inv.Data[0], 1 / std::sqrt(1.25), 1e-15);
@@ -110,8 +53,8 @@ TEST(NormKernelTest, LayerNormalizationAndItsStatistics) {
 
 TEST(NormKernelTest, LayerNormalizationRejectsABadAxis) {
   T64 x({2, 4}), scale({4}), y({2, 4});
-  std::string error = run("LayerNormalization", {x.view(), scale.view()},
-                          {y.view()}, layerNormAttrs(2, 1e-5));
+  std::string error = runKernel("LayerNormalization", {x.view(), scale.view()},
+                                {y.view()}, layerNormAttrs(2, 1e-5));
   EXPECT_NE(error.find("LayerNormalization: axis 2 is out of range"),
             std::string::npos)
       << error;
@@ -130,13 +73,15 @@ TEST(NormKernelTest, LayerNormalizationGradMatchesFiniteDifferences) {
     T64 dx(x.Shape), dscale(scaleShape), dbias(scaleShape);
     AttributeMap attrs = layerNormAttrs(axis, 1e-3);
     auto loss = [&] {
-      EXPECT_EQ(run("LayerNormalization", {x.view(), scale.view(), bias.view()},
-                    {y.view()}, attrs),
+      EXPECT_EQ(runKernel("LayerNormalization",
+                          {x.view(), scale.view(), bias.view()}, {y.view()},
+                          attrs),
                 "");
       return dot(y.Data, r.Data);
     };
-    ASSERT_EQ(run("LayerNormalizationGrad", {r.view(), x.view(), scale.view()},
-                  {dx.view(), dscale.view(), dbias.view()}, attrs),
+    ASSERT_EQ(runKernel("LayerNormalizationGrad",
+                        {r.view(), x.view(), scale.view()},
+                        {dx.view(), dscale.view(), dbias.view()}, attrs),
               "");
     expectGradient(x.Data, loss, dx.Data, "dx");
     expectGradient(scale.Data, loss, dscale.Data, "dscale");
@@ -159,10 +104,11 @@ TEST(NormKernelTest, BatchNormalizationInferenceUsesTheInputStatistics) {
   bias.Data = {1, 0};
   mean.Data = {1, 2};
   var.Data = {4, 1};
-  ASSERT_EQ(run("BatchNormalization",
+  ASSERT_EQ(
+      runKernel("BatchNormalization",
                 {x.view(), scale.view(), bias.view(), mean.view(), var.view()},
                 {y.view()}, batchNormAttrs(0, 0, 0.9)),
-            "");
+      "");
   EXPECT_EQ(y.Data, (std::vector<double>{1, 3, -2, 2}));
 }
 
@@ -176,11 +122,12 @@ TEST(NormKernelTest, BatchNormalizationTrainingUpdatesRunningStatistics) {
   bias.Data = {0, 0.5};
   mean.Data = {10, 0};
   var.Data = {1, 1};
-  ASSERT_EQ(run("BatchNormalization",
+  ASSERT_EQ(
+      runKernel("BatchNormalization",
                 {x.view(), scale.view(), bias.view(), mean.view(), var.view()},
                 {y.view(), runMean.view(), runVar.view()},
                 batchNormAttrs(1, 1e-5, 0.75)),
-            "");
+      "");
   EXPECT_NEAR(runMean.Data[0], 10 * 0.75 + 4 * 0.25, 1e-15);
   EXPECT_NEAR(runMean.Data[1], 2 * 0.25, 1e-15);
   // The running variance takes the unbiased batch variance, as PyTorch's
@@ -202,15 +149,16 @@ TEST(NormKernelTest, BatchNormalizationGradMatchesFiniteDifferences) {
       v = 1;
     AttributeMap attrs = batchNormAttrs(1, 1e-3, 0.9);
     auto loss = [&] {
-      EXPECT_EQ(
-          run("BatchNormalization",
-              {x.view(), scale.view(), bias.view(), mean.view(), var.view()},
-              {y.view()}, attrs),
-          "");
+      EXPECT_EQ(runKernel("BatchNormalization",
+                          {x.view(), scale.view(), bias.view(), mean.view(),
+                           var.view()},
+                          {y.view()}, attrs),
+                "");
       return dot(y.Data, r.Data);
     };
-    ASSERT_EQ(run("BatchNormalizationGrad", {r.view(), x.view(), scale.view()},
-                  {dx.view(), dscale.view(), dbias.view()}, attrs),
+    ASSERT_EQ(runKernel("BatchNormalizationGrad",
+                        {r.view(), x.view(), scale.view()},
+                        {dx.view(), dscale.view(), dbias.view()}, attrs),
               "");
     expectGradient(x.Data, loss, dx.Data, "dx");
     expectGradient(scale.Data, loss, dscale.Data, "dscale");

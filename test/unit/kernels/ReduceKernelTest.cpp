@@ -6,6 +6,7 @@
 // enough to overflow a naive exp.
 //
 //===----------------------------------------------------------------------===//
+#include "KernelTestUtil.h"
 #include "kernels/cpu/Kernel.h"
 
 #include <gtest/gtest.h>
@@ -17,26 +18,6 @@ using namespace headroom;
 using namespace headroom::cpu;
 
 namespace {
-
-std::string runKernel(llvm::StringRef op, std::vector<TensorView> inputs,
-                      std::vector<TensorView> outputs,
-                      const AttributeMap &attrs) {
-  KernelFn fn = lookupKernel(op);
-  if (!fn)
-    return "no kernel for " + op.str();
-  KernelContext ctx{op, inputs, outputs, attrs, /*Seed=*/0};
-  llvm::Error e = fn(ctx);
-  return e ? llvm::toString(std::move(e)) : "";
-}
-
-std::vector<double> randomData(int64_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> dist(-2, 2);
-  std::vector<double> v(n);
-  for (double &x : v)
-    x = dist(rng);
-  return v;
-}
 
 /// Reduces `x` of `shape` over the axes in `mask` one element at a time.
 std::vector<double> referenceReduce(llvm::StringRef op,

@@ -7,6 +7,7 @@
 // against central differences of Gather and Slice in float64.
 //
 //===----------------------------------------------------------------------===//
+#include "KernelTestUtil.h"
 #include "kernels/cpu/Kernel.h"
 
 #include <gtest/gtest.h>
@@ -47,17 +48,6 @@ template <typename T> struct Buf {
 
 using I64 = Buf<int64_t>;
 using F64 = Buf<double>;
-
-/// Runs kernel `op`; "" on success, else the error message.
-std::string run(llvm::StringRef op, std::vector<TensorView> ins,
-                std::vector<TensorView> outs, const AttributeMap &attrs = {}) {
-  KernelFn fn = lookupKernel(op);
-  if (!fn)
-    return "no kernel for " + op.str();
-  KernelContext ctx{op, ins, outs, attrs, /*Seed=*/0};
-  llvm::Error e = fn(ctx);
-  return e ? llvm::toString(std::move(e)) : "";
-}
 
 template <typename T> Buf<T> iota(std::vector<int64_t> shape, T first = 0) {
   Buf<T> b(std::move(shape));
@@ -103,11 +93,12 @@ TEST(ShapeKernels, ReshapeFamilyCopiesBytes) {
   for (const char *op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}) {
     Buf<float> y({6, 4});
     I64 shape({2}, {6, 4});
-    EXPECT_EQ(run(op, {x.view(), shape.view()}, {y.view()}), "") << op;
+    EXPECT_EQ(runKernel(op, {x.view(), shape.view()}, {y.view()}), "") << op;
     EXPECT_EQ(y.Data, x.Data) << op;
   }
   Buf<float> wrong({5, 4});
-  EXPECT_NE(run("Reshape", {x.view(), I64({2}).view()}, {wrong.view()}), "");
+  EXPECT_NE(runKernel("Reshape", {x.view(), I64({2}).view()}, {wrong.view()}),
+            "");
 }
 
 /// Transpose of `shape` by `perm` against the per-element definition.
@@ -118,8 +109,8 @@ void checkTranspose(std::vector<int64_t> shape, std::vector<int64_t> perm) {
   for (int64_t p : perm)
     outShape.push_back(shape[p]);
   Buf<T> y(outShape);
-  ASSERT_EQ(run("Transpose", {x.view()}, {y.view()},
-                attrs({{"perm", Attribute::getInts(perm)}})),
+  ASSERT_EQ(runKernel("Transpose", {x.view()}, {y.view()},
+                      attrs({{"perm", Attribute::getInts(perm)}})),
             "");
   std::vector<int64_t> st = stridesOf(shape);
   for (size_t o = 0; o < y.Data.size(); ++o) {
@@ -160,11 +151,11 @@ TEST(ShapeKernels, TransposeAllPermutationsOfRank3And4) {
 TEST(ShapeKernels, TransposeDefaultReversesAndRejectsBadPerm) {
   auto x = iota<float>({2, 3, 4});
   Buf<float> y({4, 3, 2});
-  ASSERT_EQ(run("Transpose", {x.view()}, {y.view()}), "");
+  ASSERT_EQ(runKernel("Transpose", {x.view()}, {y.view()}), "");
   EXPECT_EQ(y.Data[1], x.Data[12]); // y[0][0][1] = x[1][0][0]
   EXPECT_EQ(y.Data[2], x.Data[4]);  // y[0][1][0] = x[0][1][0]
-  EXPECT_NE(run("Transpose", {x.view()}, {y.view()},
-                attrs({{"perm", Attribute::getInts({2, 2, 0})}})),
+  EXPECT_NE(runKernel("Transpose", {x.view()}, {y.view()},
+                      attrs({{"perm", Attribute::getInts({2, 2, 0})}})),
             "");
 }
 
@@ -176,21 +167,22 @@ TEST(ShapeKernels, ConcatAndSplitAreInverse) {
   auto a = iota<float>({2, 1, 3}, 0), b = iota<float>({2, 2, 3}, 100);
   Buf<float> y({2, 3, 3});
   auto axis = attrs({{"axis", Attribute::getInt(-2)}});
-  ASSERT_EQ(run("Concat", {a.view(), b.view()}, {y.view()}, axis), "");
+  ASSERT_EQ(runKernel("Concat", {a.view(), b.view()}, {y.view()}, axis), "");
   std::vector<float> want = {0, 1, 2, 100, 101, 102, 103, 104, 105,
                              3, 4, 5, 106, 107, 108, 109, 110, 111};
   EXPECT_EQ(y.Data, want);
 
   Buf<float> a2({2, 1, 3}), b2({2, 2, 3});
   I64 split({2}, {1, 2});
-  ASSERT_EQ(
-      run("Split", {y.view(), split.view()}, {a2.view(), b2.view()}, axis), "");
+  ASSERT_EQ(runKernel("Split", {y.view(), split.view()}, {a2.view(), b2.view()},
+                      axis),
+            "");
   EXPECT_EQ(a2.Data, a.Data);
   EXPECT_EQ(b2.Data, b.Data);
   I64 badSplit({2}, {2, 1});
-  EXPECT_NE(
-      run("Split", {y.view(), badSplit.view()}, {a2.view(), b2.view()}, axis),
-      "");
+  EXPECT_NE(runKernel("Split", {y.view(), badSplit.view()},
+                      {a2.view(), b2.view()}, axis),
+            "");
 }
 
 //===----------------------------------------------------------------------===//
@@ -202,32 +194,36 @@ TEST(ShapeKernels, SliceNegativeStepsAndClamping) {
   Buf<float> y({5});
   I64 starts({1}, {-1}), ends({1}, {INT64_MIN}), axes({1}, {0}),
       steps({1}, {-2});
-  ASSERT_EQ(
-      run("Slice",
-          {x.view(), starts.view(), ends.view(), axes.view(), steps.view()},
-          {y.view()}),
-      "");
+  ASSERT_EQ(runKernel("Slice",
+                      {x.view(), starts.view(), ends.view(), axes.view(),
+                       steps.view()},
+                      {y.view()}),
+            "");
   EXPECT_EQ(y.Data, (std::vector<float>{9, 7, 5, 3, 1}));
 
   // Ends past the axis clamp; a start past the end gives an empty slice.
   Buf<float> tail({3});
   I64 s2({1}, {7}), e2({1}, {1000});
-  ASSERT_EQ(run("Slice", {x.view(), s2.view(), e2.view()}, {tail.view()}), "");
+  ASSERT_EQ(runKernel("Slice", {x.view(), s2.view(), e2.view()}, {tail.view()}),
+            "");
   EXPECT_EQ(tail.Data, (std::vector<float>{7, 8, 9}));
   Buf<float> empty({0});
   I64 s3({1}, {20});
-  EXPECT_EQ(run("Slice", {x.view(), s3.view(), e2.view()}, {empty.view()}), "");
+  EXPECT_EQ(
+      runKernel("Slice", {x.view(), s3.view(), e2.view()}, {empty.view()}), "");
   // With a negative step a start clamps into [0, dim-1], as the spec says
   // (numpy would clamp it to -1 and give an empty slice).
   I64 s4({1}, {-20}), e4({1}, {-30}), back({1}, {-1});
   Buf<float> first({1});
-  ASSERT_EQ(run("Slice",
+  ASSERT_EQ(
+      runKernel("Slice",
                 {x.view(), s4.view(), e4.view(), axes.view(), back.view()},
                 {first.view()}),
-            "");
+      "");
   EXPECT_EQ(first.Data, (std::vector<float>{0}));
   // A result type that disagrees with the operands is an error.
-  EXPECT_NE(run("Slice", {x.view(), s2.view(), e2.view()}, {y.view()}), "");
+  EXPECT_NE(runKernel("Slice", {x.view(), s2.view(), e2.view()}, {y.view()}),
+            "");
 }
 
 TEST(ShapeKernels, Slice3DMatchesDefinition) {
@@ -236,11 +232,11 @@ TEST(ShapeKernels, Slice3DMatchesDefinition) {
   I64 starts({3}, {-1, 1, INT64_MAX}), ends({3}, {0, 4, INT64_MIN}),
       axes({3}, {2, 0, 1}), steps({3}, {-3, 2, -1});
   Buf<int32_t> y({2, 5, 2});
-  ASSERT_EQ(
-      run("Slice",
-          {x.view(), starts.view(), ends.view(), axes.view(), steps.view()},
-          {y.view()}),
-      "");
+  ASSERT_EQ(runKernel("Slice",
+                      {x.view(), starts.view(), ends.view(), axes.view(),
+                       steps.view()},
+                      {y.view()}),
+            "");
   for (size_t o = 0; o < y.Data.size(); ++o) {
     std::vector<int64_t> c = coordsOf(o, y.Shape);
     int64_t i = 1 + 2 * c[0], j = 4 - c[1], k = 5 - 3 * c[2];
@@ -252,20 +248,20 @@ TEST(ShapeKernels, GatherNegativeIndicesAndRangeErrors) {
   auto x = iota<float>({3, 4});
   I64 idx({2, 2}, {0, -1, 2, 1});
   Buf<float> rows({2, 2, 4});
-  ASSERT_EQ(run("Gather", {x.view(), idx.view()}, {rows.view()}), "");
+  ASSERT_EQ(runKernel("Gather", {x.view(), idx.view()}, {rows.view()}), "");
   EXPECT_EQ(rows.Data[4], 8); // row -1 = row 2
   EXPECT_EQ(rows.Data[15], 7);
 
   Buf<int32_t> idx32({2}, {-4, 3});
   Buf<float> cols({3, 2});
-  ASSERT_EQ(run("Gather", {x.view(), idx32.view()}, {cols.view()},
-                attrs({{"axis", Attribute::getInt(1)}})),
+  ASSERT_EQ(runKernel("Gather", {x.view(), idx32.view()}, {cols.view()},
+                      attrs({{"axis", Attribute::getInt(1)}})),
             "");
   EXPECT_EQ(cols.Data, (std::vector<float>{0, 3, 4, 7, 8, 11}));
 
   I64 bad({2}, {0, 3});
   Buf<float> out({2, 4});
-  std::string e = run("Gather", {x.view(), bad.view()}, {out.view()});
+  std::string e = runKernel("Gather", {x.view(), bad.view()}, {out.view()});
   EXPECT_NE(e.find("index 3 is out of range"), std::string::npos) << e;
 }
 
@@ -309,10 +305,11 @@ void checkGatherGrad(std::vector<int64_t> dataShape, I64 idx, int64_t axis) {
   outShape.insert(outShape.end(), dataShape.begin() + axis + 1,
                   dataShape.end());
   F64 x = randomF64(dataShape, 1), u = randomF64(outShape, 2), dx(dataShape);
-  ASSERT_EQ(run("GatherGrad", {u.view(), idx.view()}, {dx.view()}, a), "");
+  ASSERT_EQ(runKernel("GatherGrad", {u.view(), idx.view()}, {dx.view()}, a),
+            "");
   checkByFiniteDifferences(x, u, dx, [&](F64 &at) {
     F64 y(outShape);
-    EXPECT_EQ(run("Gather", {at.view(), idx.view()}, {y.view()}, a), "");
+    EXPECT_EQ(runKernel("Gather", {at.view(), idx.view()}, {y.view()}, a), "");
     return y;
   });
 }
@@ -327,10 +324,10 @@ TEST(ShapeKernels, GatherGradMatchesFiniteDifferences) {
 TEST(ShapeKernels, GatherGradAccumulatesRepeatedRows) {
   I64 idx({3}, {2, 2, 0});
   Buf<float> dy({3, 2}, {1, 2, 3, 4, 5, 6}), dx({3, 2});
-  ASSERT_EQ(run("GatherGrad", {dy.view(), idx.view()}, {dx.view()}), "");
+  ASSERT_EQ(runKernel("GatherGrad", {dy.view(), idx.view()}, {dx.view()}), "");
   EXPECT_EQ(dx.Data, (std::vector<float>{5, 6, 0, 0, 4, 6}));
   I64 bad({3}, {2, 3, 0});
-  EXPECT_NE(run("GatherGrad", {dy.view(), bad.view()}, {dx.view()}), "");
+  EXPECT_NE(runKernel("GatherGrad", {dy.view(), bad.view()}, {dx.view()}), "");
 }
 
 TEST(ShapeKernels, SliceGradMatchesFiniteDifferences) {
@@ -343,14 +340,14 @@ TEST(ShapeKernels, SliceGradMatchesFiniteDifferences) {
     return std::vector<TensorView>{first, starts.view(), ends.view(),
                                    axes.view(), steps.view()};
   };
-  ASSERT_EQ(run("SliceGrad", operands(u.view()), {dx.view()}), "");
+  ASSERT_EQ(runKernel("SliceGrad", operands(u.view()), {dx.view()}), "");
   checkByFiniteDifferences(x, u, dx, [&](F64 &at) {
     F64 y(sliceShape);
-    EXPECT_EQ(run("Slice", operands(at.view()), {y.view()}), "");
+    EXPECT_EQ(runKernel("Slice", operands(at.view()), {y.view()}), "");
     return y;
   });
   F64 wrongDy({2, 2, 2});
-  EXPECT_NE(run("SliceGrad", operands(wrongDy.view()), {dx.view()}), "");
+  EXPECT_NE(runKernel("SliceGrad", operands(wrongDy.view()), {dx.view()}), "");
 }
 
 //===----------------------------------------------------------------------===//
@@ -361,19 +358,19 @@ TEST(ShapeKernels, ExpandBroadcasts) {
   auto x = iota<float>({3, 1});
   I64 shape({3}, {2, 1, 4});
   Buf<float> y({2, 3, 4});
-  ASSERT_EQ(run("Expand", {x.view(), shape.view()}, {y.view()}), "");
+  ASSERT_EQ(runKernel("Expand", {x.view(), shape.view()}, {y.view()}), "");
   for (size_t o = 0; o < y.Data.size(); ++o)
     ASSERT_EQ(y.Data[o], float(o / 4 % 3)) << "element " << o;
   Buf<float> bad({2, 3, 4});
   auto x2 = iota<float>({2, 4});
-  EXPECT_NE(run("Expand", {x2.view(), shape.view()}, {bad.view()}), "");
+  EXPECT_NE(runKernel("Expand", {x2.view(), shape.view()}, {bad.view()}), "");
 }
 
 TEST(ShapeKernels, TileRepeats) {
   auto x = iota<int64_t>({2, 3});
   I64 repeats({2}, {2, 3});
   I64 y({4, 9});
-  ASSERT_EQ(run("Tile", {x.view(), repeats.view()}, {y.view()}), "");
+  ASSERT_EQ(runKernel("Tile", {x.view(), repeats.view()}, {y.view()}), "");
   for (size_t o = 0; o < y.Data.size(); ++o)
     ASSERT_EQ(y.Data[o], int64_t(o / 9 % 2 * 3 + o % 9 % 3)) << "element " << o;
 }
@@ -382,22 +379,24 @@ TEST(ShapeKernels, PadModes) {
   auto x = iota<float>({2, 3}, 1); // [[1 2 3] [4 5 6]]
   I64 pads({4}, {1, 2, 0, -1});    // rows +1 before; cols +2 before, -1 after
   Buf<float> y({3, 4}), fill({}, {9});
-  ASSERT_EQ(run("Pad", {x.view(), pads.view(), fill.view()}, {y.view()}), "");
+  ASSERT_EQ(runKernel("Pad", {x.view(), pads.view(), fill.view()}, {y.view()}),
+            "");
   EXPECT_EQ(y.Data, (std::vector<float>{9, 9, 9, 9, 9, 9, 1, 2, 9, 9, 4, 5}));
   AttributeMap reflect = attrs({{"mode", Attribute::getString("reflect")}});
-  ASSERT_EQ(run("Pad", {x.view(), pads.view()}, {y.view()}, reflect), "");
+  ASSERT_EQ(runKernel("Pad", {x.view(), pads.view()}, {y.view()}, reflect), "");
   EXPECT_EQ(y.Data, (std::vector<float>{6, 5, 4, 5, 3, 2, 1, 2, 6, 5, 4, 5}));
   AttributeMap edge = attrs({{"mode", Attribute::getString("edge")}});
-  ASSERT_EQ(run("Pad", {x.view(), pads.view()}, {y.view()}, edge), "");
+  ASSERT_EQ(runKernel("Pad", {x.view(), pads.view()}, {y.view()}, edge), "");
   EXPECT_EQ(y.Data, (std::vector<float>{1, 1, 1, 2, 1, 1, 1, 2, 4, 4, 4, 5}));
   // Reflecting further than the axis is long folds back again, as numpy.pad.
   auto row = iota<float>({3});
   I64 wide({2}, {5, 0});
   Buf<float> r({8});
-  ASSERT_EQ(run("Pad", {row.view(), wide.view()}, {r.view()}, reflect), "");
+  ASSERT_EQ(runKernel("Pad", {row.view(), wide.view()}, {r.view()}, reflect),
+            "");
   EXPECT_EQ(r.Data, (std::vector<float>{1, 0, 1, 2, 1, 0, 1, 2}));
   AttributeMap wrap = attrs({{"mode", Attribute::getString("wrap")}});
-  EXPECT_NE(run("Pad", {x.view(), pads.view()}, {y.view()}, wrap), "");
+  EXPECT_NE(runKernel("Pad", {x.view(), pads.view()}, {y.view()}, wrap), "");
 }
 
 TEST(ShapeKernels, TriluKeepsATriangle) {
@@ -406,8 +405,8 @@ TEST(ShapeKernels, TriluKeepsATriangle) {
     for (int64_t k : {-4, -1, 0, 2, 5}) {
       Buf<float> y({2, 3, 4});
       I64 kT({}, {k});
-      ASSERT_EQ(run("Trilu", {x.view(), kT.view()}, {y.view()},
-                    attrs({{"upper", Attribute::getInt(upper)}})),
+      ASSERT_EQ(runKernel("Trilu", {x.view(), kT.view()}, {y.view()},
+                          attrs({{"upper", Attribute::getInt(upper)}})),
                 "");
       for (size_t o = 0; o < y.Data.size(); ++o) {
         int64_t c = o % 4, r = o / 4 % 3;
@@ -426,41 +425,46 @@ TEST(ShapeKernels, TriluKeepsATriangle) {
 TEST(ShapeKernels, ShapeAndSize) {
   Buf<float> x({2, 3, 4});
   I64 all({3}), tail({2}), size({});
-  ASSERT_EQ(run("Shape", {x.view()}, {all.view()}), "");
+  ASSERT_EQ(runKernel("Shape", {x.view()}, {all.view()}), "");
   EXPECT_EQ(all.Data, (std::vector<int64_t>{2, 3, 4}));
-  ASSERT_EQ(run("Shape", {x.view()}, {tail.view()},
-                attrs({{"start", Attribute::getInt(-2)},
-                       {"end", Attribute::getInt(10)}})),
+  ASSERT_EQ(runKernel("Shape", {x.view()}, {tail.view()},
+                      attrs({{"start", Attribute::getInt(-2)},
+                             {"end", Attribute::getInt(10)}})),
             "");
   EXPECT_EQ(tail.Data, (std::vector<int64_t>{3, 4}));
-  ASSERT_EQ(run("Size", {x.view()}, {size.view()}), "");
+  ASSERT_EQ(runKernel("Size", {x.view()}, {size.view()}), "");
   EXPECT_EQ(size.Data[0], 24);
 }
 
 TEST(ShapeKernels, ConstantOfShapeFills) {
   I64 shape({2}, {2, 3});
   Buf<float> zeros({2, 3}, std::vector<float>(6, 7));
-  ASSERT_EQ(run("ConstantOfShape", {shape.view()}, {zeros.view()}), "");
+  ASSERT_EQ(runKernel("ConstantOfShape", {shape.view()}, {zeros.view()}), "");
   EXPECT_EQ(zeros.Data, std::vector<float>(6, 0));
   I64 fives({2, 3});
   AttributeMap value =
       attrs({{"value",
               Attribute::getTensor(Tensor::fromInts(DType::I64, {1}, {5}))}});
-  ASSERT_EQ(run("ConstantOfShape", {shape.view()}, {fives.view()}, value), "");
+  ASSERT_EQ(runKernel("ConstantOfShape", {shape.view()}, {fives.view()}, value),
+            "");
   EXPECT_EQ(fives.Data, std::vector<int64_t>(6, 5));
-  EXPECT_NE(run("ConstantOfShape", {shape.view()}, {zeros.view()}, value), "");
+  EXPECT_NE(runKernel("ConstantOfShape", {shape.view()}, {zeros.view()}, value),
+            "");
 }
 
 TEST(ShapeKernels, RangeCountsLikeTheSpec) {
   Buf<float> start({}, {1}), limit({}, {2}), delta({}, {0.25}), y({4});
-  ASSERT_EQ(
-      run("Range", {start.view(), limit.view(), delta.view()}, {y.view()}), "");
+  ASSERT_EQ(runKernel("Range", {start.view(), limit.view(), delta.view()},
+                      {y.view()}),
+            "");
   EXPECT_EQ(y.Data, (std::vector<float>{1, 1.25, 1.5, 1.75}));
   Buf<int32_t> s({}, {10}), l({}, {3}), d({}, {-3}), yi({3});
-  ASSERT_EQ(run("Range", {s.view(), l.view(), d.view()}, {yi.view()}), "");
+  ASSERT_EQ(runKernel("Range", {s.view(), l.view(), d.view()}, {yi.view()}),
+            "");
   EXPECT_EQ(yi.Data, (std::vector<int32_t>{10, 7, 4}));
   Buf<int32_t> wrong({2});
-  EXPECT_NE(run("Range", {s.view(), l.view(), d.view()}, {wrong.view()}), "");
+  EXPECT_NE(runKernel("Range", {s.view(), l.view(), d.view()}, {wrong.view()}),
+            "");
 }
 
 } // namespace
