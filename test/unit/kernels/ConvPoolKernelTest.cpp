@@ -22,13 +22,6 @@ using namespace headroom::cpu;
 
 namespace {
 
-int64_t product(const std::vector<int64_t> &shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
-}
-
 //===----------------------------------------------------------------------===//
 // Conv
 //===----------------------------------------------------------------------===//

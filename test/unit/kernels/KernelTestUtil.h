@@ -18,7 +18,8 @@ namespace cpu {
 /// Runs kernel `op`; "" on success, else the kernel's error message.
 inline std::string runKernel(llvm::StringRef op, std::vector<TensorView> ins,
                              std::vector<TensorView> outs,
-                             const AttributeMap &attrs = {}, uint64_t seed = 0) {
+                             const AttributeMap &attrs = {},
+                             uint64_t seed = 0) {
   KernelFn fn = lookupKernel(op);
   if (!fn)
     return "no kernel for " + op.str();
@@ -28,8 +29,8 @@ inline std::string runKernel(llvm::StringRef op, std::vector<TensorView> ins,
 }
 
 /// `n` values uniform in [lo, hi), the same for the same seed.
-inline std::vector<double> randomData(int64_t n, unsigned seed,
-                                      double lo = -2, double hi = 2) {
+inline std::vector<double> randomData(int64_t n, unsigned seed, double lo = -2,
+                                      double hi = 2) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> dist(lo, hi);
   std::vector<double> v(n);
