@@ -2,6 +2,7 @@
 #include "runtime/Plan.h"
 
 #include "compiler/MemoryPlan.h"
+#include "kernels/cpu/Kernel.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringSet.h"
@@ -34,6 +35,29 @@ static bool canRunInPlace(const Node &n) {
   // with more than two operands the output may not share operand 0's buffer.
   return ops.count(n.op()) && n.numResults() == 1 && n.numOperands() <= 2 &&
          n.operand(0) && n.result(0)->type() == n.operand(0)->type();
+}
+
+/// The scratch bytes the CPU kernel of `c` declares (0 for none), asked
+/// with views that have the call's buffer types and no data.
+static uint64_t callWorkspace(const Plan &plan, const KernelCall &c) {
+  cpu::WorkspaceFn query = cpu::lookupWorkspace(c.Op);
+  if (!query)
+    return 0;
+  auto views = [&](const std::vector<int> &buffers) {
+    llvm::SmallVector<cpu::TensorView, 4> out;
+    for (int b : buffers) {
+      cpu::TensorView v;
+      if (b >= 0) {
+        v.Type = plan.Buffers[b].dtype();
+        v.Shape = plan.Buffers[b].shape();
+      }
+      out.push_back(v);
+    }
+    return out;
+  };
+  llvm::SmallVector<cpu::TensorView, 4> ins = views(c.Inputs),
+                                        outs = views(c.Outputs);
+  return query(cpu::KernelContext{c.Op, ins, outs, c.Attrs});
 }
 
 namespace {
@@ -235,8 +259,12 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
       }
   }
   for (const PlanFunction &pf : plan.Functions)
-    for (const KernelCall &c : pf.Calls)
+    for (const KernelCall &c : pf.Calls) {
       if (c.Op == "Constant")
         r.Constants += c.Attrs.at("value").asTensor().bytes().size();
+      plan.WorkspaceBytes =
+          std::max(plan.WorkspaceBytes, callWorkspace(plan, c));
+    }
+  r.Workspace = plan.WorkspaceBytes;
   return plan;
 }

@@ -9,8 +9,10 @@
 //   - every other value lives in one arena at an offset planned from the
 //     schedule's liveness (compiler/MemoryPlan.h); an elementwise result may
 //     reuse its first operand's buffer when that operand dies there.
-// So the memory of a step is exactly: state + arena (+ the plan's constants),
-// known before anything runs; the report says how it splits.
+//   - kernel scratch is one workspace, the largest any call declares
+//     (kernels/cpu/Kernel.h, WorkspaceFn), shared by all calls.
+// So the memory of a step is exactly: state + arena + workspace (+ the plan's
+// constants), known before anything runs; the report says how it splits.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_RUNTIME_PLAN_H
@@ -88,6 +90,10 @@ struct Plan {
   std::vector<Placement> Placements; // one per buffer
   std::vector<PlanFunction> Functions;
   uint64_t ArenaBytes = 0;
+  /// Scratch shared by every kernel call: the largest any call declares.
+  /// The plan is otherwise backend-neutral, but this figure is the CPU
+  /// backend's (kernels/cpu), the only executor today.
+  uint64_t WorkspaceBytes = 0;
   MemoryReport Report;
 
   int stateIndex(llvm::StringRef name) const;

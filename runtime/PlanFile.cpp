@@ -186,6 +186,7 @@ static void toProto(const Plan &plan, const PlanSource &source,
     }
   }
   p.set_arena_bytes(plan.ArenaBytes);
+  p.set_workspace_bytes(plan.WorkspaceBytes);
   toProto(plan.Report, *p.mutable_report());
 }
 
@@ -515,6 +516,10 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
     return invalid("the arena of " + llvm::Twine(p.arena_bytes()) +
                    " bytes is too large");
   P.ArenaBytes = p.arena_bytes();
+  if (p.workspace_bytes() > kMaxBytes)
+    return invalid("the workspace of " + llvm::Twine(p.workspace_bytes()) +
+                   " bytes is too large");
+  P.WorkspaceBytes = p.workspace_bytes();
   for (const pb::Buffer &pbuf : p.buffers()) {
     std::string where = "buffer " + std::to_string(P.Buffers.size());
     auto type = readType(pbuf.type(), where);

@@ -435,31 +435,74 @@ void transposeBatch(std::conditional_t<ToBatch, const T, T> *t,
     }
 }
 
-/// Uninitialized scratch of n elements (none for n == 0).
-template <typename T> std::unique_ptr<T[]> scratch(int64_t n) {
-  return std::unique_ptr<T[]>(n ? new T[n] : nullptr);
-}
+/// The scratch buffers of a Conv kernel, in elements: the chunk's im2col
+/// matrix, the chunk's y or dy in [mg, count * P] form, and ConvGradWeight's
+/// transposed dw. Their bytes, each rounded up to 64, are the op's declared
+/// workspace, laid out in this order.
+struct ConvScratchSizes {
+  int64_t Col = 0, Batch = 0, WeightT = 0;
+
+  ConvScratchSizes(const ConvShape &s, const Chunking &ch, bool gradWeight) {
+    int64_t P = s.W.outSize();
+    Col = ch.Pointwise ? 0 : s.colRows() * ch.Samples * P;
+    Batch = ch.Samples > 1 ? s.mg() * ch.Samples * P : 0;
+    WeightT = gradWeight ? s.M * s.colRows() : 0;
+  }
+  static uint64_t aligned(int64_t elems, size_t elemSize) {
+    return (uint64_t(elems) * elemSize + 63) & ~uint64_t(63);
+  }
+  uint64_t bytes(size_t elemSize) const {
+    return aligned(Col, elemSize) + aligned(Batch, elemSize) +
+           aligned(WeightT, elemSize);
+  }
+};
+
+/// A Conv kernel's scratch: carved from the executor's workspace when it is
+/// large enough, else allocated here (direct kernel calls pass none).
+template <typename T> struct ConvScratch {
+  T *Col = nullptr, *Batch = nullptr, *WeightT = nullptr;
+  std::unique_ptr<uint8_t[]> Own;
+
+  ConvScratch(const KernelContext &ctx, const ConvScratchSizes &sizes) {
+    uint64_t bytes = sizes.bytes(sizeof(T));
+    if (!bytes)
+      return;
+    auto *base = static_cast<uint8_t *>(ctx.Workspace);
+    if (!base || ctx.WorkspaceBytes < bytes) {
+      Own.reset(new uint8_t[bytes]);
+      base = Own.get();
+    }
+    auto carve = [&](int64_t elems) {
+      T *p = elems ? reinterpret_cast<T *>(base) : nullptr;
+      base += ConvScratchSizes::aligned(elems, sizeof(T));
+      return p;
+    };
+    Col = carve(sizes.Col);
+    Batch = carve(sizes.Batch);
+    WeightT = carve(sizes.WeightT);
+  }
+};
 
 template <typename T> llvm::Error conv(const KernelContext &ctx, ConvShape s) {
   const T *x = ctx.Inputs[0].as<T>(), *w = ctx.Inputs[1].as<T>();
   T *y = ctx.Outputs[0].as<T>();
   int64_t P = s.W.outSize(), K = s.colRows(), in = s.W.inSize();
   Chunking ch(s, sizeof(T));
-  auto col = scratch<T>(ch.Pointwise ? 0 : K * ch.Samples * P);
-  auto out = scratch<T>(ch.Samples > 1 ? s.mg() * ch.Samples * P : 0);
+  ConvScratch<T> scratch(ctx, ConvScratchSizes(s, ch, /*gradWeight=*/false));
+  T *col = scratch.Col, *out = scratch.Batch;
   for (int64_t n0 = 0; n0 < s.N; n0 += ch.Samples) {
     int64_t count = std::min(ch.Samples, s.N - n0), ld = count * P;
     for (int64_t g = 0; g < s.G; ++g) {
       const T *cols = x + (n0 * s.C + g * s.cg()) * in;
       if (!ch.Pointwise) {
-        im2col(x, s, n0, count, g, col.get());
-        cols = col.get();
+        im2col(x, s, n0, count, g, col);
+        cols = col;
       }
       T *yg = y + (n0 * s.M + g * s.mg()) * P;
       gemm(false, false, s.mg(), ld, K, w + g * s.mg() * K, K, cols, ld, T(0),
-           count == 1 ? yg : out.get(), ld);
+           count == 1 ? yg : out, ld);
       if (count > 1)
-        transposeBatch<T, /*ToBatch=*/false>(y, out.get(), s.M, P, n0, count,
+        transposeBatch<T, /*ToBatch=*/false>(y, out, s.M, P, n0, count,
                                              g * s.mg(), s.mg());
     }
   }
@@ -507,8 +550,8 @@ llvm::Error convGradInput(const KernelContext &ctx, ConvShape s) {
   T *dx = ctx.Outputs[0].as<T>();
   int64_t P = s.W.outSize(), K = s.colRows(), in = s.W.inSize();
   Chunking ch(s, sizeof(T));
-  auto col = scratch<T>(ch.Pointwise ? 0 : K * ch.Samples * P);
-  auto dyBuf = scratch<T>(ch.Samples > 1 ? s.mg() * ch.Samples * P : 0);
+  ConvScratch<T> scratch(ctx, ConvScratchSizes(s, ch, /*gradWeight=*/false));
+  T *col = scratch.Col, *dyBuf = scratch.Batch;
   if (!ch.Pointwise)
     std::memset(dx, 0, ctx.Outputs[0].sizeInBytes());
   for (int64_t n0 = 0; n0 < s.N; n0 += ch.Samples) {
@@ -516,12 +559,12 @@ llvm::Error convGradInput(const KernelContext &ctx, ConvShape s) {
     for (int64_t g = 0; g < s.G; ++g) {
       // d(col) = W_g^T dy_g, then col2im adds each entry to its input tap; a
       // pointwise window's d(col) is dx itself.
-      const T *dyg = dyBatch(dy, s, n0, count, g, dyBuf.get());
+      const T *dyg = dyBatch(dy, s, n0, count, g, dyBuf);
       T *dxg = dx + (n0 * s.C + g * s.cg()) * in;
       gemm(true, false, K, ld, s.mg(), w + g * s.mg() * K, K, dyg, ld, T(0),
-           ch.Pointwise ? dxg : col.get(), ld);
+           ch.Pointwise ? dxg : col, ld);
       if (!ch.Pointwise)
-        col2im(col.get(), s, n0, count, g, dx);
+        col2im(col, s, n0, count, g, dx);
     }
   }
   return llvm::Error::success();
@@ -541,24 +584,24 @@ llvm::Error convGradWeight(const KernelContext &ctx, ConvShape s) {
   T *dw = ctx.Outputs[0].as<T>();
   int64_t P = s.W.outSize(), K = s.colRows(), in = s.W.inSize();
   Chunking ch(s, sizeof(T));
-  auto col = scratch<T>(ch.Pointwise ? 0 : K * ch.Samples * P);
-  auto dyBuf = scratch<T>(ch.Samples > 1 ? s.mg() * ch.Samples * P : 0);
+  ConvScratch<T> scratch(ctx, ConvScratchSizes(s, ch, /*gradWeight=*/true));
+  T *col = scratch.Col, *dyBuf = scratch.Batch;
   // dW_g^T (+)= col dy_g^T, the chunk's samples summed in the GEMM's
   // reduction. (OpenBLAS runs this orientation faster than
   // dW_g = dy_g col^T: 1.4-1.6x on LeNet's second conv.)
-  auto dwT = scratch<T>(s.M * K);
-  std::fill(dwT.get(), dwT.get() + s.M * K, T(0));
+  T *dwT = scratch.WeightT;
+  std::fill(dwT, dwT + s.M * K, T(0));
   for (int64_t n0 = 0; n0 < s.N; n0 += ch.Samples) {
     int64_t count = std::min(ch.Samples, s.N - n0), ld = count * P;
     for (int64_t g = 0; g < s.G; ++g) {
       const T *cols = x + (n0 * s.C + g * s.cg()) * in;
       if (!ch.Pointwise) {
-        im2col(x, s, n0, count, g, col.get());
-        cols = col.get();
+        im2col(x, s, n0, count, g, col);
+        cols = col;
       }
       gemm(false, true, K, s.mg(), ld, cols, ld,
-           dyBatch(dy, s, n0, count, g, dyBuf.get()), ld, T(1),
-           dwT.get() + g * K * s.mg(), s.mg());
+           dyBatch(dy, s, n0, count, g, dyBuf), ld, T(1), dwT + g * K * s.mg(),
+           s.mg());
     }
   }
   for (int64_t g = 0; g < s.G; ++g)
@@ -576,6 +619,44 @@ llvm::Error convGradWeightKernel(const KernelContext &ctx) {
   return HR_DISPATCH_FLOAT(ctx, ctx.Inputs[0].Type, convGradWeight, ctx, *s);
 }
 
+/// The workspace of a Conv-family call whose operands are x, w and y (in
+/// Conv's roles); 0 for a malformed call, which the kernel rejects.
+uint64_t convWorkspace(const KernelContext &ctx, const TensorView &x,
+                       const TensorView &w, const TensorView &y,
+                       bool gradWeight) {
+  if ((x.Type != DType::F32 && x.Type != DType::F64) || x.rank() < 3)
+    return 0;
+  auto s = convShape(ctx, x, w, y);
+  if (!s) {
+    llvm::consumeError(s.takeError());
+    return 0;
+  }
+  size_t elemSize = dtypeSize(x.Type);
+  return ConvScratchSizes(*s, Chunking(*s, elemSize), gradWeight)
+      .bytes(elemSize);
+}
+
+uint64_t convWorkspaceQuery(const KernelContext &ctx) {
+  if (ctx.Inputs.size() < 2 || ctx.Outputs.empty())
+    return 0;
+  return convWorkspace(ctx, ctx.Inputs[0], ctx.Inputs[1], ctx.Outputs[0],
+                       /*gradWeight=*/false);
+}
+
+uint64_t convGradInputWorkspaceQuery(const KernelContext &ctx) {
+  if (ctx.Inputs.size() < 2 || ctx.Outputs.empty())
+    return 0;
+  return convWorkspace(ctx, ctx.Outputs[0], ctx.Inputs[1], ctx.Inputs[0],
+                       /*gradWeight=*/false);
+}
+
+uint64_t convGradWeightWorkspaceQuery(const KernelContext &ctx) {
+  if (ctx.Inputs.size() < 2 || ctx.Outputs.empty())
+    return 0;
+  return convWorkspace(ctx, ctx.Inputs[1], ctx.Outputs[0], ctx.Inputs[0],
+                       /*gradWeight=*/true);
+}
+
 //===----------------------------------------------------------------------===//
 // Pooling
 //===----------------------------------------------------------------------===//
@@ -583,17 +664,31 @@ llvm::Error convGradWeightKernel(const KernelContext &ctx) {
 /// The input taps of every output position of a pool, the same for every
 /// [N, C] plane: output o reads the plane offsets Offsets[Begin[o] ..
 /// Begin[o+1]) in row-major window order (so the first max is PyTorch's).
+/// Its arrays are the pool's declared workspace (poolTableBytes), or its own
+/// allocation when the executor gives none large enough.
 struct PoolTable {
   Window W;
   int64_t Planes = 0;
-  std::vector<int64_t> Begin, Offsets;
+  int64_t *Begin = nullptr;   // [outSize + 1]
+  int64_t *Offsets = nullptr; // [at most outSize * kernelSize]
+  int64_t NumOffsets = 0;
   /// Taps inside the padded input (count_include_pad's divisor).
-  std::vector<int64_t> Padded;
+  int64_t *Padded = nullptr; // [outSize]
+  /// What each output of an AveragePool divides by (see poolDivisors).
+  double *Divisors = nullptr; // [outSize], AveragePool and its gradient only
   bool HasEmptyWindow = false;
+  std::unique_ptr<uint8_t[]> Own;
 };
 
-/// Appends the taps of the output at multi-index `pos` to `t`.
-void addWindowTaps(PoolTable &t, llvm::ArrayRef<int64_t> pos) {
+/// The bytes of a pool table's arrays for window `w`.
+uint64_t poolTableBytes(const Window &w, bool divisors) {
+  int64_t out = w.outSize();
+  return uint64_t(out + 1 + out * w.kernelSize() + out) * sizeof(int64_t) +
+         (divisors ? uint64_t(out) * sizeof(double) : 0);
+}
+
+/// Appends the taps of output o, at multi-index `pos`, to `t`.
+void addWindowTaps(PoolTable &t, int64_t o, llvm::ArrayRef<int64_t> pos) {
   const Window &w = t.W;
   unsigned rank = w.rank();
   Dims start(rank), lo(rank), hi(rank);
@@ -609,7 +704,7 @@ void addWindowTaps(PoolTable &t, llvm::ArrayRef<int64_t> pos) {
     padded *= pHi;
     start[a] = s;
   }
-  t.Padded.push_back(padded);
+  t.Padded[o] = padded;
   Dims j(lo);
   Dims extent(rank);
   for (unsigned a = 0; a < rank; ++a)
@@ -621,16 +716,15 @@ void addWindowTaps(PoolTable &t, llvm::ArrayRef<int64_t> pos) {
     int64_t off = 0;
     for (unsigned a = 0; a < rank; ++a)
       off = off * w.In[a] + start[a] + (lo[a] + k[a]) * w.Dilations[a];
-    t.Offsets.push_back(off);
+    t.Offsets[t.NumOffsets++] = off;
   }
-  t.Begin.push_back(t.Offsets.size());
+  t.Begin[o + 1] = t.NumOffsets;
 }
 
-/// The pool table of input `x` [N, C, In...] and output `y` [N, C, Out...];
-/// kernel_shape is required.
-llvm::Expected<PoolTable> makePoolTable(const KernelContext &ctx,
-                                        const TensorView &x,
-                                        const TensorView &y) {
+/// The window of a pool with input `x` [N, C, In...] and output `y`
+/// [N, C, Out...]; kernel_shape is required.
+llvm::Expected<Window> poolWindow(const KernelContext &ctx, const TensorView &x,
+                                  const TensorView &y) {
   if (x.rank() < 3 || y.rank() != x.rank() || x.Shape[0] != y.Shape[0] ||
       x.Shape[1] != y.Shape[1])
     return ctx.unsupported("input " + x.type().str() + " and output " +
@@ -639,17 +733,37 @@ llvm::Expected<PoolTable> makePoolTable(const KernelContext &ctx,
   if (kernel.size() != x.rank() - 2)
     return ctx.unsupported("kernel_shape must have one value per spatial "
                            "axis");
-  auto w = makeWindow(ctx, x.Shape.drop_front(2), kernel, y.Shape.drop_front(2),
-                      ctx.attrInt("ceil_mode", 0) != 0);
+  return makeWindow(ctx, x.Shape.drop_front(2), kernel, y.Shape.drop_front(2),
+                    ctx.attrInt("ceil_mode", 0) != 0);
+}
+
+/// The pool table of input `x` and output `y` (see poolWindow), with room
+/// for divisors when `divisors`.
+llvm::Expected<PoolTable> makePoolTable(const KernelContext &ctx,
+                                        const TensorView &x,
+                                        const TensorView &y, bool divisors) {
+  auto w = poolWindow(ctx, x, y);
   if (!w)
     return w.takeError();
   PoolTable t;
   t.W = std::move(*w);
   t.Planes = x.Shape[0] * x.Shape[1];
-  t.Begin.push_back(0);
+  int64_t out = t.W.outSize();
+  uint64_t bytes = poolTableBytes(t.W, divisors);
+  auto *base = static_cast<uint8_t *>(ctx.Workspace);
+  if (!base || ctx.WorkspaceBytes < bytes) {
+    t.Own.reset(new uint8_t[bytes]);
+    base = t.Own.get();
+  }
+  t.Begin = reinterpret_cast<int64_t *>(base);
+  t.Padded = t.Begin + out + 1;
+  t.Offsets = t.Padded + out;
+  if (divisors)
+    t.Divisors = reinterpret_cast<double *>(t.Offsets + out * t.W.kernelSize());
+  t.Begin[0] = 0;
   Dims pos(t.W.rank(), 0);
-  for (int64_t o = 0, e = t.W.outSize(); o < e; ++o, advance(pos, t.W.Out))
-    addWindowTaps(t, pos);
+  for (int64_t o = 0; o < out; ++o, advance(pos, t.W.Out))
+    addWindowTaps(t, o, pos);
   return t;
 }
 
@@ -703,7 +817,7 @@ llvm::Error maxPool(const KernelContext &ctx, const PoolTable &t) {
 llvm::Expected<PoolTable> makeNonEmptyPoolTable(const KernelContext &ctx,
                                                 const TensorView &x,
                                                 const TensorView &y) {
-  auto t = makePoolTable(ctx, x, y);
+  auto t = makePoolTable(ctx, x, y, /*divisors=*/false);
   if (t && t->HasEmptyWindow)
     return ctx.unsupported("a window lies entirely in the padding");
   return t;
@@ -760,23 +874,23 @@ llvm::Error maxPoolGradKernel(const KernelContext &ctx) {
   return HR_DISPATCH_FLOAT(ctx, x.Type, maxPoolGrad, ctx, *t);
 }
 
-/// What each output of an AveragePool divides by: its window's taps inside
-/// the input, or (count_include_pad) inside the padded input.
-llvm::Expected<std::vector<double>> poolDivisors(const KernelContext &ctx,
-                                                 const PoolTable &t) {
+/// Fills t.Divisors with what each output of an AveragePool divides by: its
+/// window's taps inside the input, or (count_include_pad) inside the padded
+/// input.
+llvm::Error poolDivisors(const KernelContext &ctx, PoolTable &t) {
   bool includePad = ctx.attrInt("count_include_pad", 0) != 0;
-  std::vector<double> div(t.W.outSize());
-  for (int64_t o = 0, e = div.size(); o < e; ++o) {
+  double *div = t.Divisors;
+  for (int64_t o = 0, e = t.W.outSize(); o < e; ++o) {
     div[o] = includePad ? t.Padded[o] : t.Begin[o + 1] - t.Begin[o];
     if (div[o] == 0)
       return ctx.unsupported("a window lies entirely in the padding");
   }
-  return div;
+  return llvm::Error::success();
 }
 
 template <typename T>
-llvm::Error averagePool(const KernelContext &ctx, const PoolTable &t,
-                        const std::vector<double> &div) {
+llvm::Error averagePool(const KernelContext &ctx, const PoolTable &t) {
+  const double *div = t.Divisors;
   const T *x = ctx.Inputs[0].as<T>();
   T *y = ctx.Outputs[0].as<T>();
   int64_t in = t.W.inSize(), out = t.W.outSize();
@@ -798,18 +912,17 @@ llvm::Error averagePoolKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0];
   if (ctx.Outputs[0].Type != x.Type)
     return ctx.unsupported("Y must have X's element type");
-  auto t = makePoolTable(ctx, x, ctx.Outputs[0]);
+  auto t = makePoolTable(ctx, x, ctx.Outputs[0], /*divisors=*/true);
   if (!t)
     return t.takeError();
-  auto div = poolDivisors(ctx, *t);
-  if (!div)
-    return div.takeError();
-  return HR_DISPATCH_FLOAT(ctx, x.Type, averagePool, ctx, *t, *div);
+  if (auto e = poolDivisors(ctx, *t))
+    return e;
+  return HR_DISPATCH_FLOAT(ctx, x.Type, averagePool, ctx, *t);
 }
 
 template <typename T>
-llvm::Error averagePoolGrad(const KernelContext &ctx, const PoolTable &t,
-                            const std::vector<double> &div) {
+llvm::Error averagePoolGrad(const KernelContext &ctx, const PoolTable &t) {
+  const double *div = t.Divisors;
   const T *dy = ctx.Inputs[0].as<T>();
   T *dx = ctx.Outputs[0].as<T>();
   int64_t in = t.W.inSize(), out = t.W.outSize();
@@ -831,13 +944,12 @@ llvm::Error averagePoolGradKernel(const KernelContext &ctx) {
   const TensorView &dy = ctx.Inputs[0], &dx = ctx.Outputs[0];
   if (dy.Type != dx.Type)
     return ctx.unsupported("dy and dx must have one element type");
-  auto t = makePoolTable(ctx, dx, dy);
+  auto t = makePoolTable(ctx, dx, dy, /*divisors=*/true);
   if (!t)
     return t.takeError();
-  auto div = poolDivisors(ctx, *t);
-  if (!div)
-    return div.takeError();
-  return HR_DISPATCH_FLOAT(ctx, dx.Type, averagePoolGrad, ctx, *t, *div);
+  if (auto e = poolDivisors(ctx, *t))
+    return e;
+  return HR_DISPATCH_FLOAT(ctx, dx.Type, averagePoolGrad, ctx, *t);
 }
 
 template <typename T>
@@ -868,12 +980,54 @@ llvm::Error globalAveragePoolKernel(const KernelContext &ctx) {
   return HR_DISPATCH_FLOAT(ctx, x.Type, globalAveragePool, ctx, planes, size);
 }
 
+/// The workspace of a pool call with input `x` and output `y`: its table.
+uint64_t poolWorkspace(const KernelContext &ctx, const TensorView &x,
+                       const TensorView &y, bool divisors) {
+  auto w = poolWindow(ctx, x, y);
+  if (!w) {
+    llvm::consumeError(w.takeError());
+    return 0;
+  }
+  return poolTableBytes(*w, divisors);
+}
+
+uint64_t maxPoolWorkspaceQuery(const KernelContext &ctx) {
+  if (ctx.Inputs.empty() || ctx.Outputs.empty())
+    return 0;
+  return poolWorkspace(ctx, ctx.Inputs[0], ctx.Outputs[0], /*divisors=*/false);
+}
+
+uint64_t maxPoolGradWorkspaceQuery(const KernelContext &ctx) {
+  if (ctx.Inputs.size() < 2)
+    return 0;
+  return poolWorkspace(ctx, ctx.Inputs[1], ctx.Inputs[0], /*divisors=*/false);
+}
+
+uint64_t averagePoolWorkspaceQuery(const KernelContext &ctx) {
+  if (ctx.Inputs.empty() || ctx.Outputs.empty())
+    return 0;
+  return poolWorkspace(ctx, ctx.Inputs[0], ctx.Outputs[0], /*divisors=*/true);
+}
+
+uint64_t averagePoolGradWorkspaceQuery(const KernelContext &ctx) {
+  if (ctx.Inputs.empty() || ctx.Outputs.empty())
+    return 0;
+  return poolWorkspace(ctx, ctx.Outputs[0], ctx.Inputs[0], /*divisors=*/true);
+}
+
 } // namespace
 
 void headroom::cpu::registerConvPoolKernels() {
   registerKernel("Conv", convKernel);
   registerKernel("ConvGradInput", convGradInputKernel);
   registerKernel("ConvGradWeight", convGradWeightKernel);
+  registerWorkspace("Conv", convWorkspaceQuery);
+  registerWorkspace("ConvGradInput", convGradInputWorkspaceQuery);
+  registerWorkspace("ConvGradWeight", convGradWeightWorkspaceQuery);
+  registerWorkspace("MaxPool", maxPoolWorkspaceQuery);
+  registerWorkspace("MaxPoolGrad", maxPoolGradWorkspaceQuery);
+  registerWorkspace("AveragePool", averagePoolWorkspaceQuery);
+  registerWorkspace("AveragePoolGrad", averagePoolGradWorkspaceQuery);
   registerKernel("MaxPool", maxPoolKernel);
   registerKernel("MaxPoolGrad", maxPoolGradKernel);
   registerKernel("AveragePool", averagePoolKernel);

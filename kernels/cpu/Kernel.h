@@ -3,8 +3,12 @@
 //
 // A kernel computes one op on buffers the executor owns: it reads Inputs and
 // writes every Output, whose types (and so shapes) were fixed at compile time.
-// Kernels never allocate tensors that outlive the call; scratch memory they
-// need is their own business on the CPU (the CUDA backend declares workspace).
+// Kernels never allocate tensors that outlive the call. A kernel that needs
+// tensor-sized scratch declares it: its family registers a workspace query
+// for the op, lowering plans the largest query as the plan's workspace, and
+// the executor passes that buffer in ctx.Workspace. A kernel falls back to
+// its own allocation when the workspace given is smaller (direct calls in
+// unit tests pass none).
 //
 // A kernel returns an error, never crashes, for a form of its op it does not
 // implement (an element type, an attribute value); the message names the op
@@ -52,6 +56,9 @@ struct KernelContext {
   /// Seed for random ops: fixed per (run seed, step, node), so a step can be
   /// replayed exactly.
   uint64_t Seed = 0;
+  /// Scratch the executor planned for this call (see WorkspaceFn), or null.
+  void *Workspace = nullptr;
+  uint64_t WorkspaceBytes = 0;
 
   int64_t attrInt(llvm::StringRef name, int64_t dflt) const;
   double attrFloat(llvm::StringRef name, double dflt) const;
@@ -71,6 +78,16 @@ using KernelFn = llvm::Error (*)(const KernelContext &ctx);
 /// The kernel for `op`, or null.
 KernelFn lookupKernel(llvm::StringRef op);
 void registerKernel(llvm::StringRef op, KernelFn fn);
+
+/// The scratch bytes a kernel needs for the call described by `ctx`, whose
+/// views have their types and shapes but null Data (it is asked at plan
+/// time). 0 when the call needs none or is malformed: the kernel reports
+/// the error when it runs.
+using WorkspaceFn = uint64_t (*)(const KernelContext &ctx);
+
+/// The workspace query of `op`, or null when its kernel needs no scratch.
+WorkspaceFn lookupWorkspace(llvm::StringRef op);
+void registerWorkspace(llvm::StringRef op, WorkspaceFn fn);
 
 // One registration function per family file (kernels/cpu/<Family>.cpp).
 void registerElementwiseKernels();

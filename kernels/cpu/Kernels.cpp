@@ -13,11 +13,21 @@ static llvm::StringMap<KernelFn> &registry() {
   return r;
 }
 
+static llvm::StringMap<WorkspaceFn> &workspaceRegistry() {
+  static llvm::StringMap<WorkspaceFn> r;
+  return r;
+}
+
 void headroom::cpu::registerKernel(llvm::StringRef op, KernelFn fn) {
   registry()[op] = fn;
 }
 
-KernelFn headroom::cpu::lookupKernel(llvm::StringRef op) {
+void headroom::cpu::registerWorkspace(llvm::StringRef op, WorkspaceFn fn) {
+  workspaceRegistry()[op] = fn;
+}
+
+/// Runs every family's registration once.
+static void registerAll() {
   static std::once_flag once;
   std::call_once(once, [] {
     registerElementwiseKernels();
@@ -28,8 +38,18 @@ KernelFn headroom::cpu::lookupKernel(llvm::StringRef op) {
     registerLossKernels();
     registerConvPoolKernels();
   });
+}
+
+KernelFn headroom::cpu::lookupKernel(llvm::StringRef op) {
+  registerAll();
   auto it = registry().find(op);
   return it == registry().end() ? nullptr : it->second;
+}
+
+WorkspaceFn headroom::cpu::lookupWorkspace(llvm::StringRef op) {
+  registerAll();
+  auto it = workspaceRegistry().find(op);
+  return it == workspaceRegistry().end() ? nullptr : it->second;
 }
 
 const Attribute *KernelContext::attr(llvm::StringRef name) const {

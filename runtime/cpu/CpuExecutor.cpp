@@ -1,9 +1,11 @@
 //===- CpuExecutor.cpp - The CPU backend ----------------------------------===//
 //
-// State and one arena are allocated when the executor is created, and every
-// buffer's address is fixed then (runtime/Plan.h says where each lives); a
-// run copies the arguments in and calls kernels. Nothing else is allocated,
-// so allocatedBytes() is the plan's state + arena, its planned peak.
+// State, one arena and the kernels' workspace are allocated when the
+// executor is created, and every buffer's address is fixed then
+// (runtime/Plan.h says where each lives); a run copies the arguments in and
+// calls kernels, each given the workspace for its scratch. Nothing else is
+// allocated, so allocatedBytes() is the plan's state + arena + workspace, its
+// planned peak.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
@@ -53,6 +55,7 @@ private:
     void operator()(uint8_t *p) const { std::free(p); }
   };
   std::unique_ptr<uint8_t, FreeDeleter> Arena;
+  uint8_t *Workspace = nullptr; // kernel scratch, inside Arena's allocation
   std::vector<void *> Pointers; // where each buffer's data is (may alias)
   std::map<std::string, Tensor> Gradients;
   uint64_t Allocated = 0;
@@ -74,14 +77,21 @@ llvm::Error CpuExecutor::allocate() {
     States.emplace_back(st.Type.sizeInBytes(), 0);
     Allocated += st.Type.sizeInBytes();
   }
-  // One arena for every transient buffer, 64-byte aligned like its offsets.
+  // One allocation for every transient buffer, 64-byte aligned like its
+  // offsets, followed by the kernels' workspace at the next 64-byte boundary.
+  uint64_t arenaAligned = (ThePlan.ArenaBytes + 63) & ~uint64_t(63);
+  uint64_t workspaceAligned = (ThePlan.WorkspaceBytes + 63) & ~uint64_t(63);
   Arena.reset(static_cast<uint8_t *>(std::aligned_alloc(
-      64, std::max<uint64_t>(64, (ThePlan.ArenaBytes + 63) & ~uint64_t(63)))));
+      64, std::max<uint64_t>(64, arenaAligned + workspaceAligned))));
   if (!Arena)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "cannot allocate the %llu-byte arena",
-                                   (unsigned long long)ThePlan.ArenaBytes);
-  Allocated += ThePlan.ArenaBytes;
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "cannot allocate the %llu-byte arena and %llu-byte workspace",
+        (unsigned long long)ThePlan.ArenaBytes,
+        (unsigned long long)ThePlan.WorkspaceBytes);
+  Allocated += ThePlan.ArenaBytes + ThePlan.WorkspaceBytes;
+  if (ThePlan.WorkspaceBytes)
+    Workspace = Arena.get() + arenaAligned;
   Pointers.resize(ThePlan.Buffers.size(), nullptr);
   for (size_t i = 0; i < ThePlan.Buffers.size(); ++i) {
     const Placement &p = ThePlan.Placements[i];
@@ -136,8 +146,13 @@ llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
     ins.push_back(view(b));
   for (int b : c.Outputs)
     outs.push_back(view(b));
-  KernelContext ctx{c.Op, ins, outs, c.Attrs,
-                    mixSeed(Options.Seed, Step, c.Id)};
+  KernelContext ctx{c.Op,
+                    ins,
+                    outs,
+                    c.Attrs,
+                    mixSeed(Options.Seed, Step, c.Id),
+                    Workspace,
+                    ThePlan.WorkspaceBytes};
   if (auto e = fn(ctx))
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "@%s call %u: %s", f.Name.c_str(), c.Id,

@@ -92,6 +92,7 @@ void expectSamePlan(const Plan &a, const Plan &b) {
     }
   }
   EXPECT_EQ(a.ArenaBytes, b.ArenaBytes);
+  EXPECT_EQ(a.WorkspaceBytes, b.WorkspaceBytes);
   const MemoryReport &ra = a.Report, &rb = b.Report;
   EXPECT_EQ(ra.Parameters, rb.Parameters);
   EXPECT_EQ(ra.Frozen, rb.Frozen);
@@ -99,6 +100,7 @@ void expectSamePlan(const Plan &a, const Plan &b) {
   EXPECT_EQ(ra.OptimizerState, rb.OptimizerState);
   EXPECT_EQ(ra.Constants, rb.Constants);
   EXPECT_EQ(ra.ArenaBytes, rb.ArenaBytes);
+  EXPECT_EQ(ra.Workspace, rb.Workspace);
   EXPECT_EQ(ra.ArenaLowerBound, rb.ArenaLowerBound);
   EXPECT_EQ(ra.Activations, rb.Activations);
   EXPECT_EQ(ra.Gradients, rb.Gradients);
@@ -129,6 +131,16 @@ pb::Plan bodyOf(const std::string &bytes) {
   pb::Plan body;
   EXPECT_TRUE(body.ParseFromString(file.body()));
   return body;
+}
+
+TEST(PlanFileTest, LeNetRoundTripKeepsTheWorkspace) {
+  Plan plan = compile("lenet.onnx", gptOptions());
+  EXPECT_GT(plan.WorkspaceBytes, 0u); // Conv's im2col columns
+  PlanSource source = takeOrFail(describePlanSource(modelPath("lenet.onnx")));
+  std::string path = tempPath("lenet.plan");
+  ASSERT_EQ(errorOf(writePlanFile(plan, source, recipeFor(plan), path)), "");
+  LoadedPlan loaded = takeOrFail(readPlanFile(path));
+  expectSamePlan(plan, loaded.ThePlan);
 }
 
 TEST(PlanFileTest, GptRoundTrip) {

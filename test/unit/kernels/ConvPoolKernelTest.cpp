@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -270,6 +271,128 @@ TEST(ConvPoolKernelTest, ConvGradientsMatchFiniteDifferences) {
   }
 }
 
+/// The workspace `op` declares for operands `ins` -> `outs` (f64, no data).
+uint64_t workspaceOf(llvm::StringRef op,
+                     std::vector<std::vector<int64_t>> insShapes,
+                     std::vector<std::vector<int64_t>> outsShapes,
+                     const AttributeMap &attrs) {
+  WorkspaceFn query = lookupWorkspace(op);
+  EXPECT_NE(query, nullptr) << op.str();
+  if (!query)
+    return 0;
+  std::vector<TensorView> ins, outs;
+  for (const auto &shape : insShapes)
+    ins.push_back(TensorView{DType::F64, shape, nullptr});
+  for (const auto &shape : outsShapes)
+    outs.push_back(TensorView{DType::F64, shape, nullptr});
+  return query(KernelContext{op, ins, outs, attrs});
+}
+
+/// Runs `op` with a workspace of exactly `bytes` followed by a guard, and
+/// without one: the results must be identical, the workspace used (when
+/// declared) and nothing written past it. A workspace one byte short must be
+/// left alone (the kernel allocates its own).
+void expectUsesExactlyItsWorkspace(llvm::StringRef op,
+                                   std::vector<TensorView> ins,
+                                   std::vector<int64_t> outShape,
+                                   const AttributeMap &attrs, uint64_t bytes,
+                                   const char *name) {
+  T64 want(outShape), got(outShape), shortOut(outShape);
+  ASSERT_EQ(runKernel(op, ins, {want.view()}, attrs), "") << name;
+  const uint8_t kPoison = 0xA5;
+  const uint64_t kGuard = 256;
+  std::vector<uint8_t> ws(bytes + kGuard, kPoison);
+  auto run = [&](T64 &out, uint64_t given) {
+    std::vector<TensorView> outs = {out.view()};
+    KernelContext ctx{op, ins, outs, attrs, 0, ws.data(), given};
+    llvm::Error e = lookupKernel(op)(ctx);
+    return e ? llvm::toString(std::move(e)) : "";
+  };
+  ASSERT_EQ(run(got, bytes), "") << name;
+  EXPECT_EQ(got.Data, want.Data) << name;
+  bool used = false;
+  for (uint64_t i = 0; i < bytes; ++i)
+    used |= ws[i] != kPoison;
+  EXPECT_EQ(used, bytes > 0) << name;
+  for (uint64_t i = bytes; i < ws.size(); ++i)
+    ASSERT_EQ(ws[i], kPoison) << name << ": byte " << i << " past the " << bytes
+                              << "-byte workspace was written";
+  if (!bytes)
+    return;
+  std::fill(ws.begin(), ws.end(), kPoison);
+  ASSERT_EQ(run(shortOut, bytes - 1), "") << name;
+  EXPECT_EQ(shortOut.Data, want.Data) << name;
+  EXPECT_TRUE(std::all_of(ws.begin(), ws.end(),
+                          [&](uint8_t v) { return v == kPoison; }))
+      << name << ": a too-small workspace was written";
+}
+
+/// The workspace each Conv kernel declares is the scratch it uses: im2col
+/// columns for a chunk of ceil(256 / P) samples (none for a pointwise
+/// window), the chunk's y or dy in [mg, count * P] form when a chunk has
+/// several samples, and ConvGradWeight's transposed dw, each rounded up to
+/// 64 bytes.
+TEST(ConvPoolKernelTest, ConvWorkspaceIsTheScratchTheKernelUses) {
+  struct Case {
+    const char *Name;
+    std::vector<int64_t> X, W, Y;
+    AttributeMap Attrs;
+    uint64_t Forward, GradWeight; // bytes, by hand (f64)
+  };
+  AttributeMap padded;
+  padded["pads"] = Attribute::getInts({2, 2, 2, 2});
+  std::vector<Case> cases = {
+      // LeNet's conv1: P = 784 -> 1 sample a chunk; K = 25.
+      // col 25*784*8 = 156800; dwT 6*25*8 = 1200 -> 1216.
+      {"lenet_conv1",
+       {8, 1, 28, 28},
+       {6, 1, 5, 5},
+       {8, 6, 28, 28},
+       padded,
+       156800,
+       156800 + 1216},
+      // LeNet's conv2: P = 100 -> 3 samples a chunk; K = 150, mg = 16.
+      // col 150*300*8 = 360000; y/dy 16*300*8 = 38400; dwT 16*150*8 = 19200.
+      {"lenet_conv2",
+       {8, 6, 14, 14},
+       {16, 6, 5, 5},
+       {8, 16, 10, 10},
+       AttributeMap(),
+       360000 + 38400,
+       360000 + 38400 + 19200},
+      // Pointwise: GEMMs on x's own data one sample at a time, so only
+      // ConvGradWeight's dwT, 4*8*8 = 256.
+      {"pointwise",
+       {4, 8, 3, 3},
+       {4, 8, 1, 1},
+       {4, 4, 3, 3},
+       AttributeMap(),
+       0,
+       256},
+  };
+  for (Case &c : cases) {
+    EXPECT_EQ(workspaceOf("Conv", {c.X, c.W}, {c.Y}, c.Attrs), c.Forward)
+        << c.Name;
+    EXPECT_EQ(workspaceOf("ConvGradInput", {c.Y, c.W}, {c.X}, c.Attrs),
+              c.Forward)
+        << c.Name;
+    EXPECT_EQ(workspaceOf("ConvGradWeight", {c.Y, c.X}, {c.W}, c.Attrs),
+              c.GradWeight)
+        << c.Name;
+    T64 x(c.X, 1), w(c.W, 2), dy(c.Y, 3);
+    expectUsesExactlyItsWorkspace("Conv", {x.view(), w.view()}, c.Y, c.Attrs,
+                                  c.Forward, c.Name);
+    expectUsesExactlyItsWorkspace("ConvGradInput", {dy.view(), w.view()}, c.X,
+                                  c.Attrs, c.Forward, c.Name);
+    expectUsesExactlyItsWorkspace("ConvGradWeight", {dy.view(), x.view()}, c.W,
+                                  c.Attrs, c.GradWeight, c.Name);
+  }
+  // A malformed call declares none: the kernel reports the error.
+  EXPECT_EQ(workspaceOf("Conv", {{1, 2, 5, 5}, {3, 2, 3, 3}}, {{1, 3, 4, 4}},
+                        AttributeMap()),
+            0u);
+}
+
 //===----------------------------------------------------------------------===//
 // Pooling
 //===----------------------------------------------------------------------===//
@@ -412,6 +535,38 @@ TEST(ConvPoolKernelTest, AveragePoolGradMatchesFiniteDifferences) {
           << c.Name;
       expectGradient(x.Data, loss, dx.Data, c.Name);
     }
+  }
+}
+
+/// A pool's workspace is its window table: Begin [out + 1], Padded [out] and
+/// Offsets [out * kernel taps] of i64, and AveragePool's divisors [out] of
+/// f64, where out is one plane's output size.
+TEST(ConvPoolKernelTest, PoolWorkspaceIsItsWindowTable) {
+  for (PoolCase &c : poolCases()) {
+    int64_t out = 1, taps = 1;
+    for (size_t a = 2; a < c.Y.size(); ++a)
+      out *= c.Y[a];
+    for (int64_t k : c.Attrs.at("kernel_shape").asInts())
+      taps *= k;
+    uint64_t table = (out + 1 + out + out * taps) * 8, divisors = out * 8;
+    EXPECT_EQ(workspaceOf("MaxPool", {c.X}, {c.Y}, c.Attrs), table) << c.Name;
+    EXPECT_EQ(workspaceOf("MaxPoolGrad", {c.Y, c.X}, {c.X}, c.Attrs), table)
+        << c.Name;
+    EXPECT_EQ(workspaceOf("AveragePool", {c.X}, {c.Y}, c.Attrs),
+              table + divisors)
+        << c.Name;
+    EXPECT_EQ(workspaceOf("AveragePoolGrad", {c.Y}, {c.X}, c.Attrs),
+              table + divisors)
+        << c.Name;
+    T64 x(c.X, 1), dy(c.Y, 3);
+    expectUsesExactlyItsWorkspace("MaxPool", {x.view()}, c.Y, c.Attrs, table,
+                                  c.Name);
+    expectUsesExactlyItsWorkspace("MaxPoolGrad", {dy.view(), x.view()}, c.X,
+                                  c.Attrs, table, c.Name);
+    expectUsesExactlyItsWorkspace("AveragePool", {x.view()}, c.Y, c.Attrs,
+                                  table + divisors, c.Name);
+    expectUsesExactlyItsWorkspace("AveragePoolGrad", {dy.view()}, c.X, c.Attrs,
+                                  table + divisors, c.Name);
   }
 }
 
