@@ -322,14 +322,20 @@ static std::string reportTitle(const ImportOptions &import) {
       .str();
 }
 
+/// The plan of the training step the flags describe (what report and
+/// compile both show).
+static llvm::Expected<Plan> planFromFlags(const TrainOptions &options) {
+  auto m = buildTrainingStep(Model, options);
+  if (!m)
+    return m.takeError();
+  return lowerTrainingStep(**m);
+}
+
 int runReport(const ImportOptions &import) {
   auto options = trainOptionsFromFlags(import);
   if (!options)
     return reportError(options.takeError());
-  auto m = buildTrainingStep(Model, *options);
-  if (!m)
-    return reportError(m.takeError());
-  auto plan = lowerTrainingStep(**m);
+  auto plan = planFromFlags(*options);
   if (!plan)
     return reportError(plan.takeError());
   std::string title = reportTitle(import);
@@ -358,10 +364,7 @@ int runCompile(const ImportOptions &import) {
   auto source = describePlanSource(Model);
   if (!source)
     return reportError(source.takeError());
-  auto m = buildTrainingStep(Model, *options);
-  if (!m)
-    return reportError(m.takeError());
-  auto plan = lowerTrainingStep(**m);
+  auto plan = planFromFlags(*options);
   if (!plan)
     return reportError(plan.takeError());
   PlanRecipe recipe;
