@@ -1,6 +1,7 @@
 //===- IR.cpp - headroom's intermediate representation --------------------===//
 #include "compiler/IR.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
 
 #include <cassert>
@@ -17,6 +18,8 @@ llvm::StringRef headroom::stateKindName(StateKind k) {
     return "buffer";
   case StateKind::Optimizer:
     return "optimizer";
+  case StateKind::Gradient:
+    return "grad";
   }
   llvm_unreachable("unknown state kind");
 }
@@ -30,6 +33,8 @@ llvm::Optional<StateKind> headroom::parseStateKind(llvm::StringRef s) {
     return StateKind::Buffer;
   if (s == "optimizer")
     return StateKind::Optimizer;
+  if (s == "grad")
+    return StateKind::Gradient;
   return llvm::None;
 }
 
@@ -200,4 +205,25 @@ Function *Module::lookupFunction(llvm::StringRef name) const {
     if (f->name() == name)
       return f.get();
   return nullptr;
+}
+
+Function *Module::cloneFunction(const Function &f, std::string name) {
+  Function *copy = addFunction(std::move(name));
+  llvm::DenseMap<const Value *, Value *> map;
+  for (Value *a : f.arguments())
+    map[a] = copy->addArgument(a->type(), a->name());
+  for (const Node &n : f.nodes()) {
+    llvm::SmallVector<Value *, 4> operands;
+    for (Value *v : n.operands())
+      operands.push_back(v ? map.lookup(v) : nullptr);
+    llvm::SmallVector<TensorType, 2> types;
+    for (Value *r : n.results())
+      types.push_back(r->type());
+    Node *c = copy->createNode(n.op(), operands, types, n.attrs(), n.state());
+    for (unsigned i = 0; i < n.numResults(); ++i) {
+      c->result(i)->setName(n.result(i)->name());
+      map[n.result(i)] = c->result(i);
+    }
+  }
+  return copy;
 }

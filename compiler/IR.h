@@ -39,7 +39,11 @@ class Node;
 /// weights that still live in state (they come from the model's
 /// initializers); buffers are updated by the model itself (BatchNormalization's
 /// running statistics); optimizer slots hold moments and step counters.
-enum class StateKind { Param, Frozen, Buffer, Optimizer };
+/// What a state slot holds: a trained parameter, a frozen weight, a
+/// non-trained buffer the step updates (BatchNorm statistics), optimizer
+/// state (moments, step counts), or a gradient kept across calls (the
+/// accumulators of gradient accumulation).
+enum class StateKind { Param, Frozen, Buffer, Optimizer, Gradient };
 llvm::StringRef stateKindName(StateKind k);
 llvm::Optional<StateKind> parseStateKind(llvm::StringRef s);
 
@@ -205,7 +209,17 @@ private:
   Node *Before;
 };
 
-/// The unit of compilation: state slots and functions, both in creation order.
+/// One entry of a module's driver: how a training step calls a function.
+struct DriverStep {
+  Function *Callee = nullptr;
+  unsigned Repeat = 1;
+  /// Runs on the batch of the call before it instead of the next one (the
+  /// update pass after a norm-only pass of LOMO with clipping).
+  bool SameBatch = false;
+};
+
+/// The unit of compilation: state slots and functions, both in creation order,
+/// and the driver: the calls one training step makes.
 class Module {
 public:
   Module() = default;
@@ -222,10 +236,19 @@ public:
   llvm::ArrayRef<std::unique_ptr<Function>> functions() const {
     return Functions;
   }
+  /// A copy of `f` named `name`, appended: same arguments, nodes, attributes
+  /// and state slots, its values with the same name hints.
+  Function *cloneFunction(const Function &f, std::string name);
+
+  /// The calls of one step, in order. Empty means one call of the first
+  /// function (what every module without a driver line does).
+  llvm::ArrayRef<DriverStep> driver() const { return Driver; }
+  void setDriver(std::vector<DriverStep> d) { Driver = std::move(d); }
 
 private:
   std::vector<std::unique_ptr<StateSlot>> States;
   std::vector<std::unique_ptr<Function>> Functions;
+  std::vector<DriverStep> Driver;
 };
 
 } // namespace headroom

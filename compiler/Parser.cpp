@@ -2,9 +2,11 @@
 //
 // A hand-written lexer and recursive-descent parser. The grammar, informally:
 //
-//   module   := (state | func)*
-//   state    := 'state' @name ':' type ('param' | 'frozen')
+//   module   := (state | func)* driver?
+//   state    := 'state' @name ':' type ('param' | 'frozen' | 'buffer'
+//                                         | 'optimizer' | 'grad')
 //   func     := 'func' @name '(' (%name ':' type),* ')' '{' node* '}'
+//   driver   := 'driver' (@name ('repeat' int)? 'same_batch'?),+
 //   node     := 'return' %name,*
 //             | (%name,* '=')? Op '(' (@name | %name | 'none'),* ')'
 //               ('{' (key '=' attr),* '}')? (':' type,*)?
@@ -74,6 +76,7 @@ private:
   // Grammar.
   llvm::Error parseState(Module &m);
   llvm::Error parseFunction(Module &m);
+  llvm::Error parseDriver(Module &m);
   llvm::Error parseNode(Function &f, llvm::StringMap<Value *> &values);
   llvm::Expected<TensorType> parseType();
   llvm::Expected<Attribute> parseAttribute();
@@ -413,7 +416,8 @@ llvm::Error Parser::parseState(Module &m) {
     return type.takeError();
   auto kind = Tk.Kind == Tok::Ident ? parseStateKind(Tk.Text) : llvm::None;
   if (!kind)
-    return error("expected a state kind (param, frozen, buffer or optimizer)");
+    return error(
+        "expected a state kind (param, frozen, buffer, optimizer or grad)");
   next();
   m.addState(name.Text, *type, *kind);
   return llvm::Error::success();
@@ -591,6 +595,43 @@ llvm::Error Parser::parseFunction(Module &m) {
   return llvm::Error::success();
 }
 
+llvm::Error Parser::parseDriver(Module &m) {
+  next(); // 'driver'
+  std::vector<DriverStep> steps;
+  do {
+    if (!steps.empty())
+      next(); // ','
+    if (Tk.Kind != Tok::StateId)
+      return error("expected a function name such as @step");
+    Function *f = m.lookupFunction(Tk.Text);
+    if (!f)
+      return error("the driver calls @" + Tk.Text +
+                   ", which is not defined above it");
+    next();
+    DriverStep d;
+    d.Callee = f;
+    if (isIdent("repeat")) {
+      next();
+      unsigned long long n = 0;
+      if (Tk.Kind != Tok::Int || llvm::getAsUnsignedInteger(Tk.Text, 10, n) ||
+          n == 0 || n > UINT32_MAX)
+        return error("expected a repeat count of at least 1");
+      d.Repeat = static_cast<unsigned>(n);
+      next();
+    }
+    if (isIdent("same_batch")) {
+      if (steps.empty())
+        return error("the driver's first call has no batch before it to "
+                     "reuse");
+      d.SameBatch = true;
+      next();
+    }
+    steps.push_back(d);
+  } while (isPunct(','));
+  m.setDriver(std::move(steps));
+  return llvm::Error::success();
+}
+
 llvm::Expected<std::unique_ptr<Module>> Parser::parse() {
   auto m = std::make_unique<Module>();
   while (Tk.Kind != Tok::Eof) {
@@ -599,8 +640,12 @@ llvm::Expected<std::unique_ptr<Module>> Parser::parse() {
       e = parseState(*m);
     else if (isIdent("func"))
       e = parseFunction(*m);
+    else if (isIdent("driver") && m->driver().empty())
+      e = parseDriver(*m);
+    else if (isIdent("driver"))
+      e = error("the module already has a driver");
     else
-      e = error("expected 'state' or 'func'");
+      e = error("expected 'state', 'func' or 'driver'");
     if (e)
       return e;
   }

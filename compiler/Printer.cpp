@@ -162,6 +162,20 @@ void headroom::printModule(const Module &m, llvm::raw_ostream &os) {
       printNode(n, names, os);
     os << "}\n";
   }
+  if (m.driver().empty())
+    return;
+  os << "\ndriver ";
+  for (size_t i = 0; i < m.driver().size(); ++i) {
+    const DriverStep &d = m.driver()[i];
+    if (i)
+      os << ", ";
+    printName(os, '@', d.Callee->name());
+    if (d.Repeat != 1)
+      os << " repeat " << d.Repeat;
+    if (d.SameBatch)
+      os << " same_batch";
+  }
+  os << '\n';
 }
 
 std::string headroom::moduleToString(const Module &m) {

@@ -84,6 +84,17 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                        n.state()->name() + " of type " +
                        n.state()->type().str());
 
+  if ((n.op() == "SgdUpdate" || n.op() == "Accumulate") &&
+      n.operand(0)->type() != n.state()->type())
+    return fail(n, "updates @" + n.state()->name() + " of type " +
+                       n.state()->type().str() + " with " +
+                       n.operand(0)->type().str());
+  if (n.op() == "SgdUpdate" && n.numOperands() == 2 &&
+      (!n.operand(1) || n.operand(1)->type().rank() != 0 ||
+       n.operand(1)->type().dtype() != n.state()->type().dtype()))
+    return fail(n, "scale must be a " +
+                       llvm::Twine(dtypeName(n.state()->type().dtype())) +
+                       " scalar");
   if (info.has(opflags::Unary) && n.result(0)->type() != n.operand(0)->type())
     return fail(n, "result type " + n.result(0)->type().str() +
                        " differs from operand type " +
@@ -198,6 +209,38 @@ llvm::Error Verifier::verify(const Module &m) {
   for (const auto &f : m.functions())
     if (auto e = verifyFunction(*f))
       return e;
+  for (const DriverStep &d : m.driver()) {
+    if (!d.Callee || d.Callee->parent() != &m)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "the driver calls a function of another "
+                                     "module");
+    if (d.Repeat == 0)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "the driver calls @%s 0 times",
+                                     d.Callee->name().c_str());
+    if (d.SameBatch && &d == &m.driver().front())
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "the driver's first call @%s has no "
+                                     "batch before it to reuse",
+                                     d.Callee->name().c_str());
+    // Every call takes a batch of the same data.
+    const Function &first = *m.driver().front().Callee;
+    bool same = d.Callee->arguments().size() == first.arguments().size();
+    for (size_t i = 0; same && i < first.arguments().size(); ++i)
+      same = d.Callee->arguments()[i]->type() ==
+                 first.arguments()[i]->type() &&
+             d.Callee->arguments()[i]->name() == first.arguments()[i]->name();
+    if (!same)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "the driver calls @%s and @%s, whose arguments differ",
+          first.name().c_str(), d.Callee->name().c_str());
+    if (d.SameBatch && d.Repeat != 1)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "the driver repeats @%s on the same "
+                                     "batch",
+                                     d.Callee->name().c_str());
+  }
   return llvm::Error::success();
 }
 

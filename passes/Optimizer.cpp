@@ -1,27 +1,48 @@
 //===- Optimizer.cpp - Turn parameter gradients into updates --------------===//
 //
-// Replaces every ParamGrad(@w, %g) with the update of @w, written in
-// primitive ops and Assign so that the memory planner and later passes see
-// an ordinary dataflow graph:
+// Replaces every ParamGrad(@w, %g) with the update of @w:
 //   sgd       w -= lr (g + wd w)
-//   momentum  b = mu b + g';  w -= lr (nesterov ? g' + mu b : b)   (g' = g + wd
-//   w) adamw     w *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   momentum  b = mu b + g';  w -= lr (nesterov ? g' + mu b : b)   (g' = g + wd w)
+//   adamw     w *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //             w -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-// which is torch.optim.SGD / AdamW's arithmetic in its order of operations.
-// Moments are new `optimizer` state slots named `<param>.momentum_buffer`,
-// `<param>.exp_avg`, `<param>.exp_avg_sq`; AdamW's step count is `adamw.step`
-// (f64). With clipping, all gradients are scaled by
-// min(1, max_norm / (norm + 1e-6)) first and @step also returns the norm.
+//   lomo      SgdUpdate(@w, %g): sgd's arithmetic in one in-place op
+//   adalomo   Adafactor's factored second moment (row and column means of
+//             g^2 + eps1 for matrices, the full g^2 + eps1 for vectors) with
+//             beta2_t = 1 - t^-0.8; u = g / sqrt(v); u /= max(1, rms(u) /
+//             clip_threshold); lr_t = lr max(eps2, rms(w)); w *= 1 - lr_t wd;
+//             w -= lr_t u  (Lv et al. 2023, the authors' order of operations)
+// sgd/momentum/adamw are torch.optim's arithmetic in its order of
+// operations, written in primitive ops and Assign so that the memory planner
+// sees an ordinary dataflow graph. Moments are `optimizer` state slots named
+// `<param>.momentum_buffer`, `.exp_avg`, `.exp_avg_sq`, `.exp_avg_sq_row`,
+// `.exp_avg_sq_col`; step counts are `adamw.step` / `adalomo.step` (f64).
 //
-// Requires: autodiff has run (ParamGrad nodes at the end of @step).
-// Guarantees: no ParamGrad remains; every trained parameter has one Assign.
+// lomo and adalomo are fused into the backward: each update depends on its
+// own gradient only, so `schedule` runs it where the gradient is complete and
+// the gradient dies there. Clipping needs the global norm before the first
+// update: when the gradients are kept anyway (the accumulators of gradient
+// accumulation), the norm is taken from them in the same function; otherwise
+// the function is cloned into @grad_norm, which runs forward + backward and
+// only stores the clip coefficient (state `clip.scale`), and the driver runs
+// it on the same batch before the step -- LOMO's two backward passes.
+//
+// With clipping, every gradient is scaled by min(1, max_norm / (norm +
+// 1e-6)), the norm summed in f32 in the order the gradients are complete, and
+// the function computing the norm also returns it.
+//
+// Requires: autodiff has run (ParamGrad nodes at the end of the function).
+// Guarantees: no ParamGrad remains; every trained parameter has one update.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Optimizer.h"
 
 #include "passes/Passes.h"
 
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
+
+#include <algorithm>
 
 #include <map>
 
@@ -44,17 +65,108 @@ private:
   Value *scalar(Builder &b, double v, DType t) {
     return b.constant(Tensor::fromDoubles(t, {}, {v}));
   }
+  Value *cast(Builder &b, Value *v, DType t) {
+    if (v->type().dtype() == t)
+      return v;
+    AttributeMap a;
+    a["to"] = Attribute::getType(t);
+    return b.createValue("Cast", {v}, v->type().withDType(t), a);
+  }
+  llvm::Error updateFunction(Module &m, Function &f);
   void update(Module &m, Builder &b, StateSlot *w, Value *g, Value *step);
+  void adalomo(Module &m, Builder &b, StateSlot *w, Value *g, Value *step);
   /// lr / (1 - b1^t) and sqrt(1 - b2^t), computed in f64 from the step count
   /// and rounded once to `t`; built once per element type and shared.
   std::pair<Value *, Value *> biasCorrections(Builder &b, Value *step, DType t);
+  /// AdaLomo's beta2_t and 1 - beta2_t, in f64 rounded to `t`, shared.
+  std::pair<Value *, Value *> adalomoDecay(Builder &b, Value *step, DType t);
 
   std::map<DType, std::pair<Value *, Value *>> Corrections;
 
   OptimizerOptions O;
 };
 
+/// The global L2 norm of `gs` in f32 (torch's clip_grad_norm_) and the clip
+/// coefficient min(1, maxNorm / (norm + 1e-6)).
+std::pair<Value *, Value *> clipCoefficient(Builder &b,
+                                            llvm::ArrayRef<Value *> gs,
+                                            double maxNorm) {
+  TensorType f32(DType::F32, {});
+  auto k = [&](double v) {
+    return b.constant(Tensor::fromDoubles(DType::F32, {}, {v}));
+  };
+  Value *total = nullptr;
+  for (Value *g : gs) {
+    Value *sq = b.createValue("Mul", {g, g}, g->type());
+    AttributeMap keep;
+    keep["keepdims"] = Attribute::getInt(0);
+    Value *s =
+        b.createValue("ReduceSum", {sq}, TensorType(g->type().dtype(), {}), keep);
+    if (g->type().dtype() != DType::F32) {
+      AttributeMap cast;
+      cast["to"] = Attribute::getType(DType::F32);
+      s = b.createValue("Cast", {s}, f32, cast);
+    }
+    total = total ? b.createValue("Add", {total, s}, f32) : s;
+  }
+  Value *norm = b.createValue("Sqrt", {total}, f32);
+  Value *coef = b.createValue(
+      "Div", {k(maxNorm), b.createValue("Add", {norm, k(1e-6)}, f32)}, f32);
+  coef = b.createValue("Min", {coef, k(1.0)}, f32);
+  return {norm, coef};
+}
+
+/// The ParamGrad nodes of `f`, in the order their gradients are complete
+/// (the order of the nodes defining them), which is the order the norm of
+/// clipping sums them in: a fused update pass can then drop each gradient
+/// right after adding its square.
+std::vector<Node *> paramGrads(Function &f) {
+  llvm::DenseMap<const Node *, int> position;
+  std::vector<Node *> grads;
+  for (Node &n : f.nodes()) {
+    position[&n] = position.size();
+    if (n.op() == "ParamGrad")
+      grads.push_back(&n);
+  }
+  auto completion = [&](Node *n) {
+    Node *def = n->operand(0)->definingNode();
+    return def ? position.lookup(def) : -1;
+  };
+  std::stable_sort(grads.begin(), grads.end(), [&](Node *a, Node *b) {
+    return completion(a) < completion(b);
+  });
+  return grads;
+}
+
+/// A function name not yet in `m`: `base`, else base.1, base.2, ...
+std::string freshFunctionName(const Module &m, llvm::StringRef base) {
+  std::string name = base.str();
+  for (int i = 1; m.lookupFunction(name); ++i)
+    name = (base + "." + llvm::Twine(i)).str();
+  return name;
+}
+
+/// Replaces f's `return` with one returning `extra` after its values.
+void appendResult(Function &f, Value *extra) {
+  Node *ret = f.returnNode();
+  llvm::SmallVector<Value *, 2> results(ret->operands().begin(),
+                                        ret->operands().end());
+  results.push_back(extra);
+  f.createNode("Return", results, {});
+  ret->erase();
+}
+
 } // namespace
+
+void headroom::stampRandomStreams(Function &f) {
+  int64_t stream = 0;
+  for (Node &n : f.nodes())
+    if (n.op() == "Dropout") {
+      if (!n.attr("seed"))
+        n.setAttr("seed", Attribute::getInt(stream));
+      ++stream;
+    }
+}
 
 std::pair<Value *, Value *> Optimizer::biasCorrections(Builder &b, Value *step,
                                                        DType t) {
@@ -71,20 +183,113 @@ std::pair<Value *, Value *> Optimizer::biasCorrections(Builder &b, Value *step,
   Value *stepSize =
       b.createValue("Div", {scalar(b, O.Lr, DType::F64), bc1}, f64s);
   Value *sqrtBc2 = b.createValue("Sqrt", {bc2}, f64s);
-  AttributeMap cast;
-  cast["to"] = Attribute::getType(t);
-  TensorType ts(t, {});
-  auto result = std::make_pair(b.createValue("Cast", {stepSize}, ts, cast),
-                               b.createValue("Cast", {sqrtBc2}, ts, cast));
+  auto result = std::make_pair(cast(b, stepSize, t), cast(b, sqrtBc2, t));
   Corrections[t] = result;
   return result;
+}
+
+std::pair<Value *, Value *> Optimizer::adalomoDecay(Builder &b, Value *step,
+                                                    DType t) {
+  auto it = Corrections.find(t);
+  if (it != Corrections.end())
+    return it->second;
+  TensorType f64s(DType::F64, {});
+  Value *pow = b.createValue(
+      "Pow", {step, scalar(b, O.DecayRate, DType::F64)}, f64s);
+  Value *beta2t =
+      b.createValue("Sub", {scalar(b, 1.0, DType::F64), pow}, f64s);
+  Value *rest =
+      b.createValue("Sub", {scalar(b, 1.0, DType::F64), beta2t}, f64s);
+  auto result = std::make_pair(cast(b, beta2t, t), cast(b, rest, t));
+  Corrections[t] = result;
+  return result;
+}
+
+void Optimizer::adalomo(Module &m, Builder &b, StateSlot *s, Value *g,
+                        Value *step) {
+  DType t = g->type().dtype();
+  auto k = [&](double v) { return scalar(b, v, t); };
+  auto moment = [&](const char *suffix, TensorType type) {
+    std::string name = s->name() + "." + suffix;
+    StateSlot *slot = m.lookupState(name);
+    if (!slot)
+      slot = m.addState(name, type, StateKind::Optimizer);
+    return slot;
+  };
+  auto mean = [&](Value *x, llvm::ArrayRef<int64_t> axes) {
+    AttributeMap a;
+    a["keepdims"] = Attribute::getInt(1);
+    std::vector<int64_t> shape(x->type().shape().begin(),
+                               x->type().shape().end());
+    if (axes.empty()) {
+      a["keepdims"] = Attribute::getInt(0);
+      shape.clear();
+    } else {
+      a["axes"] = Attribute::getInts(axes);
+      for (int64_t axis : axes)
+        shape[axis < 0 ? axis + shape.size() : axis] = 1;
+    }
+    return b.createValue("ReduceMean", {x}, TensorType(t, shape), a);
+  };
+  auto rsqrt = [&](Value *x) {
+    return ew(b, "Reciprocal", {ew(b, "Sqrt", {x}, x)}, x);
+  };
+  // Exponential moving average in the authors' form v*beta2_t + x*(1-beta2_t).
+  auto [beta2t, rest] = adalomoDecay(b, step, t);
+  auto average = [&](StateSlot *slot, Value *x) {
+    Value *v = ew(b, "Add",
+                  {ew(b, "Mul", {b.read(slot), beta2t}, x),
+                   ew(b, "Mul", {x, rest}, x)},
+                  x);
+    b.create("Assign", {v}, {}, {}, slot);
+    return v;
+  };
+  Value *u = ew(b, "Add", {ew(b, "Mul", {g, g}, g), k(O.Eps1)}, g);
+  Value *upd;
+  const TensorType &type = s->type();
+  if (type.rank() > 1) {
+    // Row and column means of u, kept with size-1 axes so they broadcast.
+    Value *rowMean = mean(u, {-1}), *colMean = mean(u, {-2});
+    Value *row = average(moment("exp_avg_sq_row", rowMean->type()), rowMean);
+    Value *col = average(moment("exp_avg_sq_col", colMean->type()), colMean);
+    Value *rowFactor = rsqrt(ew(b, "Div", {row, mean(row, {-2})}, row));
+    Value *factors = b.createValue("Mul", {rowFactor, rsqrt(col)}, g->type());
+    upd = ew(b, "Mul", {factors, g}, g);
+  } else {
+    Value *v = average(moment("exp_avg_sq", type), u);
+    upd = ew(b, "Mul", {rsqrt(v), g}, g);
+  }
+  auto rms = [&](Value *x) {
+    return b.createValue("Sqrt", {mean(ew(b, "Mul", {x, x}, x), {})},
+                         TensorType(t, {}));
+  };
+  TensorType st(t, {});
+  Value *over = b.createValue(
+      "Max", {b.createValue("Div", {rms(upd), k(O.ClipThreshold)}, st), k(1.0)},
+      st);
+  upd = ew(b, "Div", {upd, over}, upd);
+  Value *w = b.read(s);
+  Value *lrT = b.createValue(
+      "Mul", {k(O.Lr), b.createValue("Max", {k(O.Eps2), rms(w)}, st)}, st);
+  if (O.WeightDecay != 0)
+    w = ew(b,
+           "Mul",
+           {w, b.createValue("Sub",
+                             {k(1.0), b.createValue(
+                                          "Mul", {lrT, k(O.WeightDecay)}, st)},
+                             st)},
+           w);
+  b.create("Assign", {ew(b, "Sub", {w, ew(b, "Mul", {upd, lrT}, upd)}, w)}, {},
+           {}, s);
 }
 
 void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
                        Value *step) {
   DType t = g->type().dtype();
-  Value *w = b.read(s);
+  if (O.Kind == OptimizerOptions::Kind::AdaLomo)
+    return adalomo(m, b, s, g, step);
   auto k = [&](double v) { return scalar(b, v, t); };
+  Value *w = b.read(s);
   auto moment = [&](const char *suffix) {
     std::string name = s->name() + "." + suffix;
     StateSlot *slot = m.lookupState(name);
@@ -130,82 +335,138 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
   b.create("Assign", {newW}, {}, {}, s);
 }
 
+llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
+  std::vector<Node *> grads = paramGrads(f);
+  llvm::SmallVector<Value *, 16> gs;
+  bool kept = true; // every gradient is in an accumulator slot already
+  for (Node *n : grads) {
+    Value *g = n->operand(0);
+    gs.push_back(g);
+    Node *def = g->definingNode();
+    kept &= def && def->op() == "Read" &&
+            def->state()->kind() == StateKind::Gradient;
+  }
+  Builder b(f, f.returnNode());
+  Value *coef = nullptr; // f32
+  if (O.ClipGradNorm > 0 && O.fused() && !kept) {
+    // The norm-only pass: a copy of f that stores the clip coefficient.
+    stampRandomStreams(f);
+    Function *normPass =
+        m.cloneFunction(f, freshFunctionName(m, "grad_norm"));
+    StateSlot *slot = m.lookupState("clip.scale");
+    if (!slot)
+      slot = m.addState("clip.scale", TensorType(DType::F32, {}),
+                        StateKind::Optimizer);
+    std::vector<Node *> normGrads = paramGrads(*normPass);
+    llvm::SmallVector<Value *, 16> ngs;
+    for (Node *n : normGrads)
+      ngs.push_back(n->operand(0));
+    // It writes nothing else: the BatchNorm statistics are the update
+    // pass's to advance, once per step.
+    std::vector<Node *> writes;
+    for (Node &n : normPass->nodes())
+      if (n.info()->has(opflags::WritesState))
+        writes.push_back(&n);
+    for (Node *n : writes)
+      n->erase();
+    Builder nb(*normPass, normPass->returnNode());
+    auto [norm, c] = clipCoefficient(nb, ngs, O.ClipGradNorm);
+    nb.create("Assign", {c}, {}, {}, slot);
+    appendResult(*normPass, norm);
+    coef = b.read(slot);
+    // The driver: the norm pass, then this function on the same batch.
+    std::vector<DriverStep> driver(m.driver().begin(), m.driver().end());
+    if (driver.empty())
+      driver.push_back({&f, 1, false});
+    auto it = llvm::find_if(driver,
+                            [&](const DriverStep &d) { return d.Callee == &f; });
+    if (it == driver.end() || it->Repeat != 1)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "optimizer: clipping with %s needs @%s called once per step",
+          O.kindName().str().c_str(), f.name().c_str());
+    DriverStep normStep{normPass, 1, it->SameBatch};
+    it->SameBatch = true;
+    driver.insert(it, normStep);
+    m.setDriver(std::move(driver));
+  } else if (O.ClipGradNorm > 0) {
+    auto [norm, c] = clipCoefficient(b, gs, O.ClipGradNorm);
+    coef = c;
+    appendResult(f, norm);
+    b.setInsertionPoint(f.returnNode());
+  }
+  Value *step = nullptr;
+  Corrections.clear();
+  if (O.Kind == OptimizerOptions::Kind::AdamW ||
+      O.Kind == OptimizerOptions::Kind::AdaLomo) {
+    std::string name = O.Kind == OptimizerOptions::Kind::AdamW
+                           ? "adamw.step"
+                           : "adalomo.step";
+    StateSlot *ss = m.lookupState(name);
+    if (!ss)
+      ss = m.addState(name, TensorType(DType::F64, {}), StateKind::Optimizer);
+    step = b.createValue("Add", {b.read(ss), scalar(b, 1.0, DType::F64)},
+                         ss->type());
+    b.create("Assign", {step}, {}, {}, ss);
+  }
+  for (size_t i = 0; i < grads.size(); ++i) {
+    Value *g = gs[i];
+    StateSlot *s = grads[i]->state();
+    if (O.Kind == OptimizerOptions::Kind::Lomo) {
+      AttributeMap a;
+      a["lr"] = Attribute::getFloat(O.Lr);
+      a["weight_decay"] = Attribute::getFloat(O.WeightDecay);
+      llvm::SmallVector<Value *, 2> operands = {g};
+      if (coef)
+        operands.push_back(cast(b, coef, g->type().dtype()));
+      b.create("SgdUpdate", operands, {}, a, s);
+      continue;
+    }
+    if (coef)
+      g = b.createValue("Mul", {g, cast(b, coef, g->type().dtype())},
+                        g->type());
+    update(m, b, s, g, step);
+  }
+  for (Node *n : grads)
+    n->erase();
+  return llvm::Error::success();
+}
+
 llvm::Expected<bool> Optimizer::run(Module &m) {
+  // The norm pass adds functions: walk the ones there are now.
+  std::vector<Function *> functions;
+  for (const auto &f : m.functions())
+    functions.push_back(f.get());
   bool changed = false;
-  for (const auto &f : m.functions()) {
-    llvm::SmallVector<Node *, 16> grads;
-    for (Node &n : f->nodes())
-      if (n.op() == "ParamGrad")
-        grads.push_back(&n);
-    if (grads.empty())
+  for (Function *f : functions) {
+    if (llvm::none_of(f->nodes(),
+                      [](const Node &n) { return n.op() == "ParamGrad"; }))
       continue;
     changed = true;
-    Node *ret = f->returnNode();
-    Builder b(*f, ret);
-    llvm::SmallVector<Value *, 16> gs;
-    for (Node *n : grads)
-      gs.push_back(n->operand(0));
-    if (O.ClipGradNorm > 0) {
-      // total = sqrt(sum of squares of all gradients), in f32 like torch.
-      TensorType scalarF32(DType::F32, {});
-      Value *total = nullptr;
-      for (Value *g : gs) {
-        Value *sq = b.createValue("Mul", {g, g}, g->type());
-        AttributeMap keep;
-        keep["keepdims"] = Attribute::getInt(0);
-        Value *s = b.createValue("ReduceSum", {sq},
-                                 TensorType(g->type().dtype(), {}), keep);
-        if (g->type().dtype() != DType::F32) {
-          AttributeMap cast;
-          cast["to"] = Attribute::getType(DType::F32);
-          s = b.createValue("Cast", {s}, scalarF32, cast);
-        }
-        total = total ? b.createValue("Add", {total, s}, scalarF32) : s;
-      }
-      Value *norm = b.createValue("Sqrt", {total}, scalarF32);
-      Value *coef = b.createValue(
-          "Div",
-          {scalar(b, O.ClipGradNorm, DType::F32),
-           b.createValue("Add", {norm, scalar(b, 1e-6, DType::F32)},
-                         scalarF32)},
-          scalarF32);
-      coef =
-          b.createValue("Min", {coef, scalar(b, 1.0, DType::F32)}, scalarF32);
-      for (Value *&g : gs) {
-        Value *c = coef;
-        if (g->type().dtype() != DType::F32) {
-          AttributeMap cast;
-          cast["to"] = Attribute::getType(g->type().dtype());
-          c = b.createValue("Cast", {coef}, TensorType(g->type().dtype(), {}),
-                            cast);
-        }
-        g = b.createValue("Mul", {g, c}, g->type());
-      }
-      llvm::SmallVector<Value *, 2> results(ret->operands().begin(),
-                                            ret->operands().end());
-      results.push_back(norm);
-      Node *newRet = f->createNode("Return", results, {});
-      ret->erase();
-      ret = newRet;
-      b.setInsertionPoint(ret);
-    }
-    Value *step = nullptr;
-    Corrections.clear();
-    if (O.Kind == OptimizerOptions::Kind::AdamW) {
-      StateSlot *ss = m.lookupState("adamw.step");
-      if (!ss)
-        ss = m.addState("adamw.step", TensorType(DType::F64, {}),
-                        StateKind::Optimizer);
-      step = b.createValue("Add", {b.read(ss), scalar(b, 1.0, DType::F64)},
-                           ss->type());
-      b.create("Assign", {step}, {}, {}, ss);
-    }
-    for (size_t i = 0; i < grads.size(); ++i)
-      update(m, b, grads[i]->state(), gs[i], step);
-    for (Node *n : grads)
-      n->erase();
+    if (auto e = updateFunction(m, *f))
+      return std::move(e);
   }
   return changed;
+}
+
+bool OptimizerOptions::fused() const {
+  return Kind == Kind::Lomo || Kind == Kind::AdaLomo;
+}
+
+llvm::StringRef OptimizerOptions::kindName() const {
+  switch (Kind) {
+  case OptimizerOptions::Kind::Sgd:
+    return "sgd";
+  case OptimizerOptions::Kind::Momentum:
+    return "momentum";
+  case OptimizerOptions::Kind::AdamW:
+    return "adamw";
+  case OptimizerOptions::Kind::Lomo:
+    return "lomo";
+  case OptimizerOptions::Kind::AdaLomo:
+    return "adalomo";
+  }
+  llvm_unreachable("unknown optimizer kind");
 }
 
 std::unique_ptr<Pass> headroom::createOptimizerPass(const OptimizerOptions &o) {
@@ -233,8 +494,12 @@ headroom::parseOptimizerOptions(llvm::StringRef text) {
         o.Kind = OptimizerOptions::Kind::Momentum;
       else if (value == "adamw")
         o.Kind = OptimizerOptions::Kind::AdamW;
+      else if (value == "lomo")
+        o.Kind = OptimizerOptions::Kind::Lomo;
+      else if (value == "adalomo")
+        o.Kind = OptimizerOptions::Kind::AdaLomo;
       else
-        return bad("sgd, momentum or adamw");
+        return bad("sgd, momentum, adamw, lomo or adalomo");
     } else if (key == "nesterov") {
       if (value != "0" && value != "1")
         return bad("0 or 1");
@@ -255,11 +520,20 @@ headroom::parseOptimizerOptions(llvm::StringRef text) {
       o.Eps = d;
     } else if (key == "clip_grad_norm") {
       o.ClipGradNorm = d;
+    } else if (key == "eps1") {
+      o.Eps1 = d;
+    } else if (key == "eps2") {
+      o.Eps2 = d;
+    } else if (key == "clip_threshold") {
+      o.ClipThreshold = d;
+    } else if (key == "decay_rate") {
+      o.DecayRate = d;
     } else {
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
           "optimizer: unknown option '%s' (kind, lr, momentum, nesterov, "
-          "weight_decay, beta1, beta2, eps, clip_grad_norm)",
+          "weight_decay, beta1, beta2, eps, clip_grad_norm, eps1, eps2, "
+          "clip_threshold, decay_rate)",
           key.c_str());
     }
   }

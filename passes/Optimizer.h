@@ -10,7 +10,7 @@ namespace headroom {
 
 /// Hyperparameters, with PyTorch's meaning and defaults where it has them.
 struct OptimizerOptions {
-  enum class Kind { Sgd, Momentum, AdamW };
+  enum class Kind { Sgd, Momentum, AdamW, Lomo, AdaLomo };
   Kind Kind = Kind::Sgd;
   double Lr = 0.01;
   double Momentum = 0.9; // momentum
@@ -18,9 +18,22 @@ struct OptimizerOptions {
   double WeightDecay =
       0.0; // sgd, momentum: L2 in the gradient; adamw: decoupled
   double Beta1 = 0.9, Beta2 = 0.999, Eps = 1e-8; // adamw
+  // adalomo (Lv et al. 2023; the authors' defaults): eps1 regularizes the
+  // squared gradient, eps2 floors the relative step size, updates are scaled
+  // down to RMS <= clip_threshold, beta2_t = 1 - t^decay_rate.
+  double Eps1 = 1e-30, Eps2 = 1e-3, ClipThreshold = 1.0, DecayRate = -0.8;
   /// Clip the global L2 norm of all gradients to this (0: no clipping), as
   /// torch.nn.utils.clip_grad_norm_; the step then also returns the norm.
+  /// lomo and adalomo need the norm before their first update: without
+  /// accumulators holding the gradients, a norm-only pass over the batch
+  /// (@grad_norm) runs first, so the step costs two forward + backward passes.
   double ClipGradNorm = 0.0;
+
+  /// Updates fused into the backward, one parameter at a time (lomo,
+  /// adalomo): no gradient outlives its update.
+  bool fused() const;
+  /// The option value of `kind` (sgd, momentum, adamw, lomo, adalomo).
+  llvm::StringRef kindName() const;
 };
 
 std::unique_ptr<Pass> createOptimizerPass(const OptimizerOptions &options);

@@ -2,6 +2,7 @@
 #ifndef HEADROOM_PASSES_PASSES_H
 #define HEADROOM_PASSES_PASSES_H
 
+#include "compiler/IR.h"
 #include "compiler/Pass.h"
 
 #include <memory>
@@ -37,6 +38,12 @@ parsePassOptions(llvm::StringRef pass, llvm::StringRef options);
 llvm::Error checkNoOptions(llvm::StringRef pass, llvm::StringRef options);
 /// docs/passes.md: a Markdown table of every pass.
 std::string passesMarkdown();
+
+/// Gives every Dropout of `f` without a `seed` attribute its ordinal as
+/// seed, the random stream the executor draws its mask from. A pass that
+/// copies a function calls it first, so that the copies draw the same masks
+/// when called with the same step (the two passes of LOMO with clipping).
+void stampRandomStreams(Function &f);
 
 } // namespace headroom
 

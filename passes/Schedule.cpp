@@ -3,18 +3,21 @@
 // A list scheduler over each function's dependence graph. Dependences are the
 // data edges plus the state order: a write of a slot comes after every use of
 // an earlier read of it, and a read after an earlier write. Among ready
-// nodes, the nodes that only serve parameter and optimizer updates go first,
-// then the rest in their original order. The effect on a training step: each
-// parameter is updated as soon as its gradient is complete and the forward
-// values that read it are no longer needed, so its gradient dies there
-// instead of living to the end of the step (with global-norm clipping every
-// update needs every gradient, and nothing moves).
+// nodes, the nodes that only serve state updates (compiler/UpdateAnalysis.h:
+// weight gradients, updates, gradient norms) go first, then the rest in their
+// original order. The effect on a training step: each parameter's gradient
+// is computed as soon as its inputs are, and the parameter is updated as soon
+// as that gradient is complete and the forward values that read the old
+// weight are no longer needed, so the gradient dies there instead of living
+// to the end of the step -- LOMO's fused update. (With global-norm clipping
+// in one pass every update needs every gradient, and they all live.)
 //
 // Requires: verified IR. Guarantees: a topological order of the same nodes;
 // results are bit-identical (only the order changes). Run it last, after
 // canonicalize: the memory planner plans the order it finds.
 //
 //===----------------------------------------------------------------------===//
+#include "compiler/UpdateAnalysis.h"
 #include "passes/Passes.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -81,33 +84,13 @@ bool Schedule::scheduleFunction(Function &f) {
     readsSinceWrite[s].clear();
     lastWrite[s] = i;
   }
-  // Update nodes, scheduled as soon as they are ready: state writes and the
-  // work that only serves them. Candidates (backwards): every user is a
-  // write or a candidate. Updates (forwards): candidates that read state,
-  // are constants, or compute from another update -- the update's own work,
-  // not the backward computation of the gradient it consumes.
-  std::vector<bool> candidate(count, false), update(count, false);
-  for (size_t k = count; k-- > 0;) {
-    Node &n = *nodes[k];
-    bool used = false, all = true;
-    for (Value *r : n.results())
-      for (Node *user : r->users()) {
-        used = true;
-        all &= index.count(user) && candidate[index[user]];
-      }
-    candidate[k] = n.info()->has(opflags::WritesState) || (used && all);
-  }
-  for (size_t k = 0; k < count; ++k) {
-    Node &n = *nodes[k];
-    if (!candidate[k])
-      continue;
-    bool own = n.info()->has(opflags::WritesState) || n.op() == "Read" ||
-               n.op() == "Constant";
-    for (Value *v : n.operands())
-      own |= v && v->definingNode() && index.count(v->definingNode()) &&
-             update[index[v->definingNode()]];
-    update[k] = own;
-  }
+  // Nodes that serve updates (compiler/UpdateAnalysis.h) run as soon as
+  // they are ready: a parameter's gradient, its update, and the work that
+  // only feeds them, so each gradient dies where it is complete.
+  llvm::DenseSet<const Node *> serving = nodesServingUpdates(f);
+  std::vector<bool> update(count, false);
+  for (size_t k = 0; k < count; ++k)
+    update[k] = serving.count(nodes[k]) > 0;
   using Item = std::pair<int, int>; // (priority, original index): min first
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
   for (size_t i = 0; i < count; ++i)

@@ -2,6 +2,7 @@
 #include "runtime/Plan.h"
 
 #include "compiler/MemoryPlan.h"
+#include "compiler/UpdateAnalysis.h"
 #include "kernels/cpu/Kernel.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -21,6 +22,13 @@ const PlanFunction *Plan::function(llvm::StringRef name) const {
     if (f.Name == name)
       return &f;
   return nullptr;
+}
+
+uint64_t Plan::microBatchesPerStep() const {
+  uint64_t n = 0;
+  for (const DriverCall &d : Driver)
+    n += d.SameBatch ? 0 : d.Repeat;
+  return n;
 }
 
 /// Elementwise kernels whose output may be their first input's buffer
@@ -132,6 +140,7 @@ PlanFunction FunctionLowering::lower() {
   int lossPos = -1;
   if (!F.returnValues().empty() && F.returnValues()[0]->definingNode())
     lossPos = Position.lookup(F.returnValues()[0]->definingNode());
+  llvm::DenseSet<const Node *> serving = nodesServingUpdates(F);
 
   llvm::DenseMap<int, int> arenaSlot; // buffer id -> index in ArenaBuffers
   auto addArena = [&](const Value *v, int first) {
@@ -140,7 +149,10 @@ PlanFunction FunctionLowering::lower() {
     ArenaBuffers.push_back(id);
     int last = std::max(first, LastUse.lookup(v));
     Lives.push_back({v->type().sizeInBytes(), first, last});
-    Categories.push_back(first > lossPos ? 1 : last > lossPos ? 0 : 2);
+    const Node *def = v->definingNode();
+    Categories.push_back(first > lossPos ? (serving.count(def) ? 1 : 2)
+                         : last > lossPos ? 0
+                                          : 2);
     return id;
   };
   for (Value *a : F.arguments()) {
@@ -227,14 +239,38 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
     case StateKind::Optimizer:
       r.OptimizerState += bytes;
       break;
+    case StateKind::Gradient:
+      r.GradientState += bytes;
+      break;
     }
+    if (s->kind() == StateKind::Param)
+      r.LargestParameter = std::max(r.LargestParameter, bytes);
   }
+  if (m.driver().empty() && !m.functions().empty())
+    plan.Driver.push_back({m.functions().front()->name(), 1, false});
+  for (const DriverStep &d : m.driver())
+    plan.Driver.push_back({d.Callee->name(), d.Repeat, d.SameBatch});
+  r.PassesPerStep = 0;
+  for (const DriverCall &d : plan.Driver)
+    r.PassesPerStep += d.Repeat;
   for (const auto &f : m.functions()) {
     FunctionLowering fl(plan, *f, plan.Functions.size(), stateIds, o);
     plan.Functions.push_back(fl.lower());
     ArenaAssignment a = planArena(fl.Lives);
     for (size_t i = 0; i < fl.ArenaBuffers.size(); ++i)
       plan.Placements[fl.ArenaBuffers[i]].Offset = a.Offsets[i];
+    // Gradient bytes live at each position (aligned like the timeline).
+    std::vector<uint64_t> gradients;
+    for (size_t i = 0; i < fl.Lives.size(); ++i) {
+      if (fl.Categories[i] != 1)
+        continue;
+      if (gradients.size() <= static_cast<size_t>(fl.Lives[i].Last))
+        gradients.resize(fl.Lives[i].Last + 1, 0);
+      for (int64_t p = fl.Lives[i].First; p <= fl.Lives[i].Last; ++p)
+        gradients[p] += (fl.Lives[i].Size + 63) & ~63ull;
+    }
+    for (uint64_t g : gradients)
+      r.GradientsMaxLive = std::max(r.GradientsMaxLive, g);
     // Functions run one at a time: they share the arena.
     if (a.ArenaBytes < plan.ArenaBytes)
       continue;

@@ -59,29 +59,46 @@ struct PlanFunction {
 };
 
 /// Bytes by category; what `headroom report` prints. Categories of transient
-/// buffers are by phase: a value computed up to the loss and still live after
-/// it is an activation saved for backward; values computed after the loss are
-/// gradients (of activations and parameters) and update temporaries; other
-/// forward values are temporaries.
+/// buffers: a value computed up to the loss and still live after it is an
+/// activation saved for backward; a value computed after the loss that only
+/// serves state updates (compiler/UpdateAnalysis.h) is a gradient -- the
+/// parameter gradients and the optimizer's arithmetic on them; every other
+/// value (activation gradients, forward scratch) is a temporary.
 struct MemoryReport {
   uint64_t Parameters = 0, Frozen = 0, Buffers = 0, OptimizerState = 0;
+  /// Gradients kept across calls: the accumulators of gradient accumulation.
+  uint64_t GradientState = 0;
   uint64_t Constants = 0;
+  /// The most gradient bytes live at any point of any function, and the
+  /// largest parameter (LOMO's gradients approach it from above).
+  uint64_t GradientsMaxLive = 0, LargestParameter = 0;
+  /// Forward + backward passes over the data one optimizer step makes: the
+  /// micro-batches of accumulation, plus LOMO's norm pass with clipping.
+  uint64_t PassesPerStep = 1;
   uint64_t ArenaBytes = 0;      // planned peak of transient buffers
   uint64_t ArenaLowerBound = 0; // max bytes of transient buffers live at once
   // At the schedule position where transient memory peaks:
   uint64_t Activations = 0, Gradients = 0, Temporaries = 0;
   uint64_t Workspace = 0; // kernel scratch declared by the backend
-  uint64_t PeakBytes() const {
-    return Parameters + Frozen + Buffers + OptimizerState + ArenaBytes +
-           Workspace;
+  uint64_t StateBytes() const {
+    return Parameters + Frozen + Buffers + OptimizerState + GradientState;
   }
+  uint64_t PeakBytes() const { return StateBytes() + ArenaBytes + Workspace; }
   uint64_t LowerBoundBytes() const {
-    return Parameters + Frozen + Buffers + OptimizerState + ArenaLowerBound +
-           Workspace;
+    return StateBytes() + ArenaLowerBound + Workspace;
   }
   /// Live transient bytes after each call of the main function, by category
   /// (activations, gradients, temporaries): the report's timeline.
   std::vector<std::array<uint64_t, 3>> Timeline;
+};
+
+/// One entry of the driver loop: run a function Repeat times, each call on
+/// the next micro-batch of the step's batch, or on the batch of the call
+/// before it (SameBatch).
+struct DriverCall {
+  std::string Function;
+  uint32_t Repeat = 1;
+  bool SameBatch = false;
 };
 
 struct Plan {
@@ -89,6 +106,8 @@ struct Plan {
   std::vector<TensorType> Buffers;
   std::vector<Placement> Placements; // one per buffer
   std::vector<PlanFunction> Functions;
+  /// What one optimizer step runs, in order (compiler/IR.h, DriverStep).
+  std::vector<DriverCall> Driver;
   uint64_t ArenaBytes = 0;
   /// Scratch shared by every kernel call: the largest any call declares.
   /// The plan is otherwise backend-neutral, but this figure is the CPU
@@ -98,6 +117,8 @@ struct Plan {
 
   int stateIndex(llvm::StringRef name) const;
   const PlanFunction *function(llvm::StringRef name) const;
+  /// Calls per step that take a new micro-batch.
+  uint64_t microBatchesPerStep() const;
 };
 
 struct LowerOptions {

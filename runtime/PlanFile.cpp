@@ -44,6 +44,7 @@ static const std::pair<StateKind, pb::StateKind> kStateKinds[] = {
     {StateKind::Frozen, pb::FROZEN},
     {StateKind::Buffer, pb::BUFFER},
     {StateKind::Optimizer, pb::OPTIMIZER},
+    {StateKind::Gradient, pb::GRADIENT},
 };
 
 static std::string sha256Hex(llvm::StringRef bytes) {
@@ -121,6 +122,10 @@ static void toProto(const MemoryReport &r, pb::MemoryReport &p) {
   p.set_gradients(r.Gradients);
   p.set_temporaries(r.Temporaries);
   p.set_workspace(r.Workspace);
+  p.set_gradient_state(r.GradientState);
+  p.set_gradients_max_live(r.GradientsMaxLive);
+  p.set_largest_parameter(r.LargestParameter);
+  p.set_passes_per_step(r.PassesPerStep);
   for (const auto &point : r.Timeline) {
     pb::TimelinePoint *t = p.add_timeline();
     t->set_activations(point[0]);
@@ -135,10 +140,11 @@ static void toProto(const Plan &plan, const PlanSource &source,
   p.mutable_source()->set_sha256(source.Sha256);
   p.mutable_options()->set_flags(recipe.Flags);
   p.mutable_options()->set_lr(recipe.Lr);
-  for (const DriverCall &d : recipe.Driver) {
+  for (const DriverCall &d : plan.Driver) {
     pb::DriverCall *pd = p.add_driver();
     pd->set_function(d.Function);
     pd->set_repeat(d.Repeat);
+    pd->set_same_batch(d.SameBatch);
   }
   for (const PlanState &s : plan.States) {
     pb::State *ps = p.add_states();
@@ -253,7 +259,7 @@ private:
   llvm::Error checkCall(const PlanFunction &f, const KernelCall &c) const;
   llvm::Error checkBuffer(int b, bool optional, const llvm::Twine &where) const;
   llvm::Error checkPlacements() const;
-  llvm::Error checkDriver(const PlanRecipe &recipe) const;
+  llvm::Error checkDriver() const;
 
   std::string Name;
   Plan P;
@@ -467,10 +473,13 @@ llvm::Error PlanReader::checkPlacements() const {
 
 /// Each driver call runs a step: its arguments are batches of the data
 /// (leading dimension = samples) and its first result is the loss.
-llvm::Error PlanReader::checkDriver(const PlanRecipe &recipe) const {
-  if (recipe.Driver.empty())
+llvm::Error PlanReader::checkDriver() const {
+  if (P.Driver.empty())
     return invalid("the driver loop is empty");
-  for (const DriverCall &d : recipe.Driver) {
+  if (P.Driver.front().SameBatch)
+    return invalid("the driver's first call has no batch before it to reuse");
+  const PlanFunction *first = P.function(P.Driver.front().Function);
+  for (const DriverCall &d : P.Driver) {
     const PlanFunction *f = P.function(d.Function);
     if (!f)
       return invalid("the driver calls @" + d.Function +
@@ -479,10 +488,20 @@ llvm::Error PlanReader::checkDriver(const PlanRecipe &recipe) const {
       return invalid("the driver calls @" + d.Function + " 0 times");
     if (f->Results.empty())
       return invalid("@" + d.Function + " returns no loss");
+    if (d.SameBatch && d.Repeat != 1)
+      return invalid("the driver repeats @" + d.Function +
+                     " on the same batch");
     for (int b : f->Args)
       if (P.Buffers[b].rank() == 0)
         return invalid("@" + d.Function +
                        " takes a scalar argument; data arguments are batches");
+    bool same = first && f->ArgNames == first->ArgNames &&
+                f->Args.size() == first->Args.size();
+    for (size_t i = 0; same && i < f->Args.size(); ++i)
+      same = P.Buffers[f->Args[i]] == P.Buffers[first->Args[i]];
+    if (!same)
+      return invalid("the driver calls @" + P.Driver.front().Function +
+                     " and @" + d.Function + ", whose arguments differ");
   }
   return llvm::Error::success();
 }
@@ -496,7 +515,7 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
   out.Recipe.Flags = p.options().flags();
   out.Recipe.Lr = p.options().lr();
   for (const pb::DriverCall &d : p.driver())
-    out.Recipe.Driver.push_back({d.function(), d.repeat()});
+    P.Driver.push_back({d.function(), d.repeat(), d.same_batch()});
 
   for (const pb::State &ps : p.states()) {
     std::string where = "state @" + ps.name();
@@ -555,7 +574,7 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
   }
   if (auto e = checkPlacements())
     return e;
-  if (auto e = checkDriver(out.Recipe))
+  if (auto e = checkDriver())
     return e;
 
   const pb::MemoryReport &pr = p.report();
@@ -571,6 +590,10 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
   r.Gradients = pr.gradients();
   r.Temporaries = pr.temporaries();
   r.Workspace = pr.workspace();
+  r.GradientState = pr.gradient_state();
+  r.GradientsMaxLive = pr.gradients_max_live();
+  r.LargestParameter = pr.largest_parameter();
+  r.PassesPerStep = pr.passes_per_step();
   for (const pb::TimelinePoint &t : pr.timeline())
     r.Timeline.push_back({t.activations(), t.gradients(), t.temporaries()});
 

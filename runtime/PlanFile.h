@@ -2,8 +2,8 @@
 //
 // `headroom compile` writes a lowered, memory-planned step (runtime/Plan.h)
 // to a file and `headroom run` executes it later without the compiler. The
-// file (runtime/plan.proto, docs/plan.md) holds the whole Plan, the driver
-// loop, the training flags it was compiled with, and the source model's
+// file (runtime/plan.proto, docs/plan.md) holds the whole Plan (its driver
+// loop included), the training flags it was compiled with, and the source model's
 // absolute path and SHA-256: the initial weights are read from that model at
 // run time, so a model that changed since is refused rather than trained
 // with a plan that may not fit it. Reading refuses a file that is not a plan,
@@ -26,7 +26,7 @@ namespace headroom {
 
 /// The format runtime/plan.proto describes. Bump it with any change that an
 /// older headroom would misread; files of another version are refused.
-constexpr uint32_t kPlanFormatVersion = 1;
+constexpr uint32_t kPlanFormatVersion = 2;
 
 /// The ONNX model a plan was compiled from.
 struct PlanSource {
@@ -37,19 +37,10 @@ struct PlanSource {
 /// The source of a plan compiled from the model at `modelPath` now.
 llvm::Expected<PlanSource> describePlanSource(llvm::StringRef modelPath);
 
-/// One entry of the driver loop: run @Function Repeat times.
-struct DriverCall {
-  std::string Function;
-  uint32_t Repeat = 1;
-};
-
 /// How a plan was compiled and how it is driven.
 struct PlanRecipe {
   std::string Flags; // the training flags, as a command line
   double Lr = 0;     // the learning rate, for logs
-  /// What one optimizer step runs, in order. Today one call of the step
-  /// function; gradient accumulation will add micro-steps.
-  std::vector<DriverCall> Driver;
 };
 
 struct LoadedPlan {

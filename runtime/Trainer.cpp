@@ -24,7 +24,25 @@ static void disableDropout(Module &m) {
 llvm::Expected<std::unique_ptr<Module>>
 headroom::buildTrainingStep(llvm::StringRef modelPath,
                             const TrainOptions &options) {
-  auto m = importOnnxFile(modelPath, options.Import);
+  ImportOptions import = options.Import;
+  if (options.Accumulate == 0)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--accum must be at least 1");
+  if (options.Accumulate > 1) {
+    if (import.Batch <= 0)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--accum %u needs --batch: the step's batch is split into "
+          "micro-batches",
+          options.Accumulate);
+    if (import.Batch % options.Accumulate)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--batch %lld is not a multiple of --accum %u",
+          (long long)import.Batch, options.Accumulate);
+    import.Batch /= options.Accumulate;
+  }
+  auto m = importOnnxFile(modelPath, import);
   if (!m)
     return m.takeError();
   if (options.DisableDropout)
@@ -32,6 +50,10 @@ headroom::buildTrainingStep(llvm::StringRef modelPath,
   PassManager pm;
   if (auto e = pm.addPipeline("canonicalize,autodiff"))
     return e;
+  if (options.Accumulate > 1)
+    if (auto e = pm.addPipeline("accumulate{steps=" +
+                                std::to_string(options.Accumulate) + "}"))
+      return e;
   if (options.ApplyOptimizer)
     pm.add(createOptimizerPass(options.Optimizer));
   if (auto e = pm.addPipeline("canonicalize"))
@@ -41,8 +63,10 @@ headroom::buildTrainingStep(llvm::StringRef modelPath,
   return m;
 }
 
-llvm::Expected<Plan> headroom::lowerTrainingStep(Module &m) {
-  auto asBuilt = lowerModule(m);
+llvm::Expected<Plan> headroom::lowerTrainingStep(Module &m, bool fused) {
+  llvm::Expected<Plan> asBuilt = Plan();
+  if (!fused)
+    asBuilt = lowerModule(m);
   if (!asBuilt)
     return asBuilt.takeError();
   PassManager pm;
@@ -53,7 +77,7 @@ llvm::Expected<Plan> headroom::lowerTrainingStep(Module &m) {
   auto scheduled = lowerModule(m);
   if (!scheduled)
     return scheduled.takeError();
-  if (scheduled->Report.PeakBytes() <= asBuilt->Report.PeakBytes())
+  if (fused || scheduled->Report.PeakBytes() <= asBuilt->Report.PeakBytes())
     return scheduled;
   return asBuilt;
 }
@@ -63,7 +87,8 @@ Trainer::create(llvm::StringRef modelPath, const TrainOptions &options) {
   auto m = buildTrainingStep(modelPath, options);
   if (!m)
     return m.takeError();
-  auto plan = lowerTrainingStep(**m);
+  auto plan = lowerTrainingStep(**m, options.ApplyOptimizer &&
+                                         options.Optimizer.fused());
   if (!plan)
     return plan.takeError();
   auto t = fromPlan(std::move(*plan), modelPath, options.Seed);
@@ -74,7 +99,8 @@ Trainer::create(llvm::StringRef modelPath, const TrainOptions &options) {
 
 llvm::Expected<std::unique_ptr<Trainer>>
 Trainer::fromPlan(Plan plan, llvm::StringRef modelPath, uint64_t seed) {
-  if (plan.Functions.empty())
+  if (plan.Functions.empty() || plan.Driver.empty() ||
+      !plan.function(plan.Driver.front().Function))
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "the plan has no function to run");
   auto t = std::unique_ptr<Trainer>(new Trainer());
@@ -89,7 +115,7 @@ Trainer::fromPlan(Plan plan, llvm::StringRef modelPath, uint64_t seed) {
     return loaded.takeError();
   unsigned weights = 0;
   for (const PlanState &s : t->Exec->plan().States)
-    weights += s.Kind != StateKind::Optimizer;
+    weights += s.Kind != StateKind::Optimizer && s.Kind != StateKind::Gradient;
   if (*loaded < weights)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
@@ -99,9 +125,13 @@ Trainer::fromPlan(Plan plan, llvm::StringRef modelPath, uint64_t seed) {
   return t;
 }
 
-int64_t Trainer::batch() const {
+int64_t Trainer::microBatch() const {
   const PlanFunction &f = stepFunction();
   return f.Args.empty() ? 0 : Exec->plan().Buffers[f.Args[0]].dim(0);
+}
+
+int64_t Trainer::batch() const {
+  return microBatch() * Exec->plan().microBatchesPerStep();
 }
 
 llvm::Error Trainer::checkData(const Dataset &data) const {
@@ -109,26 +139,53 @@ llvm::Error Trainer::checkData(const Dataset &data) const {
   std::vector<TensorType> types;
   for (int b : f.Args)
     types.push_back(Exec->plan().Buffers[b]);
-  return checkDataset(data, f.ArgNames, types);
+  if (auto e = checkDataset(data, f.ArgNames, types))
+    return e;
+  if (data.Samples < batch())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "the data has %lld samples, fewer than one step's batch of %lld",
+        (long long)data.Samples, (long long)batch());
+  return llvm::Error::success();
 }
 
 llvm::Expected<StepResult> Trainer::step(const Dataset &data,
                                          llvm::ArrayRef<int64_t> order,
                                          int64_t start) {
-  const PlanFunction &f = stepFunction();
+  const Plan &plan = Exec->plan();
+  const PlanFunction &first = stepFunction();
+  int64_t micro = microBatch();
   std::vector<Tensor> args;
-  for (size_t i = 0; i < f.Args.size(); ++i)
-    args.push_back(gatherRows(data.Arrays.at(f.ArgNames[i]), order, start,
-                              Exec->plan().Buffers[f.Args[i]].dim(0)));
   std::vector<const Tensor *> ptrs;
-  for (const Tensor &a : args)
-    ptrs.push_back(&a);
-  auto results = Exec->run(f.Name, ptrs);
-  if (!results)
-    return results.takeError();
+  auto gather = [&](int64_t at) {
+    args.clear();
+    ptrs.clear();
+    for (size_t i = 0; i < first.Args.size(); ++i)
+      args.push_back(gatherRows(data.Arrays.at(first.ArgNames[i]), order, at,
+                                plan.Buffers[first.Args[i]].dim(0)));
+    for (const Tensor &a : args)
+      ptrs.push_back(&a);
+  };
   StepResult r;
-  r.Loss = (*results)[0].getDouble(0);
-  if (results->size() > 1)
-    r.GradNorm = (*results)[1].getDouble(0);
+  double lossSum = 0;
+  int64_t batches = 0;
+  for (const DriverCall &d : plan.Driver)
+    for (uint32_t k = 0; k < d.Repeat; ++k) {
+      if (!d.SameBatch) {
+        gather(start + batches * micro);
+        ++batches;
+        ++MicroBatches;
+      }
+      // Calls on the same batch draw the same dropout masks.
+      Exec->setStep(MicroBatches - 1);
+      auto results = Exec->run(d.Function, ptrs);
+      if (!results)
+        return results.takeError();
+      if (!d.SameBatch)
+        lossSum += (*results)[0].getDouble(0);
+      if (results->size() > 1)
+        r.GradNorm = (*results)[1].getDouble(0);
+    }
+  r.Loss = lossSum / std::max<int64_t>(batches, 1);
   return r;
 }

@@ -18,8 +18,11 @@
 namespace headroom {
 
 struct TrainOptions {
-  ImportOptions Import; // Batch is the batch size
+  ImportOptions Import; // Batch is the batch size (of a whole step)
   OptimizerOptions Optimizer;
+  /// Gradient accumulation: each step runs Accumulate micro-batches of
+  /// Batch / Accumulate samples (the `accumulate` pass).
+  unsigned Accumulate = 1;
   /// Without an optimizer the step only reports gradients (ParamGrad).
   bool ApplyOptimizer = true;
   /// Sets every Dropout's ratio to 0 (to reproduce references computed
@@ -28,14 +31,17 @@ struct TrainOptions {
   uint64_t Seed = 0;
 };
 
-/// Imports `modelPath` and builds @step.
+/// Imports `modelPath` (at the micro-batch size) and builds @step and the
+/// functions its driver calls.
 llvm::Expected<std::unique_ptr<Module>>
 buildTrainingStep(llvm::StringRef modelPath, const TrainOptions &options);
 
 /// Lowers the step twice, as built and after the `schedule` pass, and keeps
 /// the plan with the lower peak (the pass helps most steps, not all: it is
-/// a heuristic, the plan's peak is the truth). Leaves `m` scheduled.
-llvm::Expected<Plan> lowerTrainingStep(Module &m);
+/// a heuristic, the plan's peak is the truth). Leaves `m` scheduled. With
+/// `fused` (lomo, adalomo) only the scheduled plan counts: fusing the
+/// updates into the backward is what those optimizers are.
+llvm::Expected<Plan> lowerTrainingStep(Module &m, bool fused = false);
 
 struct StepResult {
   double Loss = 0;
@@ -51,22 +57,28 @@ public:
   static llvm::Expected<std::unique_ptr<Trainer>>
   fromPlan(Plan plan, llvm::StringRef modelPath, uint64_t seed);
 
-  /// Runs one step on rows order[start, start + batch) of `data`.
+  /// Runs one step on rows order[start, start + batch) of `data`: the
+  /// plan's driver, each call on the next micro-batch (or the same one).
+  /// The loss is the mean over the micro-batches.
   llvm::Expected<StepResult> step(const Dataset &data,
                                   llvm::ArrayRef<int64_t> order, int64_t start);
   /// Checks that `data` feeds the step (names, types, enough samples).
   llvm::Error checkData(const Dataset &data) const;
   Executor &executor() { return *Exec; }
+  /// Samples per step, and per call of a driver function.
   int64_t batch() const;
+  int64_t microBatch() const;
   /// The compiled module (null for a Trainer made from a plan).
   const Module *module() const { return M.get(); }
 
 private:
+  /// The first function the driver calls (all take the same arguments).
   const PlanFunction &stepFunction() const {
-    return Exec->plan().Functions.front();
+    return *Exec->plan().function(Exec->plan().Driver.front().Function);
   }
   std::unique_ptr<Module> M;
   std::unique_ptr<Executor> Exec;
+  uint64_t MicroBatches = 0; // consumed so far: the random step of a call
 };
 
 } // namespace headroom

@@ -60,12 +60,13 @@ static cl::opt<int64_t> Epochs("epochs",
                                cl::init(0), cl::sub(TrainCmd), cl::sub(RunCmd),
                                cl::cat(TrainCat));
 static cl::opt<std::string>
-    OptimizerName("optimizer", cl::desc("sgd | momentum | adamw"),
+    OptimizerName("optimizer",
+                  cl::desc("sgd | momentum | adamw | lomo | adalomo"),
                   cl::init("sgd"), cl::sub(TrainCmd), cl::sub(ReportCmd),
                   cl::sub(CompileCmd), cl::cat(TrainCat));
 static cl::opt<double> Lr("lr",
                           cl::desc("Learning rate (default 0.01; "
-                                   "adamw 0.001)"),
+                                   "adamw, adalomo 0.001)"),
                           cl::init(-1), cl::sub(TrainCmd), cl::sub(ReportCmd),
                           cl::sub(CompileCmd), cl::cat(TrainCat));
 static cl::opt<double> Momentum("momentum", cl::desc("Momentum factor"),
@@ -94,6 +95,12 @@ static cl::opt<double> ClipGradNorm("clip-grad-norm",
                                     cl::init(0), cl::sub(TrainCmd),
                                     cl::sub(ReportCmd), cl::sub(CompileCmd),
                                     cl::cat(TrainCat));
+static cl::opt<unsigned>
+    Accum("accum",
+          cl::desc("Gradient accumulation: split each step's --batch into K "
+                   "micro-batches"),
+          cl::value_desc("K"), cl::init(1), cl::sub(TrainCmd),
+          cl::sub(ReportCmd), cl::sub(CompileCmd), cl::cat(TrainCat));
 static cl::opt<uint64_t> Seed("seed", cl::desc("Seed for dropout"), cl::init(0),
                               cl::sub(TrainCmd), cl::sub(RunCmd),
                               cl::cat(TrainCat));
@@ -125,16 +132,21 @@ static llvm::Expected<OptimizerOptions> optimizerFromFlags() {
     o.Kind = OptimizerOptions::Kind::Momentum;
   else if (OptimizerName == "adamw")
     o.Kind = OptimizerOptions::Kind::AdamW;
+  else if (OptimizerName == "lomo")
+    o.Kind = OptimizerOptions::Kind::Lomo;
+  else if (OptimizerName == "adalomo")
+    o.Kind = OptimizerOptions::Kind::AdaLomo;
   else
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
-        "--optimizer %s: expected sgd, momentum or adamw (lomo and adalomo "
-        "are not implemented yet)",
+        "--optimizer %s: expected sgd, momentum, adamw, lomo or adalomo",
         OptimizerName.c_str());
   bool adamw = o.Kind == OptimizerOptions::Kind::AdamW;
   // Defaults depend on the optimizer; a given value is always used (and
   // checked), even a negative one.
-  o.Lr = Lr.getNumOccurrences() ? Lr : adamw ? 1e-3 : 0.01;
+  o.Lr = Lr.getNumOccurrences()                             ? Lr
+         : adamw || o.Kind == OptimizerOptions::Kind::AdaLomo ? 1e-3
+                                                              : 0.01;
   o.WeightDecay = WeightDecay.getNumOccurrences() ? WeightDecay
                   : adamw                         ? 0.01
                                                   : 0.0;
@@ -179,6 +191,19 @@ trainOptionsFromFlags(const ImportOptions &import) {
   options.Optimizer = *opt;
   options.DisableDropout = DisableDropout;
   options.Seed = Seed;
+  if (Accum == 0)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--accum must be at least 1");
+  if (Accum > 1 && import.Batch <= 0)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--accum needs --batch: the step's batch is split into micro-batches");
+  if (Accum > 1 && import.Batch % Accum)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--batch %lld is not a multiple of --accum %u",
+        (long long)import.Batch, unsigned(Accum));
+  options.Accumulate = Accum;
   return options;
 }
 
@@ -205,6 +230,8 @@ static std::string compileFlagsText(const TrainOptions &options) {
        << llvm::format("%g", o.Eps);
   if (o.ClipGradNorm > 0)
     os << " --clip-grad-norm " << llvm::format("%g", o.ClipGradNorm);
+  if (options.Accumulate > 1)
+    os << " --accum " << options.Accumulate;
   if (options.DisableDropout)
     os << " --disable-dropout";
   return os.str();
@@ -217,11 +244,13 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
                      llvm::StringRef sourceModel) {
   if (auto e = t.checkData(data))
     return reportError(std::move(e));
-  printReportTable(t.executor().plan().Report,
-                   (llvm::sys::path::filename(sourceModel) + ", batch " +
-                    llvm::Twine(t.batch()))
-                       .str(),
-                   llvm::errs());
+  std::string title =
+      (llvm::sys::path::filename(sourceModel) + ", batch " +
+       llvm::Twine(t.batch()))
+          .str();
+  if (t.microBatch() != t.batch())
+    title += " (micro-batches of " + std::to_string(t.microBatch()) + ")";
+  printReportTable(t.executor().plan().Report, title, llvm::errs());
   int64_t batch = t.batch();
   if (batch <= 0)
     return reportError("the model has no data input to feed");
@@ -317,9 +346,13 @@ static cl::opt<std::string> Svg("svg",
                                 cl::cat(TrainCat));
 
 static std::string reportTitle(const ImportOptions &import) {
-  return (llvm::sys::path::filename(Model) + ", batch " +
-          llvm::Twine(import.Batch) + ", " + OptimizerName)
-      .str();
+  std::string title = (llvm::sys::path::filename(Model) + ", batch " +
+                       llvm::Twine(import.Batch))
+                          .str();
+  if (Accum > 1)
+    title += " (" + std::to_string(Accum) + " micro-batches of " +
+             std::to_string(import.Batch / Accum) + ")";
+  return title + ", " + OptimizerName;
 }
 
 /// The plan of the training step the flags describe (what report and
@@ -328,7 +361,7 @@ static llvm::Expected<Plan> planFromFlags(const TrainOptions &options) {
   auto m = buildTrainingStep(Model, options);
   if (!m)
     return m.takeError();
-  return lowerTrainingStep(**m);
+  return lowerTrainingStep(**m, options.Optimizer.fused());
 }
 
 int runReport(const ImportOptions &import) {
@@ -370,7 +403,6 @@ int runCompile(const ImportOptions &import) {
   PlanRecipe recipe;
   recipe.Flags = compileFlagsText(*options);
   recipe.Lr = options->Optimizer.Lr;
-  recipe.Driver.push_back({plan->Functions.front().Name, /*Repeat=*/1});
   if (auto e = writePlanFile(*plan, *source, recipe, PlanOut))
     return reportError(std::move(e));
   printReportTable(plan->Report, reportTitle(import), llvm::outs());
@@ -389,15 +421,6 @@ int runRun() {
     return reportError(loaded.takeError());
   if (auto e = checkPlanSource(loaded->Source, PlanPath))
     return reportError(std::move(e));
-  // Trainer steps run the plan's first function once; other drivers (micro-
-  // steps for accumulation) come with the plans that need them.
-  const std::vector<DriverCall> &driver = loaded->Recipe.Driver;
-  const Plan &plan = loaded->ThePlan;
-  if (driver.size() != 1 || driver[0].Repeat != 1 ||
-      driver[0].Function != plan.Functions.front().Name)
-    return reportError(
-        PlanPath + ": this headroom runs plans whose driver calls @" +
-        plan.Functions.front().Name + " once per step; compile again");
   auto data = loadDataset(DataPath);
   if (!data)
     return reportError(data.takeError());

@@ -97,6 +97,7 @@ void registerReduceKernels();
 void registerNormKernels();
 void registerLossKernels();
 void registerConvPoolKernels();
+void registerUpdateKernels();
 
 /// Dispatches on a float element type (f32 or f64) to fn<float>/fn<double>;
 /// other types are an "unsupported element type" error.

@@ -37,6 +37,7 @@ static void registerAll() {
     registerNormKernels();
     registerLossKernels();
     registerConvPoolKernels();
+    registerUpdateKernels();
   });
 }
 

@@ -32,6 +32,25 @@ batch s before the update of step s.  Every nn.Dropout has p set to 0
 BatchNorm runs in train mode (batch statistics; running stats updated with
 momentum 0.1 and the unbiased batch variance, as torch does).
 
+Gradient accumulation (configs with accum K > 1: sgd_accum, sgd_clip_accum,
+K = 4): step s still uses samples [s*8, (s+1)*8), split in order into K
+micro-batches of 8/K = 2 rows, micro-batch j = rows [s*8 + 2j, s*8 + 2j + 2).
+For each micro-batch: loss_j = model(micro-batch); (loss_j / K).backward(), so
+the gradients accumulate (sum) in .grad.  Then (if the config clips) the
+accumulated gradients are clipped with clip_grad_norm_ (grad_norms[s] = its
+return value), one optimizer step is taken and the gradients are reset.
+losses[s] = float64 mean of the K micro-batch losses.  Train-mode BatchNorm
+therefore sees micro-batches of 2 rows (batch statistics and 4 running-stat
+updates per step), which is what accumulation really does; final_batch_losses
+are still evaluated on full batches of 8.
+
+AdaLomo (configs adalomo, adalomo_wd): Lv et al. 2023, "AdaLomo: Low-memory
+Optimization with Adaptive Learning Rate", implemented below (class AdaLomo)
+after lomo_optim/adalomo.py of github.com/OpenLMLab/LOMO; the exact update is in
+OPTIMIZER_NOTES["AdaLomo"].  It is applied after a full backward pass; each
+parameter's update depends only on its own gradient (and no parameter is
+shared), so this equals the authors' update fused into the backward pass.
+
 The tests never run this script; the outputs are committed.  The output is
 deterministic (npz archives are written with fixed zip timestamps).
 """
@@ -41,6 +60,7 @@ import copy
 import hashlib
 import io
 import json
+import math
 import os
 import sys
 import zipfile
@@ -61,15 +81,25 @@ BATCH = 8
 STEPS = 4
 SEED = 0
 
-# name -> (optimizer class name, kwargs, clip max_norm or None)
+ADALOMO_DEFAULTS = collections.OrderedDict([
+    ("eps", (1e-30, 1e-3)), ("clip_threshold", 1.0), ("decay_rate", -0.8),
+    ("scale_parameter", True)])
+
+# name -> (optimizer class name, kwargs, clip max_norm or None, accum K)
 CONFIGS = collections.OrderedDict([
-    ("sgd", ("SGD", dict(lr=0.05), None)),
-    ("momentum", ("SGD", dict(lr=0.05, momentum=0.9), None)),
-    ("momentum_nesterov", ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True), None)),
+    ("sgd", ("SGD", dict(lr=0.05), None, 1)),
+    ("momentum", ("SGD", dict(lr=0.05, momentum=0.9), None, 1)),
+    ("momentum_nesterov", ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True), None, 1)),
     ("adamw", ("AdamW", dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
-                             weight_decay=0.01), None)),
-    ("sgd_clip", ("SGD", dict(lr=0.05), 0.5)),
-    ("sgd_wd", ("SGD", dict(lr=0.05, weight_decay=0.01), None)),
+                             weight_decay=0.01), None, 1)),
+    ("sgd_clip", ("SGD", dict(lr=0.05), 0.5, 1)),
+    ("sgd_wd", ("SGD", dict(lr=0.05, weight_decay=0.01), None, 1)),
+    ("sgd_accum", ("SGD", dict(lr=0.05), None, 4)),
+    ("sgd_clip_accum", ("SGD", dict(lr=0.05), 0.5, 4)),
+    ("adalomo", ("AdaLomo", collections.OrderedDict(
+        [("lr", 0.01), ("weight_decay", 0.0)] + list(ADALOMO_DEFAULTS.items())), None, 1)),
+    ("adalomo_wd", ("AdaLomo", collections.OrderedDict(
+        [("lr", 0.01), ("weight_decay", 0.1)] + list(ADALOMO_DEFAULTS.items())), None, 1)),
 ])
 
 OPTIMIZER_NOTES = {
@@ -80,7 +110,46 @@ OPTIMIZER_NOTES = {
     "AdamW": "torch.optim.AdamW (torch 1.13, foreach=False, amsgrad=False): "
              "p *= 1 - lr*weight_decay; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; "
              "p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)",
+    "AdaLomo": "AdaLomo (Lv et al. 2023) as in lomo_optim/adalomo.py (AdaLomo.fuse_update) "
+               "of github.com/OpenLMLab/LOMO at commit "
+               "45d4bac16c642f101ed00db7244cacf28e5dde15, applied after a full backward; "
+               "all math in float32 (torch ops, same operation order as the authors). "
+               "Per parameter p with gradient g, step t = 1, 2, ... (t = 1 at the first "
+               "update); eps = (eps1, eps2) = (1e-30, 1e-3), clip_threshold = 1.0, "
+               "decay_rate = -0.8: beta2t = 1 - t^decay_rate (computed in float64, "
+               "so 0 at t = 1); u = g*g + eps1; "
+               "if p.ndim > 1 (factored): row (shape p.shape[:-1]) and col (shape "
+               "p.shape[:-2] + p.shape[-1:]) start at 0; row = beta2t*row + "
+               "(1-beta2t)*mean(u, dim=-1); col = beta2t*col + (1-beta2t)*mean(u, dim=-2); "
+               "update = (rsqrt(row / mean(row, dim=-1, keepdim)).unsqueeze(-1) * "
+               "rsqrt(col).unsqueeze(-2)) * g; "
+               "if p.ndim == 1: v (starts at 0) = beta2t*v + (1-beta2t)*u; update = "
+               "rsqrt(v) * g; "
+               "then update = update / max(1, rms(update)/clip_threshold) with rms(x) = "
+               "norm2(x)/sqrt(numel(x)); lr_t = lr * max(eps2, rms(p)) with p before this "
+               "step's update (scale_parameter; lr_t = lr otherwise); weight decay "
+               "(decoupled, scaled by lr_t, applied before the update): p = p * (1 - "
+               "lr_t*weight_decay); then p = p - lr_t*update. "
+               "The authors' code only allocates row/col for 2-D parameters (row [shape[0]], "
+               "col [shape[1]]); for ndim > 2 (LeNet's conv weights [O,I,kh,kw]) this "
+               "follows Adafactor's generalisation (transformers.optimization.Adafactor): "
+               "row over the last dim, col over the second-to-last, both keeping the "
+               "leading dims, and mean(row, dim=-1) only over row's last dim, i.e. the "
+               "2-D factorisation applied to every trailing [kh,kw] matrix separately "
+               "(rms(update) and rms(p) still over the whole tensor). "
+               "The authors' loss scaling (loss*2^10, grad/2^10) and its grad-norm pass "
+               "are omitted: scaling by a power of two is exact in float32",
 }
+ACCUM_NOTE = ("configs with \"accum\": K split each batch of %d, in order, into K "
+              "micro-batches of %d/K rows (micro-batch j = rows [s*%d + j*%d/K, "
+              "s*%d + (j+1)*%d/K) of the dataset); for each: loss_j = forward(micro-batch), "
+              "backward of loss_j/K, gradients summed over the K micro-batches; then "
+              "clip_grad_norm_ of the summed gradients if the config clips (grad_norms[s] "
+              "= its return value), one optimizer step, gradients reset. losses[s] = "
+              "float64 mean of the K loss_j; train-mode BatchNorm normalises each "
+              "micro-batch with its own statistics and updates the running stats once per "
+              "micro-batch (K times per step); final_batch_losses use full batches"
+              % ((BATCH,) * 6))
 CLIP_NOTE = ("torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) before each "
              "optimizer step: total_norm = L2 norm of all gradients together "
              "(before clipping, recorded as grad_norms); every gradient is multiplied "
@@ -232,18 +301,116 @@ def batch(data, names, s):
     return tuple(torch.from_numpy(data[n][s * BATCH:(s + 1) * BATCH]) for n in names)
 
 
+class AdaLomo(torch.optim.Optimizer):
+    """AdaLomo (Lv et al. 2023), written for these references after reading
+    lomo_optim/adalomo.py (AdaLomo.fuse_update) of github.com/OpenLMLab/LOMO,
+    commit 45d4bac16c642f101ed00db7244cacf28e5dde15.
+
+    The authors run this update inside the backward pass (a gradient hook per
+    parameter, then p.grad = None).  Here it is an ordinary optimizer applied
+    after a full backward; because each parameter's update depends only on its
+    own gradient and state, the result is the same.  Loss scaling (loss * 2^10,
+    gradients / 2^10 in the authors' code) is left out: it is exact in float32.
+    The step count is shared by all parameters and is 1 at the first update
+    (the authors increment step_num before the backward that updates).
+    """
+
+    def __init__(self, params, lr=1e-3, weight_decay=0.0, eps=(1e-30, 1e-3),
+                 clip_threshold=1.0, decay_rate=-0.8, scale_parameter=True):
+        defaults = dict(lr=lr, weight_decay=weight_decay, eps=eps,
+                        clip_threshold=clip_threshold, decay_rate=decay_rate,
+                        scale_parameter=scale_parameter)
+        super().__init__(params, defaults)
+        self.step_num = 0
+
+    @staticmethod
+    def _rms(t):
+        return t.norm(2) / (t.numel() ** 0.5)
+
+    @torch.no_grad()
+    def step(self):
+        self.step_num += 1
+        t = self.step_num
+        for group in self.param_groups:
+            lr, wd = group["lr"], group["weight_decay"]
+            eps1, eps2 = group["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                assert p.dtype == torch.float32
+                g = p.grad  # already float32 (the authors upcast to float32)
+                state = self.state[p]
+                if not state:
+                    if p.dim() > 1:
+                        # Factored second moment: row over the last dim, col
+                        # over the second-to-last (== the authors' [shape[0]] /
+                        # [shape[1]] for 2-D; Adafactor's shapes for ndim > 2).
+                        state["row"] = torch.zeros(p.shape[:-1], dtype=torch.float32)
+                        state["col"] = torch.zeros(p.shape[:-2] + p.shape[-1:],
+                                                   dtype=torch.float32)
+                    else:
+                        state["v"] = torch.zeros_like(p, dtype=torch.float32)
+                # beta2t = 1 - t^decay_rate in float64 (0 at t = 1).
+                beta2t = 1.0 - math.pow(t, group["decay_rate"])
+                u = (g ** 2) + eps1
+                if p.dim() > 1:
+                    row, col = state["row"], state["col"]
+                    row.mul_(beta2t).add_(u.mean(dim=-1), alpha=1.0 - beta2t)
+                    col.mul_(beta2t).add_(u.mean(dim=-2), alpha=1.0 - beta2t)
+                    r_factor = (row / row.mean(dim=-1, keepdim=True)).rsqrt_().unsqueeze(-1)
+                    c_factor = col.unsqueeze(-2).rsqrt()
+                    update = torch.mul(r_factor, c_factor)
+                    update.mul_(g)
+                else:
+                    v = state["v"]
+                    v.mul_(beta2t).add_(u, alpha=1.0 - beta2t)
+                    update = v.rsqrt().mul_(g)
+                # update /= max(1, rms(update) / clip_threshold)
+                update.div_((self._rms(update) / group["clip_threshold"]).clamp_(min=1.0))
+                # lr_t = lr * max(eps2, rms(p)), p before this step's update.
+                lr_t = lr
+                if group["scale_parameter"]:
+                    p_rms = torch.norm(p, 2.0) / math.sqrt(p.numel())
+                    lr_t = lr * max(eps2, p_rms)
+                # Decoupled weight decay scaled by lr_t, before the update.
+                if wd > 0.0:
+                    p.mul_(1.0 - lr_t * wd)
+                p.add_(update, alpha=-lr_t)
+
+
+def make_optimizer(opt_name, params, kw):
+    if opt_name == "AdaLomo":
+        return AdaLomo(params, **kw)
+    return getattr(torch.optim, opt_name)(params, foreach=False, **kw)
+
+
+def micro_batch(data, names, s, j, accum):
+    m = BATCH // accum
+    lo = s * BATCH + j * m
+    return tuple(torch.from_numpy(data[n][lo:lo + m]) for n in names)
+
+
 def train(base, data, names, config):
-    opt_name, kw, clip = CONFIGS[config]
+    opt_name, kw, clip, accum = CONFIGS[config]
+    assert BATCH % accum == 0
     model = copy.deepcopy(base)
     model.train()
     torch.manual_seed(SEED)
-    opt = getattr(torch.optim, opt_name)(model.parameters(), foreach=False, **kw)
+    opt = make_optimizer(opt_name, model.parameters(), kw)
     losses, norms = [], []
     for s in range(STEPS):
         opt.zero_grad(set_to_none=True)
-        loss = model(*batch(data, names, s))
-        loss.backward()
-        losses.append(float(loss))
+        if accum == 1:
+            loss = model(*batch(data, names, s))
+            loss.backward()
+            losses.append(float(loss))
+        else:
+            micro = []
+            for j in range(accum):
+                loss = model(*micro_batch(data, names, s, j, accum))
+                (loss / accum).backward()  # gradients accumulate in .grad
+                micro.append(float(loss))
+            losses.append(float(np.mean(np.array(micro, dtype=np.float64))))
         if clip is not None:
             norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(),
                                                               max_norm=clip)))
@@ -378,18 +545,26 @@ def make(name, outdir, quiet):
             "in adamw their final values, and the running_mean of the BatchNorm they "
             "feed, are not reproducible by another implementation: compare them with "
             "atol >= steps*lr or skip them")
+        ref["zero_gradient_adalomo_note"] = (
+            "the same holds for adalomo and adalomo_wd: AdaLomo normalises the noise "
+            "gradient of these parameters to an update of rms up to 1, so they move by "
+            "up to lr*max(eps2, rms(p)) per step (lr*rms(p)*steps ~ %.1e here), and so "
+            "does the running_mean of the BatchNorm they feed: compare them with a "
+            "matching atol or skip them" % max(
+                CONFIGS["adalomo"][1]["lr"] * max(1e-3, float(np.sqrt(np.mean(np.square(inits[k].astype(np.float64))))))
+                * STEPS for k in zero))
     ref["optimizer_notes"] = OPTIMIZER_NOTES
     ref["clip_note"] = CLIP_NOTE
+    ref["accum_note"] = ACCUM_NOTE
     ref["configs"] = collections.OrderedDict()
     summary = {}
-    for config, (opt_name, kw, clip) in CONFIGS.items():
+    for config, (opt_name, kw, clip, accum) in CONFIGS.items():
         model, losses, norms, final0 = train(base, data, names, config)
         p = os.path.join(outdir, "%s.ref.%s.npz" % (name, config))
         save_npz(p, saved_state(model))
         files.append(p)
-        hp = collections.OrderedDict(kw)
-        if "betas" in hp:
-            hp["betas"] = list(hp["betas"])
+        hp = collections.OrderedDict(
+            (k, list(v) if isinstance(v, tuple) else v) for k, v in kw.items())
         c = collections.OrderedDict()
         c["file"] = os.path.basename(p)
         c["optimizer"] = opt_name
@@ -397,6 +572,8 @@ def make(name, outdir, quiet):
         if clip is not None:
             c["clip_grad_norm"] = collections.OrderedDict(
                 [("max_norm", clip), ("norm_type", 2.0), ("eps", 1e-6)])
+        if accum != 1:
+            c["accum"] = accum
         c["losses"] = losses
         if clip is not None:
             c["grad_norms"] = norms

@@ -49,7 +49,7 @@ PlanRecipe recipeFor(const Plan &plan) {
   PlanRecipe r;
   r.Flags = "--batch 8 --optimizer adamw";
   r.Lr = 1e-3;
-  r.Driver.push_back({plan.Functions.front().Name, 1});
+  (void)plan;
   return r;
 }
 
@@ -174,9 +174,10 @@ TEST(PlanFileTest, GptRoundTrip) {
   EXPECT_EQ(loaded.Source.Sha256, source.Sha256);
   EXPECT_EQ(loaded.Recipe.Flags, recipe.Flags);
   EXPECT_EQ(loaded.Recipe.Lr, recipe.Lr);
-  ASSERT_EQ(loaded.Recipe.Driver.size(), 1u);
-  EXPECT_EQ(loaded.Recipe.Driver[0].Function, plan.Functions.front().Name);
-  EXPECT_EQ(loaded.Recipe.Driver[0].Repeat, 1u);
+  ASSERT_EQ(loaded.ThePlan.Driver.size(), 1u);
+  EXPECT_EQ(loaded.ThePlan.Driver[0].Function, plan.Functions.front().Name);
+  EXPECT_EQ(loaded.ThePlan.Driver[0].Repeat, 1u);
+  EXPECT_FALSE(loaded.ThePlan.Driver[0].SameBatch);
   EXPECT_EQ(errorOf(checkPlanSource(loaded.Source, path)), "");
 }
 
