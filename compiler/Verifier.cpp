@@ -227,8 +227,7 @@ llvm::Error Verifier::verify(const Module &m) {
     const Function &first = *m.driver().front().Callee;
     bool same = d.Callee->arguments().size() == first.arguments().size();
     for (size_t i = 0; same && i < first.arguments().size(); ++i)
-      same = d.Callee->arguments()[i]->type() ==
-                 first.arguments()[i]->type() &&
+      same = d.Callee->arguments()[i]->type() == first.arguments()[i]->type() &&
              d.Callee->arguments()[i]->name() == first.arguments()[i]->name();
     if (!same)
       return llvm::createStringError(

@@ -2,8 +2,8 @@
 //
 // Replaces every ParamGrad(@w, %g) with the update of @w:
 //   sgd       w -= lr (g + wd w)
-//   momentum  b = mu b + g';  w -= lr (nesterov ? g' + mu b : b)   (g' = g + wd w)
-//   adamw     w *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   momentum  b = mu b + g';  w -= lr (nesterov ? g' + mu b : b)   (g' = g + wd
+//   w) adamw     w *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //             w -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 //   lomo      SgdUpdate(@w, %g): sgd's arithmetic in one in-place op
 //   adalomo   Adafactor's factored second moment (row and column means of
@@ -88,9 +88,8 @@ private:
 
 /// The global L2 norm of `gs` in f32 (torch's clip_grad_norm_) and the clip
 /// coefficient min(1, maxNorm / (norm + 1e-6)).
-std::pair<Value *, Value *> clipCoefficient(Builder &b,
-                                            llvm::ArrayRef<Value *> gs,
-                                            double maxNorm) {
+std::pair<Value *, Value *>
+clipCoefficient(Builder &b, llvm::ArrayRef<Value *> gs, double maxNorm) {
   TensorType f32(DType::F32, {});
   auto k = [&](double v) {
     return b.constant(Tensor::fromDoubles(DType::F32, {}, {v}));
@@ -100,8 +99,8 @@ std::pair<Value *, Value *> clipCoefficient(Builder &b,
     Value *sq = b.createValue("Mul", {g, g}, g->type());
     AttributeMap keep;
     keep["keepdims"] = Attribute::getInt(0);
-    Value *s =
-        b.createValue("ReduceSum", {sq}, TensorType(g->type().dtype(), {}), keep);
+    Value *s = b.createValue("ReduceSum", {sq},
+                             TensorType(g->type().dtype(), {}), keep);
     if (g->type().dtype() != DType::F32) {
       AttributeMap cast;
       cast["to"] = Attribute::getType(DType::F32);
@@ -194,10 +193,9 @@ std::pair<Value *, Value *> Optimizer::adalomoDecay(Builder &b, Value *step,
   if (it != Corrections.end())
     return it->second;
   TensorType f64s(DType::F64, {});
-  Value *pow = b.createValue(
-      "Pow", {step, scalar(b, O.DecayRate, DType::F64)}, f64s);
-  Value *beta2t =
-      b.createValue("Sub", {scalar(b, 1.0, DType::F64), pow}, f64s);
+  Value *pow =
+      b.createValue("Pow", {step, scalar(b, O.DecayRate, DType::F64)}, f64s);
+  Value *beta2t = b.createValue("Sub", {scalar(b, 1.0, DType::F64), pow}, f64s);
   Value *rest =
       b.createValue("Sub", {scalar(b, 1.0, DType::F64), beta2t}, f64s);
   auto result = std::make_pair(cast(b, beta2t, t), cast(b, rest, t));
@@ -237,10 +235,10 @@ void Optimizer::adalomo(Module &m, Builder &b, StateSlot *s, Value *g,
   // Exponential moving average in the authors' form v*beta2_t + x*(1-beta2_t).
   auto [beta2t, rest] = adalomoDecay(b, step, t);
   auto average = [&](StateSlot *slot, Value *x) {
-    Value *v = ew(b, "Add",
-                  {ew(b, "Mul", {b.read(slot), beta2t}, x),
-                   ew(b, "Mul", {x, rest}, x)},
-                  x);
+    Value *v = ew(
+        b, "Add",
+        {ew(b, "Mul", {b.read(slot), beta2t}, x), ew(b, "Mul", {x, rest}, x)},
+        x);
     b.create("Assign", {v}, {}, {}, slot);
     return v;
   };
@@ -272,12 +270,11 @@ void Optimizer::adalomo(Module &m, Builder &b, StateSlot *s, Value *g,
   Value *lrT = b.createValue(
       "Mul", {k(O.Lr), b.createValue("Max", {k(O.Eps2), rms(w)}, st)}, st);
   if (O.WeightDecay != 0)
-    w = ew(b,
-           "Mul",
-           {w, b.createValue("Sub",
-                             {k(1.0), b.createValue(
-                                          "Mul", {lrT, k(O.WeightDecay)}, st)},
-                             st)},
+    w = ew(b, "Mul",
+           {w, b.createValue(
+                   "Sub",
+                   {k(1.0), b.createValue("Mul", {lrT, k(O.WeightDecay)}, st)},
+                   st)},
            w);
   b.create("Assign", {ew(b, "Sub", {w, ew(b, "Mul", {upd, lrT}, upd)}, w)}, {},
            {}, s);
@@ -351,8 +348,7 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
   if (O.ClipGradNorm > 0 && O.fused() && !kept) {
     // The norm-only pass: a copy of f that stores the clip coefficient.
     stampRandomStreams(f);
-    Function *normPass =
-        m.cloneFunction(f, freshFunctionName(m, "grad_norm"));
+    Function *normPass = m.cloneFunction(f, freshFunctionName(m, "grad_norm"));
     StateSlot *slot = m.lookupState("clip.scale");
     if (!slot)
       slot = m.addState("clip.scale", TensorType(DType::F32, {}),
@@ -378,8 +374,8 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
     std::vector<DriverStep> driver(m.driver().begin(), m.driver().end());
     if (driver.empty())
       driver.push_back({&f, 1, false});
-    auto it = llvm::find_if(driver,
-                            [&](const DriverStep &d) { return d.Callee == &f; });
+    auto it = llvm::find_if(
+        driver, [&](const DriverStep &d) { return d.Callee == &f; });
     if (it == driver.end() || it->Repeat != 1)
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
@@ -399,9 +395,8 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
   Corrections.clear();
   if (O.Kind == OptimizerOptions::Kind::AdamW ||
       O.Kind == OptimizerOptions::Kind::AdaLomo) {
-    std::string name = O.Kind == OptimizerOptions::Kind::AdamW
-                           ? "adamw.step"
-                           : "adalomo.step";
+    std::string name =
+        O.Kind == OptimizerOptions::Kind::AdamW ? "adamw.step" : "adalomo.step";
     StateSlot *ss = m.lookupState(name);
     if (!ss)
       ss = m.addState(name, TensorType(DType::F64, {}), StateKind::Optimizer);

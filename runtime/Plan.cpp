@@ -150,7 +150,7 @@ PlanFunction FunctionLowering::lower() {
     int last = std::max(first, LastUse.lookup(v));
     Lives.push_back({v->type().sizeInBytes(), first, last});
     const Node *def = v->definingNode();
-    Categories.push_back(first > lossPos ? (serving.count(def) ? 1 : 2)
+    Categories.push_back(first > lossPos  ? (serving.count(def) ? 1 : 2)
                          : last > lossPos ? 0
                                           : 2);
     return id;

@@ -40,10 +40,8 @@ static const std::pair<DType, pb::ElementType> kElementTypes[] = {
 };
 
 static const std::pair<StateKind, pb::StateKind> kStateKinds[] = {
-    {StateKind::Param, pb::PARAM},
-    {StateKind::Frozen, pb::FROZEN},
-    {StateKind::Buffer, pb::BUFFER},
-    {StateKind::Optimizer, pb::OPTIMIZER},
+    {StateKind::Param, pb::PARAM},       {StateKind::Frozen, pb::FROZEN},
+    {StateKind::Buffer, pb::BUFFER},     {StateKind::Optimizer, pb::OPTIMIZER},
     {StateKind::Gradient, pb::GRADIENT},
 };
 

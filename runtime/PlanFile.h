@@ -3,11 +3,11 @@
 // `headroom compile` writes a lowered, memory-planned step (runtime/Plan.h)
 // to a file and `headroom run` executes it later without the compiler. The
 // file (runtime/plan.proto, docs/plan.md) holds the whole Plan (its driver
-// loop included), the training flags it was compiled with, and the source model's
-// absolute path and SHA-256: the initial weights are read from that model at
-// run time, so a model that changed since is refused rather than trained
-// with a plan that may not fit it. Reading refuses a file that is not a plan,
-// a corrupt or truncated one (the body carries its own SHA-256), a format
+// loop included), the training flags it was compiled with, and the source
+// model's absolute path and SHA-256: the initial weights are read from that
+// model at run time, so a model that changed since is refused rather than
+// trained with a plan that may not fit it. Reading refuses a file that is not a
+// plan, a corrupt or truncated one (the body carries its own SHA-256), a format
 // version this headroom does not read, and any index out of range: a bad
 // file is an error, never a crash.
 //

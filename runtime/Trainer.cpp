@@ -51,8 +51,8 @@ headroom::buildTrainingStep(llvm::StringRef modelPath,
   if (auto e = pm.addPipeline("canonicalize,autodiff"))
     return e;
   if (options.Accumulate > 1)
-    if (auto e = pm.addPipeline("accumulate{steps=" +
-                                std::to_string(options.Accumulate) + "}"))
+    if (auto e = pm.addPipeline(
+            "accumulate{steps=" + std::to_string(options.Accumulate) + "}"))
       return e;
   if (options.ApplyOptimizer)
     pm.add(createOptimizerPass(options.Optimizer));

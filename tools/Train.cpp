@@ -144,7 +144,7 @@ static llvm::Expected<OptimizerOptions> optimizerFromFlags() {
   bool adamw = o.Kind == OptimizerOptions::Kind::AdamW;
   // Defaults depend on the optimizer; a given value is always used (and
   // checked), even a negative one.
-  o.Lr = Lr.getNumOccurrences()                             ? Lr
+  o.Lr = Lr.getNumOccurrences()                               ? Lr
          : adamw || o.Kind == OptimizerOptions::Kind::AdaLomo ? 1e-3
                                                               : 0.01;
   o.WeightDecay = WeightDecay.getNumOccurrences() ? WeightDecay
@@ -201,8 +201,8 @@ trainOptionsFromFlags(const ImportOptions &import) {
   if (Accum > 1 && import.Batch % Accum)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
-        "--batch %lld is not a multiple of --accum %u",
-        (long long)import.Batch, unsigned(Accum));
+        "--batch %lld is not a multiple of --accum %u", (long long)import.Batch,
+        unsigned(Accum));
   options.Accumulate = Accum;
   return options;
 }
@@ -244,10 +244,9 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
                      llvm::StringRef sourceModel) {
   if (auto e = t.checkData(data))
     return reportError(std::move(e));
-  std::string title =
-      (llvm::sys::path::filename(sourceModel) + ", batch " +
-       llvm::Twine(t.batch()))
-          .str();
+  std::string title = (llvm::sys::path::filename(sourceModel) + ", batch " +
+                       llvm::Twine(t.batch()))
+                          .str();
   if (t.microBatch() != t.batch())
     title += " (micro-batches of " + std::to_string(t.microBatch()) + ")";
   printReportTable(t.executor().plan().Report, title, llvm::errs());

@@ -150,9 +150,8 @@ llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
   if (c.State >= 0) {
     const TensorType &t = ThePlan.States[c.State].Type;
     static uint64_t emptyState = 0;
-    void *data =
-        States[c.State].empty() ? static_cast<void *>(&emptyState)
-                                : States[c.State].data();
+    void *data = States[c.State].empty() ? static_cast<void *>(&emptyState)
+                                         : States[c.State].data();
     outs.push_back(TensorView{t.dtype(), t.shape(), data});
   }
   KernelContext ctx{c.Op,

@@ -79,15 +79,16 @@ TEST(ParserTest, ErrorsNameTheLocation) {
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%x) : f32[2]\n"),
             "t.hr:3:1: expected '}' to close function @f");
   EXPECT_EQ(parseError("state @w : f32[2] weights\n"),
-            "t.hr:1:19: expected a state kind (param, frozen, buffer or "
-            "optimizer)");
+            "t.hr:1:19: expected a state kind (param, frozen, buffer, "
+            "optimizer or grad)");
   EXPECT_EQ(
       parseError("func @f() {\n  %c = Constant() {value = dense<i64[3]> "
                  "[1, 2]} : i64[3]\n  return %c\n}"),
       "t.hr:2:48: tensor literal has 2 elements, its type i64[3] needs 3");
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%\"x) : f32[2]\n}"),
             "t.hr:2:12: unterminated or malformed quoted name");
-  EXPECT_EQ(parseError("bogus"), "t.hr:1:1: expected 'state' or 'func'");
+  EXPECT_EQ(parseError("bogus"),
+            "t.hr:1:1: expected 'state', 'func' or 'driver'");
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%x) : f32[2]\n}"),
             "t.hr:3:1: function @f does not end with 'return'");
 }

@@ -258,7 +258,7 @@ TEST(PlanFileTest, VersionSkew) {
   std::string bytes = serialize(compile("mlp.onnx", o), "mlp.onnx");
   EXPECT_EQ(errorOf(parsePlanFile(wrap(bodyOf(bytes), 7), "model.plan")),
             "model.plan: plan format version 7 is not the version this "
-            "headroom reads (1); compile again");
+            "headroom reads (2); compile again");
   EXPECT_EQ(errorOf(parsePlanFile(wrap(bodyOf(bytes)), "model.plan")), "");
 }
 
