@@ -1,11 +1,19 @@
-//===- UpdateAnalysis.h - Which nodes only serve state updates -*- C++ -*-===//
+//===- UpdateAnalysis.h - Which nodes serve state updates ------*- C++ -*-===//
 //
-// A node serves updates when it writes state, or when it has results and
-// every use of them is by a node that serves updates: the parameter
-// gradients (the weight-gradient MatMul whose only user is the update), the
-// optimizer's arithmetic, a gradient norm that feeds only the clipped
-// updates. The `schedule` pass runs these nodes as soon as they are ready,
-// and the memory report counts their values as gradients.
+// Two sets of nodes of a function:
+//   serving  nodes that write state, or whose results are used only by
+//            serving nodes: the whole backward of a training step (it exists
+//            for the updates), the optimizer's arithmetic, a gradient norm
+//            that feeds only the updates;
+//   updates  serving nodes that are the updates' own work: state writes,
+//            Reads, float Constants, and serving nodes computing from
+//            another update -- not the backward computation of the gradient
+//            they consume.
+// A parameter gradient is then a value with an update among its users (the
+// weight gradient feeding `Mul(%g, %lr)`, `SgdUpdate`, `Accumulate`, or the
+// norm's `Pow(%g, 2)`). The `schedule` pass runs updates as soon as they are
+// ready, so each gradient dies where it is complete; the memory report counts
+// parameter gradients and update values as gradients.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_COMPILER_UPDATEANALYSIS_H
@@ -17,8 +25,13 @@
 
 namespace headroom {
 
-/// The nodes of `f` that serve updates (never its `return`).
-llvm::DenseSet<const Node *> nodesServingUpdates(const Function &f);
+struct UpdateAnalysis {
+  llvm::DenseSet<const Node *> Serving, Updates;
+
+  explicit UpdateAnalysis(const Function &f);
+  /// A parameter gradient or an update's own value.
+  bool isGradient(const Value *v) const;
+};
 
 } // namespace headroom
 

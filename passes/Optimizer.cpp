@@ -96,7 +96,12 @@ clipCoefficient(Builder &b, llvm::ArrayRef<Value *> gs, double maxNorm) {
   };
   Value *total = nullptr;
   for (Value *g : gs) {
-    Value *sq = b.createValue("Mul", {g, g}, g->type());
+    // Pow(g, 2), not Mul(g, g): the constant exponent makes it part of the
+    // update (compiler/UpdateAnalysis.h), so `schedule` squares each gradient
+    // where it is complete.
+    Value *sq = b.createValue(
+        "Pow", {g, b.constant(Tensor::fromDoubles(g->type().dtype(), {}, {2}))},
+        g->type());
     AttributeMap keep;
     keep["keepdims"] = Attribute::getInt(0);
     Value *s = b.createValue("ReduceSum", {sq},
@@ -242,7 +247,7 @@ void Optimizer::adalomo(Module &m, Builder &b, StateSlot *s, Value *g,
     b.create("Assign", {v}, {}, {}, slot);
     return v;
   };
-  Value *u = ew(b, "Add", {ew(b, "Mul", {g, g}, g), k(O.Eps1)}, g);
+  Value *u = ew(b, "Add", {ew(b, "Pow", {g, k(2.0)}, g), k(O.Eps1)}, g);
   Value *upd;
   const TensorType &type = s->type();
   if (type.rank() > 1) {

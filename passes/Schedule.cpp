@@ -3,14 +3,14 @@
 // A list scheduler over each function's dependence graph. Dependences are the
 // data edges plus the state order: a write of a slot comes after every use of
 // an earlier read of it, and a read after an earlier write. Among ready
-// nodes, the nodes that only serve state updates (compiler/UpdateAnalysis.h:
-// weight gradients, updates, gradient norms) go first, then the rest in their
-// original order. The effect on a training step: each parameter's gradient
-// is computed as soon as its inputs are, and the parameter is updated as soon
-// as that gradient is complete and the forward values that read the old
-// weight are no longer needed, so the gradient dies there instead of living
-// to the end of the step -- LOMO's fused update. (With global-norm clipping
-// in one pass every update needs every gradient, and they all live.)
+// nodes, the updates' own work (compiler/UpdateAnalysis.h: state writes and
+// the arithmetic that only serves them) goes first, then the rest in their
+// original order. The effect on a training step: each parameter is updated
+// as soon as its gradient is complete and the forward values that read the
+// old weight are no longer needed, so the gradient dies there instead of
+// living to the end of the step -- LOMO's fused update. (With global-norm
+// clipping in one pass every update needs every gradient, and they all
+// live.)
 //
 // Requires: verified IR. Guarantees: a topological order of the same nodes;
 // results are bit-identical (only the order changes). Run it last, after
@@ -84,13 +84,13 @@ bool Schedule::scheduleFunction(Function &f) {
     readsSinceWrite[s].clear();
     lastWrite[s] = i;
   }
-  // Nodes that serve updates (compiler/UpdateAnalysis.h) run as soon as
-  // they are ready: a parameter's gradient, its update, and the work that
-  // only feeds them, so each gradient dies where it is complete.
-  llvm::DenseSet<const Node *> serving = nodesServingUpdates(f);
+  // Updates (compiler/UpdateAnalysis.h) run as soon as they are ready: a
+  // parameter's update and the work that only serves it, not the backward
+  // computation of the gradient it consumes.
+  UpdateAnalysis updates(f);
   std::vector<bool> update(count, false);
   for (size_t k = 0; k < count; ++k)
-    update[k] = serving.count(nodes[k]) > 0;
+    update[k] = updates.Updates.count(nodes[k]) > 0;
   using Item = std::pair<int, int>; // (priority, original index): min first
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
   for (size_t i = 0; i < count; ++i)

@@ -140,7 +140,7 @@ PlanFunction FunctionLowering::lower() {
   int lossPos = -1;
   if (!F.returnValues().empty() && F.returnValues()[0]->definingNode())
     lossPos = Position.lookup(F.returnValues()[0]->definingNode());
-  llvm::DenseSet<const Node *> serving = nodesServingUpdates(F);
+  UpdateAnalysis updates(F);
 
   llvm::DenseMap<int, int> arenaSlot; // buffer id -> index in ArenaBuffers
   auto addArena = [&](const Value *v, int first) {
@@ -149,8 +149,7 @@ PlanFunction FunctionLowering::lower() {
     ArenaBuffers.push_back(id);
     int last = std::max(first, LastUse.lookup(v));
     Lives.push_back({v->type().sizeInBytes(), first, last});
-    const Node *def = v->definingNode();
-    Categories.push_back(first > lossPos  ? (serving.count(def) ? 1 : 2)
+    Categories.push_back(first > lossPos  ? (updates.isGradient(v) ? 1 : 2)
                          : last > lossPos ? 0
                                           : 2);
     return id;

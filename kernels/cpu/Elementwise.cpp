@@ -145,6 +145,10 @@ template <typename T> T intPow(T base, int64_t e) {
 /// (double for integer bases, then truncated like numpy's astype).
 template <typename T, typename E> T power(T base, E e) {
   if constexpr (std::is_floating_point_v<T>) {
+    // Squares are one rounded product, as numpy and torch compute them
+    // (LayerNorm variances, gradient norms, AdaLomo's g**2).
+    if (e == E(2))
+      return base * base;
     return std::pow(base, static_cast<T>(e));
   } else if constexpr (std::is_integral_v<E>) {
     if constexpr (std::is_unsigned_v<E> && sizeof(E) == 8)
