@@ -1,6 +1,8 @@
 //===- UpdateAnalysis.cpp - Which nodes serve state updates ---------------===//
 #include "compiler/UpdateAnalysis.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <vector>
 
 using namespace headroom;
@@ -13,14 +15,22 @@ UpdateAnalysis::UpdateAnalysis(const Function &f) {
   // Backwards: users come after their operands' definitions.
   for (size_t k = nodes.size(); k-- > 0;) {
     const Node &n = *nodes[k];
-    bool used = false, all = true;
+    // The function may also return what serves updates (the gradient norm
+    // of clipping), so `return` neither makes nor breaks serving.
+    bool serves = false, all = true;
     for (Value *r : n.results())
       for (Node *user : r->users()) {
-        used = true;
-        all &= Serving.count(user) > 0;
+        if (user->info()->has(opflags::Terminator))
+          continue;
+        bool s = Serving.count(user) > 0;
+        serves |= s;
+        all &= s;
       }
-    if (n.info()->has(opflags::WritesState) || (used && all))
+    if (n.info()->has(opflags::WritesState) || (serves && all))
       Serving.insert(&n);
+    if (n.info()->has(opflags::WritesState) &&
+        !llvm::is_contained(WrittenTypes, n.state()->type()))
+      WrittenTypes.push_back(n.state()->type());
   }
   // Forwards: an update's operands are defined before it.
   for (const Node *n : nodes) {
@@ -39,7 +49,8 @@ UpdateAnalysis::UpdateAnalysis(const Function &f) {
 
 bool UpdateAnalysis::isGradient(const Value *v) const {
   const Node *def = v->definingNode();
-  if (!def || !Serving.count(def))
+  if (!def || !Serving.count(def) ||
+      !llvm::is_contained(WrittenTypes, v->type()))
     return false;
   if (Updates.count(def))
     return true;

@@ -1,8 +1,9 @@
 //===- UpdateAnalysis.h - Which nodes serve state updates ------*- C++ -*-===//
 //
 // Two sets of nodes of a function:
-//   serving  nodes that write state, or whose results are used only by
-//            serving nodes: the whole backward of a training step (it exists
+//   serving  nodes that write state, or whose results are used by serving
+//            nodes and otherwise only returned: the whole backward of a
+//            training step (it exists
 //            for the updates), the optimizer's arithmetic, a gradient norm
 //            that feeds only the updates;
 //   updates  serving nodes that are the updates' own work: state writes,
@@ -11,7 +12,10 @@
 //            they consume.
 // A parameter gradient is then a value with an update among its users (the
 // weight gradient feeding `Mul(%g, %lr)`, `SgdUpdate`, `Accumulate`, or the
-// norm's `Pow(%g, 2)`). The `schedule` pass runs updates as soon as they are
+// norm's `Pow(%g, 2)`) and the type of a slot the function writes: backward
+// nodes may also use float constants (GELU's 0.5), so the type tells the
+// activation gradient they scale from the parameter's gradient. The
+// `schedule` pass runs updates as soon as they are
 // ready, so each gradient dies where it is complete; the memory report counts
 // parameter gradients and update values as gradients.
 //
@@ -23,10 +27,13 @@
 
 #include "llvm/ADT/DenseSet.h"
 
+#include <vector>
+
 namespace headroom {
 
 struct UpdateAnalysis {
   llvm::DenseSet<const Node *> Serving, Updates;
+  std::vector<TensorType> WrittenTypes; // of the slots the function writes
 
   explicit UpdateAnalysis(const Function &f);
   /// A parameter gradient or an update's own value.

@@ -35,6 +35,7 @@ void headroom::printReportTable(const MemoryReport &r, llvm::StringRef title,
   os << "memory report: " << title << "\n";
   Row rows[] = {
       {"parameters", r.Parameters},
+      {"gradient accumulators", r.GradientState},
       {"gradients", r.Gradients},
       {"optimizer state", r.OptimizerState},
       {"activations (saved for backward)", r.Activations},
@@ -58,14 +59,21 @@ void headroom::printReportTable(const MemoryReport &r, llvm::StringRef title,
       "  %-34s %20.4f\n", static_cast<const char *>("peak / lower bound"),
       r.LowerBoundBytes() ? double(r.PeakBytes()) / double(r.LowerBoundBytes())
                           : 1.0);
-  os << "  (categories are at the schedule position where transient memory "
-        "peaks; constants in the plan: "
+  line("gradients, most live at once", r.GradientsMaxLive);
+  line("largest parameter", r.LargestParameter);
+  os << llvm::format("  %-34s %20llu\n",
+                     static_cast<const char *>("forward+backward passes/step"),
+                     (unsigned long long)r.PassesPerStep);
+  os << "  (activations, gradients and temporaries are at the schedule "
+        "position where transient memory peaks; \"most live at once\" is "
+        "over the whole step; constants in the plan: "
      << formatBytes(r.Constants) << ")\n";
 }
 
 void headroom::printReportJson(const MemoryReport &r, llvm::raw_ostream &os) {
   llvm::json::Object breakdown{
       {"parameters", int64_t(r.Parameters)},
+      {"gradient_accumulators", int64_t(r.GradientState)},
       {"gradients", int64_t(r.Gradients)},
       {"optimizer_state", int64_t(r.OptimizerState)},
       {"activations", int64_t(r.Activations)},
@@ -81,6 +89,9 @@ void headroom::printReportJson(const MemoryReport &r, llvm::raw_ostream &os) {
       {"lower_bound_bytes", int64_t(r.LowerBoundBytes())},
       {"arena_bytes", int64_t(r.ArenaBytes)},
       {"constants_bytes", int64_t(r.Constants)},
+      {"gradients_max_live_bytes", int64_t(r.GradientsMaxLive)},
+      {"largest_parameter_bytes", int64_t(r.LargestParameter)},
+      {"passes_per_step", int64_t(r.PassesPerStep)},
       {"breakdown", std::move(breakdown)},
   };
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
@@ -90,7 +101,7 @@ void headroom::printReportSvg(const MemoryReport &r, llvm::StringRef title,
                               llvm::raw_ostream &os) {
   const double W = 960, H = 540, left = 90, right = 230, top = 50, bottom = 60;
   const double pw = W - left - right, ph = H - top - bottom;
-  uint64_t state = r.Parameters + r.OptimizerState + r.Buffers + r.Frozen;
+  uint64_t state = r.StateBytes();
   // At most ~800 columns: each keeps the busiest point of its calls, so the
   // drawing keeps every peak while staying small for 10^4-call steps.
   std::vector<std::array<uint64_t, 3>> cols;

@@ -77,7 +77,7 @@ llvm::Expected<Plan> headroom::lowerTrainingStep(Module &m, bool fused) {
   auto scheduled = lowerModule(m);
   if (!scheduled)
     return scheduled.takeError();
-  if (fused || scheduled->Report.PeakBytes() <= asBuilt->Report.PeakBytes())
+  if (fused || scheduled->Report.PeakBytes() < asBuilt->Report.PeakBytes())
     return scheduled;
   return asBuilt;
 }

@@ -127,6 +127,9 @@ unsigned compareArrays(
 
 struct Config {
   const char *Model, *Name;
+  /// headroom's optimizer when it is not the reference's: "lomo" must give
+  /// SGD's weights (with clipping, weight decay, accumulation).
+  const char *Optimizer = nullptr;
 };
 
 class TrainingMatchesPyTorch : public ::testing::TestWithParam<Config> {};
@@ -143,8 +146,21 @@ TEST_P(TrainingMatchesPyTorch, WeightsAndLosses) {
   o.DisableDropout = true;
   std::string opt = cfg->getString("optimizer")->str();
   o.Optimizer.Kind = opt == "AdamW"        ? OptimizerOptions::Kind::AdamW
+                     : opt == "AdaLomo"    ? OptimizerOptions::Kind::AdaLomo
                      : hp->get("momentum") ? OptimizerOptions::Kind::Momentum
                                            : OptimizerOptions::Kind::Sgd;
+  if (c.Optimizer) {
+    ASSERT_EQ(std::string(c.Optimizer), "lomo");
+    ASSERT_EQ(o.Optimizer.Kind, OptimizerOptions::Kind::Sgd);
+    o.Optimizer.Kind = OptimizerOptions::Kind::Lomo;
+  }
+  o.Accumulate = cfg->getInteger("accum").getValueOr(1);
+  if (const llvm::json::Array *eps = hp->getArray("eps")) { // AdaLomo
+    o.Optimizer.Eps1 = *(*eps)[0].getAsNumber();
+    o.Optimizer.Eps2 = *(*eps)[1].getAsNumber();
+    o.Optimizer.ClipThreshold = *hp->getNumber("clip_threshold");
+    o.Optimizer.DecayRate = *hp->getNumber("decay_rate");
+  }
   o.Optimizer.Lr = *hp->getNumber("lr");
   o.Optimizer.Momentum = hp->getNumber("momentum").getValueOr(0.0);
   o.Optimizer.Nesterov = hp->getBoolean("nesterov").getValueOr(false);
@@ -153,7 +169,8 @@ TEST_P(TrainingMatchesPyTorch, WeightsAndLosses) {
     o.Optimizer.Beta1 = *(*betas)[0].getAsNumber();
     o.Optimizer.Beta2 = *(*betas)[1].getAsNumber();
   }
-  o.Optimizer.Eps = hp->getNumber("eps").getValueOr(1e-8);
+  if (!hp->getArray("eps"))
+    o.Optimizer.Eps = hp->getNumber("eps").getValueOr(1e-8);
   if (const llvm::json::Object *clip = cfg->getObject("clip_grad_norm"))
     o.Optimizer.ClipGradNorm = *clip->getNumber("max_norm");
 
@@ -180,7 +197,7 @@ TEST_P(TrainingMatchesPyTorch, WeightsAndLosses) {
 
   // Element ranges whose true gradient is zero (see the file comment).
   std::map<std::string, std::pair<int64_t, int64_t>> noisy;
-  if (opt == "AdamW") {
+  if (opt == "AdamW" || opt == "AdaLomo") {
     if (const llvm::json::Array *z =
             ref.root().getArray("zero_gradient_parameters"))
       for (const auto &v : *z) {
@@ -189,7 +206,10 @@ TEST_P(TrainingMatchesPyTorch, WeightsAndLosses) {
       }
     if (std::string(c.Model) == "gpt")
       for (const char *p : {"h.0.attn.c_attn.bias", "h.1.attn.c_attn.bias"})
-        noisy[p] = {32, 64};
+        // AdaLomo normalizes each parameter's update by its RMS, which the
+        // noise in [32, 64) enters: the whole bias moves by it.
+        noisy[p] = opt == "AdaLomo" ? std::make_pair<int64_t, int64_t>(0, 96)
+                                    : std::make_pair<int64_t, int64_t>(32, 64);
   }
   double allowance = steps * o.Optimizer.Lr;
   auto want = takeOrFail(readArrays(modelPath(cfg->getString("file")->str())));
@@ -234,6 +254,30 @@ INSTANTIATE_TEST_SUITE_P(
                                             {"llama", "sgd_wd"}}),
     [](const auto &info) {
       return std::string(info.param.Model) + "_" + info.param.Name;
+    });
+
+// LOMO against SGD's references, gradient accumulation against PyTorch
+// accumulating over micro-batches, AdaLomo against the published update.
+static std::vector<Config> lomoAccumulationAdaLomo() {
+  std::vector<Config> out;
+  for (const char *m : {"mlp", "lenet", "gpt", "llama"}) {
+    for (const char *name : {"sgd", "sgd_clip", "sgd_wd", "sgd_accum",
+                             "sgd_clip_accum"})
+      out.push_back({m, name, "lomo"});
+    out.push_back({m, "sgd_accum"});
+    out.push_back({m, "sgd_clip_accum"});
+    out.push_back({m, "adalomo"});
+    out.push_back({m, "adalomo_wd"});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Lomo, TrainingMatchesPyTorch, ::testing::ValuesIn(lomoAccumulationAdaLomo()),
+    [](const auto &info) {
+      return std::string(info.param.Model) + "_" + info.param.Name +
+             (info.param.Optimizer ? std::string("_") + info.param.Optimizer
+                                   : std::string());
     });
 
 class GradientsMatchPyTorch : public ::testing::TestWithParam<const char *> {};
