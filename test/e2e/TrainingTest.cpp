@@ -261,8 +261,8 @@ INSTANTIATE_TEST_SUITE_P(
 static std::vector<Config> lomoAccumulationAdaLomo() {
   std::vector<Config> out;
   for (const char *m : {"mlp", "lenet", "gpt", "llama"}) {
-    for (const char *name : {"sgd", "sgd_clip", "sgd_wd", "sgd_accum",
-                             "sgd_clip_accum"})
+    for (const char *name :
+         {"sgd", "sgd_clip", "sgd_wd", "sgd_accum", "sgd_clip_accum"})
       out.push_back({m, name, "lomo"});
     out.push_back({m, "sgd_accum"});
     out.push_back({m, "sgd_clip_accum"});
@@ -272,13 +272,15 @@ static std::vector<Config> lomoAccumulationAdaLomo() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Lomo, TrainingMatchesPyTorch, ::testing::ValuesIn(lomoAccumulationAdaLomo()),
-    [](const auto &info) {
-      return std::string(info.param.Model) + "_" + info.param.Name +
-             (info.param.Optimizer ? std::string("_") + info.param.Optimizer
-                                   : std::string());
-    });
+INSTANTIATE_TEST_SUITE_P(Lomo, TrainingMatchesPyTorch,
+                         ::testing::ValuesIn(lomoAccumulationAdaLomo()),
+                         [](const auto &info) {
+                           return std::string(info.param.Model) + "_" +
+                                  info.param.Name +
+                                  (info.param.Optimizer
+                                       ? std::string("_") + info.param.Optimizer
+                                       : std::string());
+                         });
 
 class GradientsMatchPyTorch : public ::testing::TestWithParam<const char *> {};
 
