@@ -1,4 +1,4 @@
-//===- UpdateAnalysis.cpp - Which nodes serve state updates ---------------===//
+//===- UpdateAnalysis.cpp - Parameter gradients and their updates ---------===//
 #include "compiler/UpdateAnalysis.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -7,16 +7,52 @@
 
 using namespace headroom;
 
+void headroom::tagGradient(Value *g, const StateSlot *param) {
+  Node *def = g->definingNode();
+  if (!def)
+    return;
+  std::vector<std::string> tags(def->numResults());
+  if (const Attribute *a = def->attr("grad_of"))
+    if (a->kind() == Attribute::Kind::Strings &&
+        a->asStrings().size() == tags.size())
+      tags = a->asStrings();
+  tags[g->resultIndex()] = param->name();
+  def->setAttr("grad_of", Attribute::getStrings(std::move(tags)));
+}
+
+namespace {
+/// "No gradient", "one gradient" or "several": a tiny lattice.
+const Value *const kSeveral = reinterpret_cast<const Value *>(uintptr_t(1));
+const Value *merge(const Value *a, const Value *b) {
+  if (!a)
+    return b;
+  if (!b || a == b)
+    return a;
+  return kSeveral;
+}
+} // namespace
+
 UpdateAnalysis::UpdateAnalysis(const Function &f) {
   std::vector<const Node *> nodes;
   for (const Node &n : f.nodes())
     if (!n.info()->has(opflags::Terminator))
       nodes.push_back(&n);
-  // Backwards: users come after their operands' definitions.
+  for (const Node *n : nodes) {
+    if (const Attribute *a = n->attr("grad_of"))
+      if (a->kind() == Attribute::Kind::Strings)
+        for (size_t i = 0; i < a->asStrings().size() && i < n->numResults();
+             ++i)
+          if (!a->asStrings()[i].empty())
+            Gradients.insert(n->result(i));
+    if (n->op() == "ParamGrad" || n->op() == "SgdUpdate" ||
+        n->op() == "Accumulate")
+      Gradients.insert(n->operand(0));
+  }
+  // Backwards: users come after their operands' definitions. The function
+  // may also return what serves updates (the gradient norm of clipping), so
+  // `return` neither makes nor breaks serving.
   for (size_t k = nodes.size(); k-- > 0;) {
     const Node &n = *nodes[k];
-    // The function may also return what serves updates (the gradient norm
-    // of clipping), so `return` neither makes nor breaks serving.
     bool serves = false, all = true;
     for (Value *r : n.results())
       for (Node *user : r->users()) {
@@ -28,34 +64,72 @@ UpdateAnalysis::UpdateAnalysis(const Function &f) {
       }
     if (n.info()->has(opflags::WritesState) || (serves && all))
       Serving.insert(&n);
-    if (n.info()->has(opflags::WritesState) &&
-        !llvm::is_contained(WrittenTypes, n.state()->type()))
-      WrittenTypes.push_back(n.state()->type());
   }
-  // Forwards: an update's operands are defined before it.
+  // Forwards: updates meet a gradient; precompute meets none and reads only
+  // state, constants and other precompute. `from` is the gradient an update
+  // is computed from (kSeveral when more than one).
+  llvm::DenseMap<const Node *, const Value *> from;
   for (const Node *n : nodes) {
-    if (!Serving.count(n))
+    if (!Serving.count(n) || n->op() == "Read" || n->op() == "Constant")
       continue;
-    // Integer constants are shape operands (a ReduceSum's axes), which do
-    // not make the backward node using them an update.
-    bool own = n->info()->has(opflags::WritesState) || n->op() == "Read" ||
-               (n->op() == "Constant" && isFloat(n->result(0)->type().dtype()));
-    for (Value *v : n->operands())
-      own |= v && v->definingNode() && Updates.count(v->definingNode());
-    if (own)
+    const Value *g = nullptr;
+    bool update = false, stateOnly = true;
+    for (Value *v : n->operands()) {
+      if (!v)
+        continue;
+      const Node *def = v->definingNode();
+      if (Gradients.count(v)) {
+        update = true;
+        g = merge(g, v);
+      } else if (def && Updates.count(def)) {
+        update = true;
+        g = merge(g, from.lookup(def));
+      }
+      stateOnly &= def && (def->op() == "Read" || def->op() == "Constant" ||
+                           Precompute.count(def));
+    }
+    if (update || n->info()->has(opflags::WritesState)) {
       Updates.insert(n);
+      from[n] = g;
+    } else if (stateOnly) {
+      Precompute.insert(n);
+    }
+  }
+  // Backwards again: precompute stays precompute when all its users are
+  // updates or precompute (a backward Transpose of a weight reads only
+  // state, but it is not update work), and gets the gradient its users
+  // combine it with.
+  llvm::DenseMap<const Node *, const Value *> needed;
+  for (size_t k = nodes.size(); k-- > 0;) {
+    const Node *n = nodes[k];
+    if (!Precompute.count(n))
+      continue;
+    const Value *g = nullptr;
+    bool onlyUpdates = true;
+    for (Value *r : n->results())
+      for (const Node *user : r->users()) {
+        if (user->info()->has(opflags::Terminator))
+          continue;
+        if (Updates.count(user))
+          g = merge(g, from.lookup(user));
+        else if (Precompute.count(user))
+          g = merge(g, needed.lookup(user));
+        else
+          onlyUpdates = false;
+      }
+    if (!onlyUpdates) {
+      Precompute.erase(n);
+      continue;
+    }
+    needed[n] = g;
+    if (g && g != kSeveral)
+      NeededGradient[n] = g;
   }
 }
 
 bool UpdateAnalysis::isGradient(const Value *v) const {
-  const Node *def = v->definingNode();
-  if (!def || !Serving.count(def) ||
-      !llvm::is_contained(WrittenTypes, v->type()))
-    return false;
-  if (Updates.count(def))
+  if (Gradients.count(v))
     return true;
-  for (const Node *user : v->users())
-    if (Updates.count(user))
-      return true;
-  return false;
+  const Node *def = v->definingNode();
+  return def && Updates.count(def);
 }

@@ -1,23 +1,25 @@
-//===- UpdateAnalysis.h - Which nodes serve state updates ------*- C++ -*-===//
+//===- UpdateAnalysis.h - Parameter gradients and their updates -*- C++ -*-===//
 //
-// Two sets of nodes of a function:
-//   serving  nodes that write state, or whose results are used by serving
-//            nodes and otherwise only returned: the whole backward of a
-//            training step (it exists
-//            for the updates), the optimizer's arithmetic, a gradient norm
-//            that feeds only the updates;
-//   updates  serving nodes that are the updates' own work: state writes,
-//            Reads, float Constants, and serving nodes computing from
-//            another update -- not the backward computation of the gradient
-//            they consume.
-// A parameter gradient is then a value with an update among its users (the
-// weight gradient feeding `Mul(%g, %lr)`, `SgdUpdate`, `Accumulate`, or the
-// norm's `Pow(%g, 2)`) and the type of a slot the function writes: backward
-// nodes may also use float constants (GELU's 0.5), so the type tells the
-// activation gradient they scale from the parameter's gradient. The
-// `schedule` pass runs updates as soon as they are
-// ready, so each gradient dies where it is complete; the memory report counts
-// parameter gradients and update values as gradients.
+// Which values of a training step are parameter gradients, and which nodes
+// are the work of updating parameters from them:
+//   gradients   values tagged `grad_of` (autodiff tags each parameter's
+//               complete gradient: the attribute lists, per result of the
+//               defining node, the parameter it is the gradient of, "" for
+//               none), and the gradient operands of ParamGrad, SgdUpdate and
+//               Accumulate;
+//   serving     nodes that write state, or whose results are used by serving
+//               nodes and otherwise only returned: the whole backward exists
+//               for the updates;
+//   updates     serving nodes computed from a gradient (or from another
+//               update), and state writes: sgd's `Mul(%g, %lr)`, `SgdUpdate`,
+//               the norm's `Pow(%g, 2)`, AdamW's moment arithmetic once it
+//               meets the gradient;
+//   precompute  serving nodes computed from state and constants only (AdamW's
+//               `exp_avg * beta1`, AdaLomo's RMS of the weight, step counts).
+// Each precompute node also gets the gradient its updates combine it with
+// when that is one gradient (`NeededGradient`): `schedule` runs it when that
+// gradient is complete instead of during the forward, where it would hold
+// a parameter-sized value for the whole step.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_COMPILER_UPDATEANALYSIS_H
@@ -25,18 +27,25 @@
 
 #include "compiler/IR.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
-
-#include <vector>
 
 namespace headroom {
 
+/// Tags `g` as the gradient of `param` (the `grad_of` attribute of its
+/// defining node; nothing for a function argument).
+void tagGradient(Value *g, const StateSlot *param);
+
 struct UpdateAnalysis {
-  llvm::DenseSet<const Node *> Serving, Updates;
-  std::vector<TensorType> WrittenTypes; // of the slots the function writes
+  llvm::DenseSet<const Value *> Gradients;
+  llvm::DenseSet<const Node *> Serving, Updates, Precompute;
+  /// For precompute nodes used by the updates of one gradient: that
+  /// gradient.
+  llvm::DenseMap<const Node *, const Value *> NeededGradient;
 
   explicit UpdateAnalysis(const Function &f);
-  /// A parameter gradient or an update's own value.
+  /// A parameter gradient or the value of an update: what the memory report
+  /// counts as gradients.
   bool isGradient(const Value *v) const;
 };
 

@@ -21,6 +21,8 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 
+#include "compiler/UpdateAnalysis.h"
+
 #include "llvm/ADT/STLExtras.h"
 
 using namespace headroom;
@@ -89,6 +91,9 @@ llvm::Expected<bool> Accumulate::run(Module &m) {
     return fail("the module already has a driver; accumulate runs once, "
                 "before the optimizer");
   stampRandomStreams(*step);
+  for (Node &n : step->nodes())
+    if (n.op() == "ParamGrad")
+      tagGradient(n.operand(0), n.state());
   double scale = 1.0 / Steps;
   Function *first = m.cloneFunction(*step, "accumulate.first");
   rewrite(m, *first, scale, /*first=*/true, /*last=*/false);

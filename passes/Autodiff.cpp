@@ -3,8 +3,9 @@
 // Turns @forward (which returns the loss) into @step: the forward nodes, then
 // the backward nodes built by the rule table (passes/GradientRules.cpp) in
 // reverse order, then one `ParamGrad(@w, %dw)` per trainable parameter the
-// loss depends on. Gradients reaching a value along several uses are summed.
-// Only float values on a path from a parameter to the loss are
+// loss depends on, whose gradient is tagged `grad_of`
+// (compiler/UpdateAnalysis.h). Gradients reaching a value along several uses
+// are summed. Only float values on a path from a parameter to the loss are
 // differentiated: integer tensors, shape operands, indices and masks are
 // never on such a path, so the cut is automatic.
 //
@@ -14,6 +15,7 @@
 // The optimizer pass runs next; it turns ParamGrad into updates.
 //
 //===----------------------------------------------------------------------===//
+#include "compiler/UpdateAnalysis.h"
 #include "compiler/Verifier.h"
 #include "passes/GradientRules.h"
 #include "passes/Passes.h"
@@ -146,8 +148,10 @@ llvm::Error Autodiff::differentiate(Function &f) {
       accumulate(n.operand(i), ctx.DIn[i]);
     }
   }
-  for (auto &kv : paramGrads)
+  for (auto &kv : paramGrads) {
+    tagGradient(kv.second, kv.first);
     b.create("ParamGrad", {kv.second}, {}, {}, kv.first);
+  }
   return llvm::Error::success();
 }
 

@@ -36,6 +36,8 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Optimizer.h"
 
+#include "compiler/UpdateAnalysis.h"
+
 #include "passes/Passes.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -345,6 +347,8 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
     Value *g = n->operand(0);
     gs.push_back(g);
     Node *def = g->definingNode();
+    if (def && def->op() != "Read")
+      tagGradient(g, n->state());
     kept &= def && def->op() == "Read" &&
             def->state()->kind() == StateKind::Gradient;
   }

@@ -87,33 +87,19 @@ bool Schedule::scheduleFunction(Function &f) {
   // Updates (compiler/UpdateAnalysis.h) run as soon as they are ready: a
   // parameter's update and the work that only serves it, not the backward
   // computation of the gradient it consumes.
-  // Only updates that consume a value nothing but updates use are urgent:
-  // a backward node that scales a forward value by a constant is an update
-  // by the analysis's rule, but pulling it forward would only stretch the
-  // forward value's life.
+  // Urgent: updates, and their precompute from state once the gradient it
+  // meets is complete (an edge from that gradient); Constants and Reads,
+  // which cost no arena memory.
   UpdateAnalysis updates(f);
-  auto onlyUpdatesUse = [&](const Value *v) {
-    for (const Node *user : v->users())
-      if (!updates.Updates.count(user))
-        return false;
-    return true;
-  };
   std::vector<bool> update(count, false);
   for (size_t k = 0; k < count; ++k) {
     const Node *n = nodes[k];
-    // Constants and Reads cost no arena memory: they are ready when needed.
-    if (n->op() == "Constant" || n->op() == "Read") {
-      update[k] = true;
-      continue;
-    }
-    if (!updates.Updates.count(n))
-      continue;
-    bool urgent = n->info()->has(opflags::WritesState) || n->op() == "Read";
-    for (Value *v : n->operands())
-      urgent |= v && v->definingNode() &&
-                v->definingNode()->op() != "Constant" && onlyUpdatesUse(v);
-    update[k] = urgent;
+    update[k] = n->op() == "Constant" || n->op() == "Read" ||
+                updates.Updates.count(n) || updates.Precompute.count(n);
   }
+  for (const auto &[n, g] : updates.NeededGradient)
+    if (g->definingNode() && index.count(g->definingNode()))
+      edge(index[g->definingNode()], index[n]);
   using Item = std::pair<int, int>; // (priority, original index): min first
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
   for (size_t i = 0; i < count; ++i)
