@@ -160,6 +160,9 @@ llvm::Expected<bool> Autodiff::run(Module &m) {
     return fail("expected one function (the forward), found " +
                 llvm::Twine(m.functions().size()));
   Function &f = *m.functions()[0];
+  // Fixed random streams, so that copies of the step made by later passes
+  // (accumulation's micro-steps, LOMO's norm pass) draw the same masks.
+  stampRandomStreams(f);
   if (auto e = differentiate(f))
     return e;
   f.setName("step");

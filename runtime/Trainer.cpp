@@ -63,9 +63,20 @@ headroom::buildTrainingStep(llvm::StringRef modelPath,
   return m;
 }
 
-llvm::Expected<Plan> headroom::lowerTrainingStep(Module &m, bool fused) {
+llvm::Expected<Plan> headroom::lowerTrainingStep(Module &m,
+                                                 const TrainOptions &options) {
+  using Mode = TrainOptions::ScheduleMode;
+  bool fused = options.ApplyOptimizer && options.Optimizer.fused();
+  if (fused && options.Schedule == Mode::Never)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--schedule never contradicts --optimizer %s, whose updates are "
+        "scheduled into the backward",
+        options.Optimizer.kindName().str().c_str());
+  if (options.Schedule == Mode::Never)
+    return lowerModule(m);
   llvm::Expected<Plan> asBuilt = Plan();
-  if (!fused)
+  if (!fused && options.Schedule == Mode::Auto)
     asBuilt = lowerModule(m);
   if (!asBuilt)
     return asBuilt.takeError();
@@ -77,7 +88,8 @@ llvm::Expected<Plan> headroom::lowerTrainingStep(Module &m, bool fused) {
   auto scheduled = lowerModule(m);
   if (!scheduled)
     return scheduled.takeError();
-  if (fused || scheduled->Report.PeakBytes() < asBuilt->Report.PeakBytes())
+  if (fused || options.Schedule == Mode::Always ||
+      scheduled->Report.PeakBytes() < asBuilt->Report.PeakBytes())
     return scheduled;
   return asBuilt;
 }
@@ -87,8 +99,7 @@ Trainer::create(llvm::StringRef modelPath, const TrainOptions &options) {
   auto m = buildTrainingStep(modelPath, options);
   if (!m)
     return m.takeError();
-  auto plan = lowerTrainingStep(**m, options.ApplyOptimizer &&
-                                         options.Optimizer.fused());
+  auto plan = lowerTrainingStep(**m, options);
   if (!plan)
     return plan.takeError();
   auto t = fromPlan(std::move(*plan), modelPath, options.Seed);

@@ -23,6 +23,10 @@ struct TrainOptions {
   /// Gradient accumulation: each step runs Accumulate micro-batches of
   /// Batch / Accumulate samples (the `accumulate` pass).
   unsigned Accumulate = 1;
+  /// Whether the `schedule` pass orders the step: Auto keeps whichever plan
+  /// peaks lower (always the scheduled one for lomo and adalomo); Never
+  /// keeps PyTorch's order (every update after the whole backward).
+  enum class ScheduleMode { Auto, Always, Never } Schedule = ScheduleMode::Auto;
   /// Without an optimizer the step only reports gradients (ParamGrad).
   bool ApplyOptimizer = true;
   /// Sets every Dropout's ratio to 0 (to reproduce references computed
@@ -36,12 +40,12 @@ struct TrainOptions {
 llvm::Expected<std::unique_ptr<Module>>
 buildTrainingStep(llvm::StringRef modelPath, const TrainOptions &options);
 
-/// Lowers the step twice, as built and after the `schedule` pass, and keeps
-/// the plan with the lower peak (the pass helps most steps, not all: it is
-/// a heuristic, the plan's peak is the truth). Leaves `m` scheduled. With
-/// `fused` (lomo, adalomo) only the scheduled plan counts: fusing the
-/// updates into the backward is what those optimizers are.
-llvm::Expected<Plan> lowerTrainingStep(Module &m, bool fused = false);
+/// Lowers the step as `options.Schedule` says: with Auto twice, as built and
+/// after the `schedule` pass, keeping the plan with the lower peak (the pass
+/// helps most steps, not all: it is a heuristic, the plan's peak is the
+/// truth). lomo and adalomo always schedule: fusing the updates into the
+/// backward is what those optimizers are.
+llvm::Expected<Plan> lowerTrainingStep(Module &m, const TrainOptions &options);
 
 struct StepResult {
   double Loss = 0;

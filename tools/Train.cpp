@@ -101,6 +101,16 @@ static cl::opt<unsigned>
                    "micro-batches"),
           cl::value_desc("K"), cl::init(1), cl::sub(TrainCmd),
           cl::sub(ReportCmd), cl::sub(CompileCmd), cl::cat(TrainCat));
+static cl::opt<TrainOptions::ScheduleMode> ScheduleFlag(
+    "schedule",
+    cl::desc("Order of the step: auto (the lower peak of PyTorch's order and "
+             "updates fused into the backward), always, never (PyTorch's "
+             "order)"),
+    cl::values(clEnumValN(TrainOptions::ScheduleMode::Auto, "auto", ""),
+               clEnumValN(TrainOptions::ScheduleMode::Always, "always", ""),
+               clEnumValN(TrainOptions::ScheduleMode::Never, "never", "")),
+    cl::init(TrainOptions::ScheduleMode::Auto), cl::sub(TrainCmd),
+    cl::sub(ReportCmd), cl::sub(CompileCmd), cl::cat(TrainCat));
 static cl::opt<uint64_t> Seed("seed", cl::desc("Seed for dropout"), cl::init(0),
                               cl::sub(TrainCmd), cl::sub(RunCmd),
                               cl::cat(TrainCat));
@@ -204,6 +214,7 @@ trainOptionsFromFlags(const ImportOptions &import) {
         "--batch %lld is not a multiple of --accum %u", (long long)import.Batch,
         unsigned(Accum));
   options.Accumulate = Accum;
+  options.Schedule = ScheduleFlag;
   return options;
 }
 
@@ -232,6 +243,10 @@ static std::string compileFlagsText(const TrainOptions &options) {
     os << " --clip-grad-norm " << llvm::format("%g", o.ClipGradNorm);
   if (options.Accumulate > 1)
     os << " --accum " << options.Accumulate;
+  if (options.Schedule == TrainOptions::ScheduleMode::Always)
+    os << " --schedule always";
+  if (options.Schedule == TrainOptions::ScheduleMode::Never)
+    os << " --schedule never";
   if (options.DisableDropout)
     os << " --disable-dropout";
   return os.str();
@@ -360,7 +375,7 @@ static llvm::Expected<Plan> planFromFlags(const TrainOptions &options) {
   auto m = buildTrainingStep(Model, options);
   if (!m)
     return m.takeError();
-  return lowerTrainingStep(**m, options.Optimizer.fused());
+  return lowerTrainingStep(**m, options);
 }
 
 int runReport(const ImportOptions &import) {

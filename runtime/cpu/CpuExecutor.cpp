@@ -70,6 +70,15 @@ uint64_t mixSeed(uint64_t seed, uint64_t step, uint64_t call) {
   return z ^ (z >> 31);
 }
 
+/// The random stream of a call: its `seed` attribute (autodiff gives every
+/// Dropout one, so that copies of a function draw alike), else its position.
+uint64_t randomStream(const KernelCall &c) {
+  auto it = c.Attrs.find("seed");
+  if (it != c.Attrs.end() && it->second.kind() == Attribute::Kind::Int)
+    return static_cast<uint64_t>(it->second.asInt());
+  return c.Id;
+}
+
 } // namespace
 
 llvm::Error CpuExecutor::allocate() {
@@ -158,7 +167,7 @@ llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
                     ins,
                     outs,
                     c.Attrs,
-                    mixSeed(Options.Seed, Step, c.Id),
+                    mixSeed(Options.Seed, Step, randomStream(c)),
                     Workspace,
                     ThePlan.WorkspaceBytes};
   if (auto e = fn(ctx))
