@@ -47,6 +47,10 @@ UpdateAnalysis::UpdateAnalysis(const Function &f) {
     if (n->op() == "ParamGrad" || n->op() == "SgdUpdate" ||
         n->op() == "Accumulate")
       Gradients.insert(n->operand(0));
+    // The sum in an accumulator is the gradient the last micro-step updates
+    // from.
+    if (n->op() == "Read" && n->state()->kind() == StateKind::Gradient)
+      Gradients.insert(n->result(0));
   }
   // Backwards: users come after their operands' definitions. The function
   // may also return what serves updates (the gradient norm of clipping), so

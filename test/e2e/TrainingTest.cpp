@@ -456,6 +456,69 @@ TEST(PlannedMemory, AStepAllocatesNothingBeyondThePlan) {
   }
 }
 
+/// LOMO, its norm pass and accumulation: the executor allocates the plan; no
+/// optimizer state but the clip coefficient; accumulators are one copy of
+/// the parameters; LOMO holds far fewer gradient bytes than PyTorch's order
+/// and at least the largest gradient; a whole step (every function of the
+/// driver) allocates nothing tensor-sized beyond the plan.
+TEST(PlannedMemory, LomoAndAccumulation) {
+  for (const char *model : {"mlp", "lenet", "gpt", "llama"}) {
+    using K = decltype(OptimizerOptions::Kind);
+    using S = TrainOptions::ScheduleMode;
+    auto make = [&](K kind, double clip, unsigned accum, S mode) {
+      TrainOptions o;
+      o.Import.Batch = 8;
+      o.Optimizer.Kind = kind;
+      o.Optimizer.ClipGradNorm = clip;
+      o.Accumulate = accum;
+      o.Schedule = mode;
+      return takeOrFail(
+          Trainer::create(modelPath(std::string(model) + ".onnx"), o));
+    };
+    auto torch = make(K::Sgd, 0, 1, S::Never);
+    auto lomo = make(K::Lomo, 0, 1, S::Auto);
+    auto clipped = make(K::Lomo, 1.0, 1, S::Auto);
+    auto accum = make(K::Lomo, 0, 4, S::Auto);
+    auto ada = make(K::AdaLomo, 0, 1, S::Auto);
+    ASSERT_TRUE(torch && lomo && clipped && accum && ada);
+    for (Trainer *t : {lomo.get(), clipped.get(), accum.get(), ada.get()})
+      EXPECT_EQ(t->executor().allocatedBytes(),
+                t->executor().plan().Report.PeakBytes())
+          << model;
+    const MemoryReport &tr = torch->executor().plan().Report,
+                       &lr = lomo->executor().plan().Report;
+    EXPECT_EQ(lr.OptimizerState, 0u) << model;
+    EXPECT_EQ(clipped->executor().plan().Report.OptimizerState, 4u) << model;
+    EXPECT_EQ(clipped->executor().plan().Report.PassesPerStep, 2u) << model;
+    EXPECT_EQ(accum->executor().plan().Report.GradientState, lr.Parameters)
+        << model;
+    EXPECT_EQ(accum->batch(), 8) << model;
+    EXPECT_EQ(accum->microBatch(), 2) << model;
+    EXPECT_GE(lr.GradientsMaxLive, lr.LargestParameter) << model;
+    EXPECT_LT(lr.GradientsMaxLive, tr.GradientsMaxLive) << model;
+    EXPECT_GE(tr.GradientsMaxLive, tr.Parameters) << model;
+    if (std::string(model) == "gpt" || std::string(model) == "llama")
+      EXPECT_LE(lr.GradientsMaxLive, tr.GradientsMaxLive / 4) << model;
+
+    if (!HEADROOM_COUNT_HEAP)
+      continue;
+    auto data =
+        takeOrFail(loadDataset(modelPath(std::string(model) + ".train.npz")));
+    std::vector<int64_t> order = identityOrder(data.Samples);
+    for (Trainer *t : {clipped.get(), accum.get(), ada.get()}) {
+      ASSERT_TRUE(static_cast<bool>(t->step(data, order, 0)));
+      int64_t before = LiveHeap.load();
+      PeakHeap = before;
+      ASSERT_TRUE(static_cast<bool>(t->step(data, order, 8)));
+      // The batches the trainer gathers, the results and a few vectors.
+      int64_t extra = PeakHeap.load() - before;
+      EXPECT_LT(extra, int64_t(t->executor().plan().ArenaBytes / 10 + 4096))
+          << model << ": a step allocated " << extra
+          << " bytes beyond the plan";
+    }
+  }
+}
+
 /// In-place reuse and the arena change no result: the same step with and
 /// without in-place reuse gives bit-identical weights.
 TEST(PlannedMemory, InPlaceReuseKeepsResultsIdentical) {

@@ -100,3 +100,40 @@ TEST(TypesTest, Broadcast) {
 }
 
 } // namespace
+
+namespace {
+
+/// A copy made by cloneFunction has the same nodes, attributes, states and
+/// name hints, its own values, and prints like the original but for its name.
+TEST(IRTest, CloneFunctionCopiesEverything) {
+  Module m;
+  StateSlot *w = m.addState("w", TensorType(DType::F32, {2}), StateKind::Param);
+  Function *f = m.addFunction("step");
+  Value *x = f->addArgument(TensorType(DType::F32, {2}), "x");
+  Builder b(*f);
+  Value *r = b.read(w);
+  AttributeMap a;
+  a["grad_of"] = Attribute::getStrings({"w"});
+  Value *g = b.createValue("Mul", {x, r}, x->type(), a);
+  g->setName("g");
+  b.create("SgdUpdate", {g}, {}, {}, w);
+  f->createNode("Return", {g}, {});
+  Function *c = m.cloneFunction(*f, "copy");
+  ASSERT_EQ(m.functions().size(), 2u);
+  EXPECT_EQ(c->arguments().size(), 1u);
+  EXPECT_NE(c->arguments()[0], x);
+  EXPECT_EQ(c->arguments()[0]->name(), "x");
+  EXPECT_NE(c->returnValues()[0], g);
+  EXPECT_EQ(c->returnValues()[0]->name(), "g");
+  EXPECT_EQ(g->users().size(), 2u); // the copy uses its own values
+  std::string text = moduleToString(m);
+  size_t second = text.find("func @copy");
+  ASSERT_NE(second, std::string::npos);
+  std::string one =
+      text.substr(text.find("func @step"), second - text.find("func @step"));
+  std::string two = text.substr(second);
+  EXPECT_EQ(one.substr(one.find('(')), two.substr(two.find('(')) + "\n");
+  EXPECT_FALSE(llvm::errorToBool(verifyModule(m)));
+}
+
+} // namespace

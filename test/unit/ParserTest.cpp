@@ -102,3 +102,32 @@ TEST(ParserTest, CommentsAreSkipped) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(ParserTest, DriverRoundTripsAndErrorsNameTheLocation) {
+  const char *text = "func @a(%x: f32[2]) {\n  return %x\n}\n"
+                     "\n"
+                     "func @b(%x: f32[2]) {\n  return %x\n}\n"
+                     "\n"
+                     "driver @a, @b repeat 2, @a same_batch\n";
+  auto m = parseModule(text, "t.hr");
+  ASSERT_TRUE(static_cast<bool>(m)) << llvm::toString(m.takeError());
+  ASSERT_EQ((*m)->driver().size(), 3u);
+  EXPECT_EQ((*m)->driver()[1].Repeat, 2u);
+  EXPECT_TRUE((*m)->driver()[2].SameBatch);
+  EXPECT_EQ(moduleToString(**m), text);
+
+  std::string funcs = "func @a(%x: f32[2]) {\n  return %x\n}\n";
+  EXPECT_EQ(parseError((funcs + "driver @nope\n").c_str()),
+            "t.hr:4:8: the driver calls @nope, which is not defined above it");
+  EXPECT_EQ(parseError((funcs + "driver @a same_batch\n").c_str()),
+            "t.hr:4:11: the driver's first call has no batch before it to "
+            "reuse");
+  EXPECT_EQ(parseError((funcs + "driver @a repeat 0\n").c_str()),
+            "t.hr:4:18: expected a repeat count of at least 1");
+  EXPECT_EQ(parseError((funcs + "driver @a\ndriver @a\n").c_str()),
+            "t.hr:5:1: the module already has a driver");
+}
+
+} // namespace

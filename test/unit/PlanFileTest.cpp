@@ -181,6 +181,49 @@ TEST(PlanFileTest, GptRoundTrip) {
   EXPECT_EQ(errorOf(checkPlanSource(loaded.Source, path)), "");
 }
 
+/// A LOMO plan with accumulation and clipping: three functions, a driver
+/// with a repeat and a call on the same batch, accumulators of kind grad.
+TEST(PlanFileTest, DriverAndAccumulatorsRoundTrip) {
+  TrainOptions o;
+  o.Import.Batch = 8;
+  o.Accumulate = 4;
+  o.Optimizer.Kind = OptimizerOptions::Kind::Lomo;
+  o.Optimizer.ClipGradNorm = 1.0;
+  Plan plan = compile("gpt.onnx", o);
+  ASSERT_EQ(plan.Driver.size(), 3u);
+  EXPECT_EQ(plan.Driver[1].Repeat, 2u);
+  EXPECT_EQ(plan.microBatchesPerStep(), 4u);
+  EXPECT_EQ(plan.Report.PassesPerStep, 4u); // the accumulators hold the norm
+  EXPECT_EQ(plan.Report.GradientState, plan.Report.Parameters);
+  PlanSource source = takeOrFail(describePlanSource(modelPath("gpt.onnx")));
+  std::string path = tempPath("lomo.plan");
+  ASSERT_EQ(errorOf(writePlanFile(plan, source, recipeFor(plan), path)), "");
+  LoadedPlan loaded = takeOrFail(readPlanFile(path));
+  expectSamePlan(plan, loaded.ThePlan);
+  ASSERT_EQ(loaded.ThePlan.Driver.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(loaded.ThePlan.Driver[i].Function, plan.Driver[i].Function);
+    EXPECT_EQ(loaded.ThePlan.Driver[i].Repeat, plan.Driver[i].Repeat);
+    EXPECT_EQ(loaded.ThePlan.Driver[i].SameBatch, plan.Driver[i].SameBatch);
+  }
+  EXPECT_EQ(loaded.ThePlan.Report.GradientState, plan.Report.GradientState);
+  EXPECT_EQ(loaded.ThePlan.Report.GradientsMaxLive,
+            plan.Report.GradientsMaxLive);
+  EXPECT_EQ(loaded.ThePlan.Report.PassesPerStep, 4u);
+  int grad = plan.stateIndex("lm_head.weight.grad");
+  ASSERT_GE(grad, 0);
+  EXPECT_EQ(loaded.ThePlan.States[grad].Kind, StateKind::Gradient);
+
+  // Without accumulation, clipping adds the norm pass on the same batch.
+  o.Accumulate = 1;
+  Plan twoPass = compile("gpt.onnx", o);
+  ASSERT_EQ(twoPass.Driver.size(), 2u);
+  EXPECT_EQ(twoPass.Driver[0].Function, "grad_norm");
+  EXPECT_TRUE(twoPass.Driver[1].SameBatch);
+  EXPECT_EQ(twoPass.microBatchesPerStep(), 1u);
+  EXPECT_EQ(twoPass.Report.PassesPerStep, 2u);
+}
+
 TEST(PlanFileTest, Deterministic) {
   std::string a = serialize(compile("gpt.onnx", gptOptions()), "gpt.onnx");
   std::string b = serialize(compile("gpt.onnx", gptOptions()), "gpt.onnx");
@@ -370,6 +413,10 @@ TEST(PlanFileTest, InvalidContentsAreRefused) {
   check(
       "no driver", [&](pb::Plan &p) { p.clear_driver(); },
       "the driver loop is empty");
+  check(
+      "same batch first",
+      [&](pb::Plan &p) { p.mutable_driver(0)->set_same_batch(true); },
+      "the driver's first call has no batch before it to reuse");
 }
 
 TEST(PlanFileTest, ChangedSourceIsRefused) {

@@ -120,3 +120,21 @@ TEST(VerifierTest, RejectsUseBeforeDefinition) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(VerifierTest, DriverCallsFunctionsOfOneSignature) {
+  const char *funcs = "func @a(%x: f32[2]) {\n  return %x\n}\n"
+                      "func @b(%x: f32[2]) {\n  return %x\n}\n"
+                      "func @c(%y: f32[3]) {\n  return %y\n}\n";
+  auto with = [&](const char *driver) {
+    return verifyError((std::string(funcs) + driver).c_str());
+  };
+  EXPECT_EQ(with("driver @a, @b repeat 3, @a same_batch\n"), "");
+  EXPECT_EQ(with("driver @a, @c\n"),
+            "the driver calls @a and @c, whose arguments differ");
+  EXPECT_EQ(with("driver @a, @b repeat 2 same_batch\n"),
+            "the driver repeats @b on the same batch");
+}
+
+} // namespace
