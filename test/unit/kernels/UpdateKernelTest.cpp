@@ -39,16 +39,16 @@ TEST(UpdateKernel, SgdUpdateRoundsLikeTheSgdOps) {
       for (size_t i = 0; i < want.size(); ++i) {
         float d = scaled ? g[i] * scale : g[i]; // Mul(g, coef)
         if (wd != 0)
-          d = d + want[i] * wdf; // Add(g, Mul(w, wd))
+          d = d + want[i] * wdf;    // Add(g, Mul(w, wd))
         want[i] = want[i] - d * lr; // Sub(w, Mul(g, lr))
       }
       std::vector<float> s = {scale};
       std::vector<TensorView> ins = {view(g, shape)};
       if (scaled)
         ins.push_back(view(s, {}));
-      ASSERT_EQ(runKernel("SgdUpdate", ins, {view(w, shape)},
-                          sgdAttrs(0.05, wd)),
-                "");
+      ASSERT_EQ(
+          runKernel("SgdUpdate", ins, {view(w, shape)}, sgdAttrs(0.05, wd)),
+          "");
       EXPECT_EQ(w, want) << "scaled " << scaled << " wd " << wd;
     }
 }
@@ -72,11 +72,10 @@ TEST(UpdateKernel, AccumulateWritesFirstThenAdds) {
   first["scale"] = Attribute::getFloat(0.25);
   first["first"] = Attribute::getInt(1);
   add["scale"] = Attribute::getFloat(0.25);
-  ASSERT_EQ(runKernel("Accumulate", {view(g1, shape)}, {view(acc, shape)},
-                      first),
-            "");
-  ASSERT_EQ(runKernel("Accumulate", {view(g2, shape)}, {view(acc, shape)},
-                      add),
+  ASSERT_EQ(
+      runKernel("Accumulate", {view(g1, shape)}, {view(acc, shape)}, first),
+      "");
+  ASSERT_EQ(runKernel("Accumulate", {view(g2, shape)}, {view(acc, shape)}, add),
             "");
   for (size_t i = 0; i < acc.size(); ++i)
     EXPECT_EQ(acc[i], g1[i] * 0.25f + g2[i] * 0.25f) << i;
@@ -84,9 +83,9 @@ TEST(UpdateKernel, AccumulateWritesFirstThenAdds) {
 
 TEST(UpdateKernel, ErrorsNameTheProblem) {
   std::vector<float> w(4), g(3), s(2);
-  EXPECT_EQ(runKernel("SgdUpdate", {view(g, {3})}, {view(w, {4})},
-                      sgdAttrs(0.1, 0)),
-            "SgdUpdate: gradient f32[3] does not match the state f32[4]");
+  EXPECT_EQ(
+      runKernel("SgdUpdate", {view(g, {3})}, {view(w, {4})}, sgdAttrs(0.1, 0)),
+      "SgdUpdate: gradient f32[3] does not match the state f32[4]");
   std::vector<float> g4(4);
   EXPECT_EQ(runKernel("SgdUpdate", {view(g4, {4}), view(s, {2})},
                       {view(w, {4})}, sgdAttrs(0.1, 0)),
