@@ -115,7 +115,9 @@ UpdateAnalysis::UpdateAnalysis(const Function &f) {
         if (user->info()->has(opflags::Terminator))
           continue;
         if (Updates.count(user))
-          g = merge(g, from.lookup(user));
+          // An update from no gradient (a step counter's write) is shared:
+          // no single gradient to wait for.
+          g = merge(g, from.lookup(user) ? from.lookup(user) : kSeveral);
         else if (Precompute.count(user))
           g = merge(g, needed.lookup(user));
         else
@@ -128,6 +130,8 @@ UpdateAnalysis::UpdateAnalysis(const Function &f) {
     needed[n] = g;
     if (g && g != kSeveral)
       NeededGradient[n] = g;
+    else
+      Shared.insert(n);
   }
 }
 

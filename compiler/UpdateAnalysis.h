@@ -19,7 +19,9 @@
 // Each precompute node also gets the gradient its updates combine it with
 // when that is one gradient (`NeededGradient`): `schedule` runs it when that
 // gradient is complete instead of during the forward, where it would hold
-// a parameter-sized value for the whole step.
+// a parameter-sized value for the whole step. Shared precompute (step
+// counts, bias corrections; everything when one clip coefficient scales all
+// updates) runs at once only when it is a scalar.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_COMPILER_UPDATEANALYSIS_H
@@ -40,8 +42,10 @@ struct UpdateAnalysis {
   llvm::DenseSet<const Value *> Gradients;
   llvm::DenseSet<const Node *> Serving, Updates, Precompute;
   /// For precompute nodes used by the updates of one gradient: that
-  /// gradient.
+  /// gradient. The others are Shared: used with several gradients (a step
+  /// count, or anything the clip coefficient scales).
   llvm::DenseMap<const Node *, const Value *> NeededGradient;
+  llvm::DenseSet<const Node *> Shared;
 
   explicit UpdateAnalysis(const Function &f);
   /// A parameter gradient or the value of an update: what the memory report

@@ -44,21 +44,21 @@ llvm::Error fail(const llvm::Twine &msg) {
                                  "accumulate: " + msg.str());
 }
 
-StateSlot *accumulator(Module &m, StateSlot *param) {
-  std::string name = param->name() + ".grad";
-  StateSlot *s = m.lookupState(name);
-  return s ? s : m.addState(name, param->type(), StateKind::Gradient);
-}
-
 /// Replaces every ParamGrad of `f` with an Accumulate into its accumulator;
 /// in the last step the ParamGrad stays and takes the accumulated sum.
-void rewrite(Module &m, Function &f, double scale, bool first, bool last) {
+llvm::Error rewrite(Module &m, Function &f, double scale, bool first,
+                    bool last) {
   std::vector<Node *> grads;
   for (Node &n : f.nodes())
     if (n.op() == "ParamGrad")
       grads.push_back(&n);
   for (Node *n : grads) {
-    StateSlot *acc = accumulator(m, n->state());
+    auto slot =
+        stateSlotFor(m, n->state()->name() + ".grad", n->state()->type(),
+                     StateKind::Gradient, "accumulate");
+    if (!slot)
+      return slot.takeError();
+    StateSlot *acc = *slot;
     AttributeMap a;
     a["scale"] = Attribute::getFloat(scale);
     a["first"] = Attribute::getInt(first);
@@ -69,6 +69,7 @@ void rewrite(Module &m, Function &f, double scale, bool first, bool last) {
     else
       n->erase();
   }
+  return llvm::Error::success();
 }
 
 } // namespace
@@ -95,15 +96,20 @@ llvm::Expected<bool> Accumulate::run(Module &m) {
     if (n.op() == "ParamGrad")
       tagGradient(n.operand(0), n.state());
   double scale = 1.0 / Steps;
-  Function *first = m.cloneFunction(*step, "accumulate.first");
-  rewrite(m, *first, scale, /*first=*/true, /*last=*/false);
+  Function *first =
+      m.cloneFunction(*step, freshFunctionName(m, "accumulate.first"));
+  if (auto e = rewrite(m, *first, scale, /*first=*/true, /*last=*/false))
+    return std::move(e);
   std::vector<DriverStep> driver = {{first, 1, false}};
   if (Steps > 2) {
-    Function *middle = m.cloneFunction(*step, "accumulate");
-    rewrite(m, *middle, scale, /*first=*/false, /*last=*/false);
+    Function *middle =
+        m.cloneFunction(*step, freshFunctionName(m, "accumulate"));
+    if (auto e = rewrite(m, *middle, scale, /*first=*/false, /*last=*/false))
+      return std::move(e);
     driver.push_back({middle, Steps - 2, false});
   }
-  rewrite(m, *step, scale, /*first=*/false, /*last=*/true);
+  if (auto e = rewrite(m, *step, scale, /*first=*/false, /*last=*/true))
+    return std::move(e);
   driver.push_back({step, 1, false});
   m.setDriver(std::move(driver));
   return true;

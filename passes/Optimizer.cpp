@@ -83,7 +83,22 @@ private:
   /// AdaLomo's beta2_t and 1 - beta2_t, in f64 rounded to `t`, shared.
   std::pair<Value *, Value *> adalomoDecay(Builder &b, Value *step, DType t);
 
+  /// The slot `name` (see stateSlotFor); a conflict is kept in Conflict and
+  /// reported when the pass ends.
+  StateSlot *slot(Module &m, const std::string &name, const TensorType &type) {
+    auto s = stateSlotFor(m, name, type, StateKind::Optimizer, "optimizer");
+    if (s)
+      return *s;
+    if (!Conflict)
+      Conflict = s.takeError();
+    else
+      llvm::consumeError(s.takeError());
+    return m.addState(name + ".conflict" + std::to_string(m.states().size()),
+                      type, StateKind::Optimizer);
+  }
+
   std::map<DType, std::pair<Value *, Value *>> Corrections;
+  llvm::Error Conflict = llvm::Error::success();
 
   OptimizerOptions O;
 };
@@ -144,14 +159,6 @@ std::vector<Node *> paramGrads(Function &f) {
   return grads;
 }
 
-/// A function name not yet in `m`: `base`, else base.1, base.2, ...
-std::string freshFunctionName(const Module &m, llvm::StringRef base) {
-  std::string name = base.str();
-  for (int i = 1; m.lookupFunction(name); ++i)
-    name = (base + "." + llvm::Twine(i)).str();
-  return name;
-}
-
 /// Replaces f's `return` with one returning `extra` after its values.
 void appendResult(Function &f, Value *extra) {
   Node *ret = f.returnNode();
@@ -163,16 +170,6 @@ void appendResult(Function &f, Value *extra) {
 }
 
 } // namespace
-
-void headroom::stampRandomStreams(Function &f) {
-  int64_t stream = 0;
-  for (Node &n : f.nodes())
-    if (n.op() == "Dropout") {
-      if (!n.attr("seed"))
-        n.setAttr("seed", Attribute::getInt(stream));
-      ++stream;
-    }
-}
 
 std::pair<Value *, Value *> Optimizer::biasCorrections(Builder &b, Value *step,
                                                        DType t) {
@@ -215,11 +212,7 @@ void Optimizer::adalomo(Module &m, Builder &b, StateSlot *s, Value *g,
   DType t = g->type().dtype();
   auto k = [&](double v) { return scalar(b, v, t); };
   auto moment = [&](const char *suffix, TensorType type) {
-    std::string name = s->name() + "." + suffix;
-    StateSlot *slot = m.lookupState(name);
-    if (!slot)
-      slot = m.addState(name, type, StateKind::Optimizer);
-    return slot;
+    return slot(m, s->name() + "." + suffix, type);
   };
   auto mean = [&](Value *x, llvm::ArrayRef<int64_t> axes) {
     AttributeMap a;
@@ -295,11 +288,7 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
   auto k = [&](double v) { return scalar(b, v, t); };
   Value *w = b.read(s);
   auto moment = [&](const char *suffix) {
-    std::string name = s->name() + "." + suffix;
-    StateSlot *slot = m.lookupState(name);
-    if (!slot)
-      slot = m.addState(name, s->type(), StateKind::Optimizer);
-    return slot;
+    return slot(m, s->name() + "." + suffix, s->type());
   };
   if (O.Kind == OptimizerOptions::Kind::AdamW) {
     if (O.WeightDecay != 0)
@@ -358,10 +347,7 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
     // The norm-only pass: a copy of f that stores the clip coefficient.
     stampRandomStreams(f);
     Function *normPass = m.cloneFunction(f, freshFunctionName(m, "grad_norm"));
-    StateSlot *slot = m.lookupState("clip.scale");
-    if (!slot)
-      slot = m.addState("clip.scale", TensorType(DType::F32, {}),
-                        StateKind::Optimizer);
+    StateSlot *scale = slot(m, "clip.scale", TensorType(DType::F32, {}));
     std::vector<Node *> normGrads = paramGrads(*normPass);
     llvm::SmallVector<Value *, 16> ngs;
     for (Node *n : normGrads)
@@ -376,9 +362,9 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
       n->erase();
     Builder nb(*normPass, normPass->returnNode());
     auto [norm, c] = clipCoefficient(nb, ngs, O.ClipGradNorm);
-    nb.create("Assign", {c}, {}, {}, slot);
+    nb.create("Assign", {c}, {}, {}, scale);
     appendResult(*normPass, norm);
-    coef = b.read(slot);
+    coef = b.read(scale);
     // The driver: the norm pass, then this function on the same batch.
     std::vector<DriverStep> driver(m.driver().begin(), m.driver().end());
     if (driver.empty())
@@ -406,9 +392,7 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
       O.Kind == OptimizerOptions::Kind::AdaLomo) {
     std::string name =
         O.Kind == OptimizerOptions::Kind::AdamW ? "adamw.step" : "adalomo.step";
-    StateSlot *ss = m.lookupState(name);
-    if (!ss)
-      ss = m.addState(name, TensorType(DType::F64, {}), StateKind::Optimizer);
+    StateSlot *ss = slot(m, name, TensorType(DType::F64, {}));
     step = b.createValue("Add", {b.read(ss), scalar(b, 1.0, DType::F64)},
                          ss->type());
     b.create("Assign", {step}, {}, {}, ss);
@@ -450,6 +434,8 @@ llvm::Expected<bool> Optimizer::run(Module &m) {
     if (auto e = updateFunction(m, *f))
       return std::move(e);
   }
+  if (Conflict)
+    return std::move(Conflict);
   return changed;
 }
 

@@ -54,3 +54,38 @@ std::string headroom::passesMarkdown() {
     s += "| `" + p.Name.str() + "` | " + p.Summary.str() + " |\n";
   return s;
 }
+
+std::string headroom::freshFunctionName(const Module &m, llvm::StringRef base) {
+  std::string name = base.str();
+  for (int i = 1; m.lookupFunction(name); ++i)
+    name = (base + "." + llvm::Twine(i)).str();
+  return name;
+}
+
+llvm::Expected<StateSlot *>
+headroom::stateSlotFor(Module &m, llvm::StringRef name, const TensorType &type,
+                       StateKind kind, llvm::StringRef pass) {
+  StateSlot *s = m.lookupState(name);
+  if (!s)
+    return m.addState(name.str(), type, kind);
+  if (s->type() != type || s->kind() != kind)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "%s: state @%s exists as %s %s; this pass needs it as %s %s",
+        pass.str().c_str(), name.str().c_str(), s->type().str().c_str(),
+        stateKindName(s->kind()).str().c_str(), type.str().c_str(),
+        stateKindName(kind).str().c_str());
+  return s;
+}
+
+void headroom::stampRandomStreams(Function &f) {
+  bool all = true;
+  for (const Node &n : f.nodes())
+    all &= n.op() != "Dropout" || n.attr("stream");
+  if (all) // already numbered (by autodiff): copies keep their streams
+    return;
+  int64_t stream = 0;
+  for (Node &n : f.nodes())
+    if (n.op() == "Dropout")
+      n.setAttr("stream", Attribute::getInt(stream++));
+}

@@ -39,11 +39,22 @@ llvm::Error checkNoOptions(llvm::StringRef pass, llvm::StringRef options);
 /// docs/passes.md: a Markdown table of every pass.
 std::string passesMarkdown();
 
-/// Gives every Dropout of `f` without a `seed` attribute its ordinal as
-/// seed, the random stream the executor draws its mask from. A pass that
-/// copies a function calls it first, so that the copies draw the same masks
-/// when called with the same step (the two passes of LOMO with clipping).
+/// Gives every Dropout of `f` its ordinal as `stream` attribute, the random
+/// stream the executor draws its mask from (ONNX's `seed` is not used: two
+/// Dropouts with the same seed would draw the same mask). autodiff calls it,
+/// so that copies of the step made by later passes draw the same masks when
+/// called with the same step (the two passes of LOMO with clipping).
 void stampRandomStreams(Function &f);
+
+/// A function name not yet in `m`: `base`, else base.1, base.2, ...
+std::string freshFunctionName(const Module &m, llvm::StringRef base);
+
+/// The state slot `name`, added with `type` and `kind` when there is none;
+/// an error when a slot of that name exists with another type or kind (a
+/// model parameter called `w.grad` must not become w's accumulator).
+llvm::Expected<StateSlot *> stateSlotFor(Module &m, llvm::StringRef name,
+                                         const TensorType &type, StateKind kind,
+                                         llvm::StringRef pass);
 
 } // namespace headroom
 

@@ -35,12 +35,12 @@ public:
   llvm::Expected<bool> run(Module &m) override;
 
 private:
-  static bool scheduleFunction(Function &f);
+  static llvm::Expected<bool> scheduleFunction(Function &f);
 };
 
 } // namespace
 
-bool Schedule::scheduleFunction(Function &f) {
+llvm::Expected<bool> Schedule::scheduleFunction(Function &f) {
   std::vector<Node *> nodes;
   llvm::DenseMap<const Node *, int> index;
   for (Node &n : f.nodes()) {
@@ -94,8 +94,12 @@ bool Schedule::scheduleFunction(Function &f) {
   std::vector<bool> update(count, false);
   for (size_t k = 0; k < count; ++k) {
     const Node *n = nodes[k];
-    update[k] = n->op() == "Constant" || n->op() == "Read" ||
-                updates.Updates.count(n) || updates.Precompute.count(n);
+    bool scalar =
+        n->numResults() == 1 && n->result(0)->type().numElements() <= 1;
+    update[k] =
+        n->op() == "Constant" || n->op() == "Read" ||
+        updates.Updates.count(n) ||
+        (updates.Precompute.count(n) && (!updates.Shared.count(n) || scalar));
   }
   for (const auto &[n, g] : updates.NeededGradient)
     if (g->definingNode() && index.count(g->definingNode()))
@@ -114,7 +118,12 @@ bool Schedule::scheduleFunction(Function &f) {
       if (--preds[s] == 0)
         ready.push({update[s] ? 0 : 1, s});
   }
-  assert(order.size() == count && "dependence cycle in a verified function");
+  if (order.size() != count)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "schedule: @%s: the dependences of its state updates form a cycle "
+        "(%zu of %zu nodes ordered)",
+        f.name().c_str(), order.size(), count);
   bool changed = false;
   for (size_t k = 0; k < order.size(); ++k)
     changed |= order[k] != static_cast<int>(k);
@@ -131,8 +140,12 @@ bool Schedule::scheduleFunction(Function &f) {
 
 llvm::Expected<bool> Schedule::run(Module &m) {
   bool changed = false;
-  for (const auto &f : m.functions())
-    changed |= scheduleFunction(*f);
+  for (const auto &f : m.functions()) {
+    auto c = scheduleFunction(*f);
+    if (!c)
+      return c.takeError();
+    changed |= *c;
+  }
   return changed;
 }
 

@@ -206,6 +206,10 @@ PlanFunction FunctionLowering::lower() {
         life.Last = std::max<int64_t>(life.Last, LastUse.lookup(r));
         if (life.Last > lossPos && life.First <= lossPos)
           Categories[arenaSlot[id]] = 0;
+        // A gradient summed into a partial one's buffer (a weight used
+        // twice) is a gradient from here on.
+        else if (life.First > lossPos && updates.isGradient(r))
+          Categories[arenaSlot[id]] = 1;
         call.Outputs.push_back(id);
         continue;
       }

@@ -27,6 +27,9 @@ using namespace headroom;
 namespace pb = headroom::planfile;
 
 static constexpr llvm::StringLiteral kMagic = "headroom plan";
+/// Calls of driver functions per step (micro-batches and norm passes).
+constexpr uint64_t kMaxCallsPerStep = 1u << 20;
+
 /// No tensor, state or arena of a valid plan is this large; the bound keeps
 /// every size and offset sum far from overflow.
 static constexpr uint64_t kMaxBytes = uint64_t(1) << 50;
@@ -477,6 +480,7 @@ llvm::Error PlanReader::checkDriver() const {
   if (P.Driver.front().SameBatch)
     return invalid("the driver's first call has no batch before it to reuse");
   const PlanFunction *first = P.function(P.Driver.front().Function);
+  uint64_t calls = 0;
   for (const DriverCall &d : P.Driver) {
     const PlanFunction *f = P.function(d.Function);
     if (!f)
@@ -486,6 +490,18 @@ llvm::Error PlanReader::checkDriver() const {
       return invalid("the driver calls @" + d.Function + " 0 times");
     if (f->Results.empty())
       return invalid("@" + d.Function + " returns no loss");
+    for (size_t i = 0; i < f->Results.size() && i < 2; ++i)
+      if (P.Buffers[f->Results[i]].numElements() < 1)
+        return invalid("@" + d.Function + " returns an empty " +
+                       (i ? "gradient norm" : "loss"));
+    calls += d.Repeat;
+    if (calls > kMaxCallsPerStep)
+      return invalid("the driver makes more than " +
+                     llvm::Twine(kMaxCallsPerStep) + " calls per step");
+    for (int b : f->Args)
+      if (P.Buffers[b].rank() > 0 && !f->Args.empty() &&
+          P.Buffers[b].dim(0) != P.Buffers[f->Args[0]].dim(0))
+        return invalid("@" + d.Function + " takes batches of different sizes");
     if (d.SameBatch && d.Repeat != 1)
       return invalid("the driver repeats @" + d.Function +
                      " on the same batch");

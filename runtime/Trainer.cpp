@@ -41,6 +41,17 @@ headroom::buildTrainingStep(llvm::StringRef modelPath,
           "--batch %lld is not a multiple of --accum %u",
           (long long)import.Batch, options.Accumulate);
     import.Batch /= options.Accumulate;
+    // --shape gives a step's shapes too: its leading dimension is the batch.
+    for (auto &[name, dims] : import.Shapes) {
+      if (dims.empty())
+        continue;
+      if (dims[0] % options.Accumulate)
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            "--shape %s: %lld samples are not a multiple of --accum %u",
+            name.c_str(), (long long)dims[0], options.Accumulate);
+      dims[0] /= options.Accumulate;
+    }
   }
   auto m = importOnnxFile(modelPath, import);
   if (!m)
@@ -150,6 +161,14 @@ llvm::Error Trainer::checkData(const Dataset &data) const {
   std::vector<TensorType> types;
   for (int b : f.Args)
     types.push_back(Exec->plan().Buffers[b]);
+  for (size_t i = 1; i < types.size(); ++i)
+    if (types[i].rank() == 0 || types[i].dim(0) != types[0].dim(0))
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "data input '%s' is %s but '%s' is %s: every data input of a step "
+          "must be a batch of the same number of samples",
+          f.ArgNames[i].c_str(), types[i].str().c_str(), f.ArgNames[0].c_str(),
+          types[0].str().c_str());
   if (auto e = checkDataset(data, f.ArgNames, types))
     return e;
   if (data.Samples < batch())

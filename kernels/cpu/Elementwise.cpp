@@ -465,9 +465,9 @@ uint64_t counterHash(uint64_t seed, uint64_t i) {
 /// kept when the top 32 bits of counterHash(ctx.Seed, i), read as a uniform
 /// number in [0, 1), are >= ratio, and output = data * mask / (1 - ratio).
 /// ctx.Seed changes every step, as a training run needs, and makes each step
-/// replayable; the executor mixes the node's `seed` attribute into it (its
-/// random stream, runtime/cpu/CpuExecutor.cpp), so copies of a node draw
-/// the same mask on the same step.
+/// replayable; the executor mixes the node's `stream` attribute into it
+/// (runtime/cpu/CpuExecutor.cpp), so copies of a node draw the same mask on
+/// the same step. ONNX's `seed` attribute is not used.
 Error dropout(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
   bool hasMask = ctx.Outputs.size() > 1 && ctx.Outputs[1].present();

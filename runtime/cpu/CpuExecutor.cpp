@@ -70,10 +70,10 @@ uint64_t mixSeed(uint64_t seed, uint64_t step, uint64_t call) {
   return z ^ (z >> 31);
 }
 
-/// The random stream of a call: its `seed` attribute (autodiff gives every
+/// The random stream of a call: its `stream` attribute (autodiff gives every
 /// Dropout one, so that copies of a function draw alike), else its position.
 uint64_t randomStream(const KernelCall &c) {
-  auto it = c.Attrs.find("seed");
+  auto it = c.Attrs.find("stream");
   if (it != c.Attrs.end() && it->second.kind() == Attribute::Kind::Int)
     return static_cast<uint64_t>(it->second.asInt());
   return c.Id;

@@ -1,6 +1,7 @@
 //===- PlanTest.cpp - Lowering hazards: in-place reuse and state aliasing -===//
 #include "TestUtil.h"
 #include "compiler/Parser.h"
+#include "compiler/PassManager.h"
 #include "runtime/Executor.h"
 
 using namespace headroom;
@@ -62,6 +63,35 @@ TEST(PlanTest, ElementwiseChainsShareOneBuffer) {
   auto plan = takeOrFail(lowerModule(*m));
   // x (an argument) and one buffer for a, b and c in turn.
   EXPECT_EQ(plan.ArenaBytes, 2u * 1024u);
+}
+
+} // namespace
+
+namespace {
+
+/// A weight used twice: its gradient is the sum of two partial ones, which
+/// lowering computes in place in the first partial's buffer. The report still
+/// counts it as a gradient: with LOMO the most gradient bytes live at once
+/// are at least the parameter's.
+TEST(PlanTest, TiedWeightGradientIsCountedAsAGradient) {
+  auto m =
+      takeOrFail(parseModule("state @w : f32[64, 64] param\n"
+                             "func @forward(%x: f32[8, 64]) {\n"
+                             "  %w = Read(@w) : f32[64, 64]\n"
+                             "  %h = MatMul(%x, %w) : f32[8, 64]\n"
+                             "  %a = Tanh(%h) : f32[8, 64]\n"
+                             "  %y = MatMul(%a, %w) : f32[8, 64]\n"
+                             "  %loss = ReduceSum(%y) {keepdims = 0} : f32[]\n"
+                             "  return %loss\n}\n"));
+  ASSERT_TRUE(m);
+  PassManager pm;
+  ASSERT_EQ(errorOf(pm.addPipeline(
+                "autodiff,optimizer{kind=lomo},canonicalize,schedule")),
+            "");
+  ASSERT_EQ(errorOf(pm.run(*m)), "");
+  Plan plan = takeOrFail(lowerModule(*m));
+  EXPECT_EQ(plan.Report.LargestParameter, 64u * 64 * 4);
+  EXPECT_GE(plan.Report.GradientsMaxLive, plan.Report.LargestParameter);
 }
 
 } // namespace
