@@ -129,10 +129,11 @@ void headroom::printReportSvg(const MemoryReport &r, llvm::StringRef title,
   struct Layer {
     const char *Name, *Color;
   };
-  const Layer layers[] = {{"state (weights, optimizer)", "#9e9e9e"},
-                          {"activations", "#4e79a7"},
-                          {"gradients", "#e15759"},
-                          {"temporaries", "#f28e2b"}};
+  const Layer layers[] = {
+      {"state (weights, accumulators, optimizer)", "#9e9e9e"},
+      {"activations", "#4e79a7"},
+      {"gradients", "#e15759"},
+      {"temporaries", "#f28e2b"}};
   for (int layer = 3; layer >= 0; --layer) {
     // The polygon of the cumulative sum up to this layer.
     os << "<polygon fill=\"" << layers[layer].Color << "\" points=\"";
