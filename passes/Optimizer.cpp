@@ -52,6 +52,15 @@ using namespace headroom;
 
 namespace {
 
+/// `v` as element type `t` (itself when it has it).
+Value *cast(Builder &b, Value *v, DType t) {
+  if (v->type().dtype() == t)
+    return v;
+  AttributeMap a;
+  a["to"] = Attribute::getType(t);
+  return b.createValue("Cast", {v}, v->type().withDType(t), a);
+}
+
 class Optimizer : public Pass {
 public:
   explicit Optimizer(OptimizerOptions o) : O(o) {}
@@ -67,13 +76,6 @@ private:
   Value *scalar(Builder &b, double v, DType t) {
     return b.constant(Tensor::fromDoubles(t, {}, {v}));
   }
-  Value *cast(Builder &b, Value *v, DType t) {
-    if (v->type().dtype() == t)
-      return v;
-    AttributeMap a;
-    a["to"] = Attribute::getType(t);
-    return b.createValue("Cast", {v}, v->type().withDType(t), a);
-  }
   llvm::Error updateFunction(Module &m, Function &f);
   void update(Module &m, Builder &b, StateSlot *w, Value *g, Value *step);
   void adalomo(Module &m, Builder &b, StateSlot *w, Value *g, Value *step);
@@ -83,8 +85,9 @@ private:
   /// AdaLomo's beta2_t and 1 - beta2_t, in f64 rounded to `t`, shared.
   std::pair<Value *, Value *> adalomoDecay(Builder &b, Value *step, DType t);
 
-  /// The slot `name` (see stateSlotFor); a conflict is kept in Conflict and
-  /// reported when the pass ends.
+  /// The slot `name` (see stateSlotFor). A slot of that name with another
+  /// type or kind goes to Conflict, which the pass returns when it ends: the
+  /// IR built meanwhile is never used.
   StateSlot *slot(Module &m, const std::string &name, const TensorType &type) {
     auto s = stateSlotFor(m, name, type, StateKind::Optimizer, "optimizer");
     if (s)
@@ -93,8 +96,7 @@ private:
       Conflict = s.takeError();
     else
       llvm::consumeError(s.takeError());
-    return m.addState(name + ".conflict" + std::to_string(m.states().size()),
-                      type, StateKind::Optimizer);
+    return m.lookupState(name);
   }
 
   std::map<DType, std::pair<Value *, Value *>> Corrections;
@@ -121,13 +123,10 @@ clipCoefficient(Builder &b, llvm::ArrayRef<Value *> gs, double maxNorm) {
         g->type());
     AttributeMap keep;
     keep["keepdims"] = Attribute::getInt(0);
-    Value *s = b.createValue("ReduceSum", {sq},
-                             TensorType(g->type().dtype(), {}), keep);
-    if (g->type().dtype() != DType::F32) {
-      AttributeMap cast;
-      cast["to"] = Attribute::getType(DType::F32);
-      s = b.createValue("Cast", {s}, f32, cast);
-    }
+    Value *s = cast(b,
+                    b.createValue("ReduceSum", {sq},
+                                  TensorType(g->type().dtype(), {}), keep),
+                    DType::F32);
     total = total ? b.createValue("Add", {total, s}, f32) : s;
   }
   Value *norm = b.createValue("Sqrt", {total}, f32);

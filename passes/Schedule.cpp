@@ -3,9 +3,12 @@
 // A list scheduler over each function's dependence graph. Dependences are the
 // data edges plus the state order: a write of a slot comes after every use of
 // an earlier read of it, and a read after an earlier write. Among ready
-// nodes, the updates' own work (compiler/UpdateAnalysis.h: state writes and
-// the arithmetic that only serves them) goes first, then the rest in their
-// original order. The effect on a training step: each parameter is updated
+// nodes the urgent ones go first, then the rest in their original order.
+// Urgent (compiler/UpdateAnalysis.h): updates -- state writes and the
+// arithmetic computed from a parameter gradient (tagged `grad_of`) --, their
+// work on state alone once the one gradient it meets is complete (an added
+// edge; shared work only when scalar), and Reads and Constants, which cost no
+// arena memory. The effect on a training step: each parameter is updated
 // as soon as its gradient is complete and the forward values that read the
 // old weight are no longer needed, so the gradient dies there instead of
 // living to the end of the step -- LOMO's fused update. (With global-norm
@@ -84,19 +87,13 @@ llvm::Expected<bool> Schedule::scheduleFunction(Function &f) {
     readsSinceWrite[s].clear();
     lastWrite[s] = i;
   }
-  // Updates (compiler/UpdateAnalysis.h) run as soon as they are ready: a
-  // parameter's update and the work that only serves it, not the backward
-  // computation of the gradient it consumes.
-  // Urgent: updates, and their precompute from state once the gradient it
-  // meets is complete (an edge from that gradient); Constants and Reads,
-  // which cost no arena memory.
   UpdateAnalysis updates(f);
-  std::vector<bool> update(count, false);
+  std::vector<bool> urgent(count, false);
   for (size_t k = 0; k < count; ++k) {
     const Node *n = nodes[k];
     bool scalar =
         n->numResults() == 1 && n->result(0)->type().numElements() <= 1;
-    update[k] =
+    urgent[k] =
         n->op() == "Constant" || n->op() == "Read" ||
         updates.Updates.count(n) ||
         (updates.Precompute.count(n) && (!updates.Shared.count(n) || scalar));
@@ -108,7 +105,7 @@ llvm::Expected<bool> Schedule::scheduleFunction(Function &f) {
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
   for (size_t i = 0; i < count; ++i)
     if (preds[i] == 0)
-      ready.push({update[i] ? 0 : 1, i});
+      ready.push({urgent[i] ? 0 : 1, i});
   std::vector<int> order;
   while (!ready.empty()) {
     int i = ready.top().second;
@@ -116,7 +113,7 @@ llvm::Expected<bool> Schedule::scheduleFunction(Function &f) {
     order.push_back(i);
     for (int s : succ[i])
       if (--preds[s] == 0)
-        ready.push({update[s] ? 0 : 1, s});
+        ready.push({urgent[s] ? 0 : 1, s});
   }
   if (order.size() != count)
     return llvm::createStringError(

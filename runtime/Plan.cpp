@@ -262,32 +262,24 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
     ArenaAssignment a = planArena(fl.Lives);
     for (size_t i = 0; i < fl.ArenaBuffers.size(); ++i)
       plan.Placements[fl.ArenaBuffers[i]].Offset = a.Offsets[i];
-    // Gradient bytes live at each position (aligned like the timeline).
-    std::vector<uint64_t> gradients;
-    for (size_t i = 0; i < fl.Lives.size(); ++i) {
-      if (fl.Categories[i] != 1)
-        continue;
-      if (gradients.size() <= static_cast<size_t>(fl.Lives[i].Last))
-        gradients.resize(fl.Lives[i].Last + 1, 0);
+    // Live bytes at each position by category (aligned sizes): the most
+    // gradient bytes over every function, the timeline of the largest.
+    int64_t positions = 0;
+    for (const BufferLife &b : fl.Lives)
+      positions = std::max(positions, b.Last + 1);
+    std::vector<std::array<uint64_t, 3>> timeline(positions, {0, 0, 0});
+    for (size_t i = 0; i < fl.Lives.size(); ++i)
       for (int64_t p = fl.Lives[i].First; p <= fl.Lives[i].Last; ++p)
-        gradients[p] += (fl.Lives[i].Size + 63) & ~63ull;
-    }
-    for (uint64_t g : gradients)
-      r.GradientsMaxLive = std::max(r.GradientsMaxLive, g);
+        timeline[p][fl.Categories[i]] += (fl.Lives[i].Size + 63) & ~63ull;
+    for (const auto &t : timeline)
+      r.GradientsMaxLive = std::max(r.GradientsMaxLive, t[1]);
     // Functions run one at a time: they share the arena.
     if (a.ArenaBytes < plan.ArenaBytes)
       continue;
     plan.ArenaBytes = a.ArenaBytes;
     r.ArenaBytes = a.ArenaBytes;
     r.ArenaLowerBound = a.LowerBound;
-    // Timeline and the split at the peak position (aligned sizes).
-    int64_t positions = 0;
-    for (const BufferLife &b : fl.Lives)
-      positions = std::max(positions, b.Last + 1);
-    r.Timeline.assign(positions, {0, 0, 0});
-    for (size_t i = 0; i < fl.Lives.size(); ++i)
-      for (int64_t p = fl.Lives[i].First; p <= fl.Lives[i].Last; ++p)
-        r.Timeline[p][fl.Categories[i]] += (fl.Lives[i].Size + 63) & ~63ull;
+    r.Timeline = std::move(timeline);
     uint64_t best = 0;
     for (const auto &t : r.Timeline)
       if (t[0] + t[1] + t[2] > best) {

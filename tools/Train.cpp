@@ -201,19 +201,7 @@ trainOptionsFromFlags(const ImportOptions &import) {
   options.Optimizer = *opt;
   options.DisableDropout = DisableDropout;
   options.Seed = Seed;
-  if (Accum == 0)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "--accum must be at least 1");
-  if (Accum > 1 && import.Batch <= 0)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "--accum needs --batch: the step's batch is split into micro-batches");
-  if (Accum > 1 && import.Batch % Accum)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "--batch %lld is not a multiple of --accum %u", (long long)import.Batch,
-        unsigned(Accum));
-  options.Accumulate = Accum;
+  options.Accumulate = Accum; // checked by buildTrainingStep
   options.Schedule = ScheduleFlag;
   return options;
 }
