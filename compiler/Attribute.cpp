@@ -135,15 +135,11 @@ static bool sameIn(DType t, double a, double b) {
   }
 }
 
-void headroom::printFloat(llvm::raw_ostream &os, double v, DType t) {
-  if (std::isnan(v)) {
-    os << "nan";
-    return;
-  }
-  if (std::isinf(v)) {
-    os << (v < 0 ? "-inf" : "inf");
-    return;
-  }
+std::string headroom::shortestDecimal(double v, DType t) {
+  if (std::isnan(v))
+    return "nan";
+  if (std::isinf(v))
+    return v < 0 ? "-inf" : "inf";
   // The shortest of %.{1..17}g that reads back exactly.
   char buf[32];
   for (int prec = 1; prec <= 17; ++prec) {
@@ -151,9 +147,13 @@ void headroom::printFloat(llvm::raw_ostream &os, double v, DType t) {
     if (sameIn(t, std::strtod(buf, nullptr), v))
       break;
   }
-  llvm::StringRef s(buf);
+  return buf;
+}
+
+void headroom::printFloat(llvm::raw_ostream &os, double v, DType t) {
+  std::string s = shortestDecimal(v, t);
   os << s;
-  if (s.find_first_of(".e") == llvm::StringRef::npos)
+  if (llvm::StringRef(s).find_first_of(".en") == llvm::StringRef::npos)
     os << ".0";
 }
 

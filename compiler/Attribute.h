@@ -65,6 +65,9 @@ private:
 /// Attributes of one node, ordered by name so that printing is deterministic.
 using AttributeMap = std::map<std::string, Attribute>;
 
+/// The shortest decimal (printf's %g form) that reads back as the same value
+/// of element type `t`: `1e-05`, `0.001`, `3`, `inf`, `nan`.
+std::string shortestDecimal(double v, DType t = DType::F64);
 /// Prints the shortest decimal that reads back as the same value of element
 /// type `t` (f32: `1e-05`, not `9.99999975e-06`), always with a '.' or an
 /// exponent so that it parses as a float (`1.0`, `inf`, `nan`).

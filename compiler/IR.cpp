@@ -207,11 +207,13 @@ Function *Module::lookupFunction(llvm::StringRef name) const {
   return nullptr;
 }
 
-Function *Module::cloneFunction(const Function &f, std::string name) {
-  Function *copy = addFunction(std::move(name));
+/// Appends copies of f's arguments and nodes to `copy`, each node's state
+/// slot mapped by `state`.
+template <typename StateMap>
+static void copyBody(const Function &f, Function &copy, StateMap state) {
   llvm::DenseMap<const Value *, Value *> map;
   for (Value *a : f.arguments())
-    map[a] = copy->addArgument(a->type(), a->name());
+    map[a] = copy.addArgument(a->type(), a->name());
   for (const Node &n : f.nodes()) {
     llvm::SmallVector<Value *, 4> operands;
     for (Value *v : n.operands())
@@ -219,11 +221,36 @@ Function *Module::cloneFunction(const Function &f, std::string name) {
     llvm::SmallVector<TensorType, 2> types;
     for (Value *r : n.results())
       types.push_back(r->type());
-    Node *c = copy->createNode(n.op(), operands, types, n.attrs(), n.state());
+    Node *c = copy.createNode(n.op(), operands, types, n.attrs(),
+                              n.state() ? state(n.state()) : nullptr);
+    c->setLoc(n.loc());
     for (unsigned i = 0; i < n.numResults(); ++i) {
       c->result(i)->setName(n.result(i)->name());
       map[n.result(i)] = c->result(i);
     }
   }
+}
+
+Function *Module::cloneFunction(const Function &f, std::string name) {
+  Function *copy = addFunction(std::move(name));
+  copyBody(f, *copy, [](StateSlot *s) { return s; });
   return copy;
+}
+
+std::unique_ptr<Module> Module::clone() const {
+  auto m = std::make_unique<Module>();
+  llvm::DenseMap<const StateSlot *, StateSlot *> states;
+  for (const auto &s : States)
+    states[s.get()] = m->addState(s->name(), s->type(), s->kind());
+  llvm::DenseMap<const Function *, Function *> functions;
+  for (const auto &f : Functions) {
+    Function *copy = m->addFunction(f->name());
+    copyBody(*f, *copy, [&](StateSlot *s) { return states.lookup(s); });
+    functions[f.get()] = copy;
+  }
+  std::vector<DriverStep> driver = Driver;
+  for (DriverStep &d : driver)
+    d.Callee = functions.lookup(d.Callee);
+  m->setDriver(std::move(driver));
+  return m;
 }

@@ -102,6 +102,15 @@ public:
   ~Node();
   const std::string &op() const { return Op; }
   const OpInfo *info() const { return Info; }
+  OpKind kind() const { return Info->Kind; }
+  bool is(OpKind k) const { return Info->Kind == k; }
+
+  /// Where the node came from: the ONNX node's name (torch writes scopes
+  /// such as `/layers.0/attention_norm/Pow`), carried by clones and by the
+  /// nodes a pass derives from it (a gradient rule's nodes take the forward
+  /// node's). Empty for nodes with no source. Printed as `loc("...")`.
+  const std::string &loc() const { return Loc; }
+  void setLoc(std::string l) { Loc = std::move(l); }
   Function *parent() const { return Parent; }
 
   unsigned numOperands() const { return Operands.size(); }
@@ -139,6 +148,7 @@ private:
   llvm::SmallVector<Value *, 1> Results;
   StateSlot *State = nullptr;
   AttributeMap Attrs;
+  std::string Loc;
 };
 
 class Module;
@@ -189,12 +199,17 @@ public:
   explicit Builder(Function &f, Node *before = nullptr)
       : F(f), Before(before) {}
   void setInsertionPoint(Node *before) { Before = before; }
+  /// The location every node created from now on gets.
+  void setLoc(std::string loc) { Loc = std::move(loc); }
+  const std::string &loc() const { return Loc; }
 
   Node *create(llvm::StringRef op, llvm::ArrayRef<Value *> operands,
                llvm::ArrayRef<TensorType> resultTypes, AttributeMap attrs = {},
                StateSlot *state = nullptr) {
-    return F.createNode(op, operands, resultTypes, std::move(attrs), state,
-                        Before);
+    Node *n = F.createNode(op, operands, resultTypes, std::move(attrs), state,
+                           Before);
+    n->setLoc(Loc);
+    return n;
   }
   /// A single-result node; returns its result.
   Value *createValue(llvm::StringRef op, llvm::ArrayRef<Value *> operands,
@@ -207,6 +222,7 @@ public:
 private:
   Function &F;
   Node *Before;
+  std::string Loc;
 };
 
 /// One entry of a module's driver: how a training step calls a function.
@@ -239,6 +255,9 @@ public:
   /// A copy of `f` named `name`, appended: same arguments, nodes, attributes
   /// and state slots, its values with the same name hints.
   Function *cloneFunction(const Function &f, std::string name);
+  /// A deep copy: states, functions (node locations and value names kept)
+  /// and the driver.
+  std::unique_ptr<Module> clone() const;
 
   /// The calls of one step, in order. Empty means one call of the first
   /// function (what every module without a driver line does).

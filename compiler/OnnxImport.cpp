@@ -618,12 +618,12 @@ Error Importer::makeShapesStatic() {
 /// they come from initializers, the step writes them back (as PyTorch's
 /// module does) and the initializers become buffers, not parameters.
 Error writeBackRunningStats(Node &n, Builder &b) {
-  if (n.op() != "BatchNormalization" || !n.intAttr("training_mode", 0) ||
+  if (!n.is(OpKind::BatchNormalization) || !n.intAttr("training_mode", 0) ||
       n.numResults() < 3)
     return Error::success();
   for (unsigned i = 0; i < 2; ++i) {
     Node *read = n.operand(3 + i)->definingNode();
-    if (!read || read->op() != "Read")
+    if (!read || !read->is(OpKind::Read))
       continue;
     StateSlot *s = read->state();
     if (s->kind() == StateKind::Frozen)
@@ -689,6 +689,8 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
 
   for (int i = 0; i < Graph.node_size(); ++i) {
     const onnx::NodeProto &n = Graph.node(i);
+    // Every node made for this one (its Reads and Constants too) is from it.
+    b.setLoc(n.name());
     llvm::SmallVector<Value *, 4> operands;
     for (const auto &in : n.input()) {
       if (in.empty()) {

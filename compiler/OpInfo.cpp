@@ -8,7 +8,7 @@ using namespace headroom::opflags;
 
 static const OpInfo kOps[] = {
 #define HR_OP(Name, MinOps, MaxOps, MinRes, MaxRes, Flags, Doc)                \
-  {#Name, MinOps, MaxOps, MinRes, MaxRes, Flags, Doc},
+  {OpKind::Name, #Name, MinOps, MaxOps, MinRes, MaxRes, Flags, Doc},
 #include "compiler/Ops.def"
 };
 

@@ -10,6 +10,8 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <cstdint>
+
 namespace headroom {
 
 namespace opflags {
@@ -21,10 +23,19 @@ enum : unsigned {
   ReadsState = 1u << 4,
   WritesState = 1u << 5,
   Terminator = 1u << 6,
+  Elementwise = 1u << 7,
 };
 } // namespace opflags
 
+/// Every registered op, one enumerator per Ops.def row, in its order: what
+/// passes compare (`n.is(OpKind::ParamGrad)`), never the op's name.
+enum class OpKind : uint16_t {
+#define HR_OP(Name, MinOps, MaxOps, MinRes, MaxRes, Flags, Doc) Name,
+#include "compiler/Ops.def"
+};
+
 struct OpInfo {
+  OpKind Kind;
   llvm::StringRef Name;
   int MinOperands, MaxOperands; // MaxOperands < 0: variadic
   int MinResults, MaxResults;   // MaxResults < 0: variadic
@@ -42,6 +53,10 @@ struct OpInfo {
 const OpInfo *lookupOp(llvm::StringRef name);
 /// All registered ops, in Ops.def order.
 llvm::ArrayRef<OpInfo> allOps();
+/// The row of `op`.
+inline const OpInfo &opInfo(OpKind op) {
+  return allOps()[static_cast<int>(op)];
+}
 
 } // namespace headroom
 

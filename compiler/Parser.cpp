@@ -544,7 +544,21 @@ llvm::Error Parser::parseNode(Function &f, llvm::StringMap<Value *> &values) {
     return errorAt(opTok.Loc, "expected " + llvm::Twine(resultNames.size()) +
                                   " result type(s) after ':', got " +
                                   llvm::Twine(types.size()));
+  std::string loc;
+  if (isIdent("loc")) {
+    next();
+    if (auto e = expectPunct('(', "after 'loc'"))
+      return e;
+    if (Tk.Kind != Tok::String)
+      return error("expected a quoted location in loc(...)");
+    loc = Tk.Text;
+    next();
+    if (!isPunct(')'))
+      return error("expected ')' after the location");
+    next();
+  }
   Node *n = f.createNode(opTok.Text, operands, types, std::move(attrs), state);
+  n->setLoc(std::move(loc));
   for (unsigned i = 0; i < resultNames.size(); ++i)
     if (auto e = defineValue(values, resultNames[i], n->result(i)))
       return e;

@@ -131,6 +131,11 @@ static void printNode(const Node &n, const Namer &names,
       n.result(i)->type().print(os);
     }
   }
+  if (!n.loc().empty()) {
+    os << " loc(";
+    printQuoted(os, n.loc());
+    os << ')';
+  }
   os << '\n';
 }
 

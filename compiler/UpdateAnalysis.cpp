@@ -44,12 +44,12 @@ UpdateAnalysis::UpdateAnalysis(const Function &f) {
              ++i)
           if (!a->asStrings()[i].empty())
             Gradients.insert(n->result(i));
-    if (n->op() == "ParamGrad" || n->op() == "SgdUpdate" ||
-        n->op() == "Accumulate")
+    if (n->is(OpKind::ParamGrad) || n->is(OpKind::SgdUpdate) ||
+        n->is(OpKind::Accumulate))
       Gradients.insert(n->operand(0));
     // The sum in an accumulator is the gradient the last micro-step updates
     // from.
-    if (n->op() == "Read" && n->state()->kind() == StateKind::Gradient)
+    if (n->is(OpKind::Read) && n->state()->kind() == StateKind::Gradient)
       Gradients.insert(n->result(0));
   }
   // Backwards: users come after their operands' definitions. The function
@@ -74,7 +74,7 @@ UpdateAnalysis::UpdateAnalysis(const Function &f) {
   // is computed from (kSeveral when more than one).
   llvm::DenseMap<const Node *, const Value *> from;
   for (const Node *n : nodes) {
-    if (!Serving.count(n) || n->op() == "Read" || n->op() == "Constant")
+    if (!Serving.count(n) || n->is(OpKind::Read) || n->is(OpKind::Constant))
       continue;
     const Value *g = nullptr;
     bool update = false, stateOnly = true;
@@ -89,7 +89,7 @@ UpdateAnalysis::UpdateAnalysis(const Function &f) {
         update = true;
         g = merge(g, from.lookup(def));
       }
-      stateOnly &= def && (def->op() == "Read" || def->op() == "Constant" ||
+      stateOnly &= def && (def->is(OpKind::Read) || def->is(OpKind::Constant) ||
                            Precompute.count(def));
     }
     if (update || n->info()->has(opflags::WritesState)) {

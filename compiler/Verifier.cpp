@@ -15,6 +15,8 @@ std::string headroom::describeNode(const Node &n) {
   std::string s = "node " + std::to_string(index) + " ('" + n.op() + "'";
   if (n.numResults() && !n.result(0)->name().empty())
     s += " defining %" + n.result(0)->name();
+  if (!n.loc().empty())
+    s += " from '" + n.loc() + "'";
   return s + ")";
 }
 
@@ -74,7 +76,7 @@ llvm::Error Verifier::verifyNode(const Node &n) {
   if (n.state() && !States.count(n.state()))
     return fail(n, "refers to state @" + n.state()->name() +
                        " that is not in this module");
-  if (n.op() == "Read" && n.result(0)->type() != n.state()->type())
+  if (n.is(OpKind::Read) && n.result(0)->type() != n.state()->type())
     return fail(n, "reads @" + n.state()->name() + " of type " +
                        n.state()->type().str() + " as " +
                        n.result(0)->type().str());
@@ -84,12 +86,12 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                        n.state()->name() + " of type " +
                        n.state()->type().str());
 
-  if ((n.op() == "SgdUpdate" || n.op() == "Accumulate") &&
+  if ((n.is(OpKind::SgdUpdate) || n.is(OpKind::Accumulate)) &&
       n.operand(0)->type() != n.state()->type())
     return fail(n, "updates @" + n.state()->name() + " of type " +
                        n.state()->type().str() + " with " +
                        n.operand(0)->type().str());
-  if (n.op() == "SgdUpdate" && n.numOperands() == 2 &&
+  if (n.is(OpKind::SgdUpdate) && n.numOperands() == 2 &&
       (!n.operand(1) || n.operand(1)->type().rank() != 0 ||
        n.operand(1)->type().dtype() != n.state()->type().dtype()))
     return fail(n, "scale must be a " +
@@ -123,7 +125,7 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                          shapeString(n.result(0)->type().shape()) +
                          " is not the broadcast shape " + shapeString(shape));
   }
-  if (n.op() == "Constant") {
+  if (n.is(OpKind::Constant)) {
     const Attribute *a = n.attr("value");
     if (!a || a->kind() != Attribute::Kind::Tensor)
       return fail(n, "needs a tensor attribute 'value'");
@@ -131,7 +133,7 @@ llvm::Error Verifier::verifyNode(const Node &n) {
       return fail(n, "value is " + a->asTensor().type().str() +
                          " but the result is " + n.result(0)->type().str());
   }
-  if (n.op() == "Cast") {
+  if (n.is(OpKind::Cast)) {
     const Attribute *a = n.attr("to");
     if (!a || a->kind() != Attribute::Kind::Type)
       return fail(n, "needs an element type attribute 'to'");
@@ -140,10 +142,10 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                          " is not the operand cast to " +
                          dtypeName(a->asType()));
   }
-  if (n.op() == "MatMul" || n.op() == "Gemm")
+  if (n.is(OpKind::MatMul) || n.is(OpKind::Gemm))
     if (auto e = verifyMatrixProduct(n))
       return e;
-  if ((n.op() == "Shape" || n.op() == "Size") &&
+  if ((n.is(OpKind::Shape) || n.is(OpKind::Size)) &&
       n.result(0)->type().dtype() != DType::I64)
     return fail(n, "result must be i64");
   return llvm::Error::success();
@@ -160,7 +162,7 @@ llvm::Error Verifier::verifyMatrixProduct(const Node &n) {
   int64_t m = a[a.size() - 2], k = a.back(), k2 = b[b.size() - 2],
           nn = b.back();
   llvm::SmallVector<int64_t, 4> want;
-  if (n.op() == "Gemm") {
+  if (n.is(OpKind::Gemm)) {
     if (a.size() != 2 || b.size() != 2)
       return fail(n, "Gemm operands must be 2-D");
     if (n.intAttr("transA", 0))

@@ -50,7 +50,7 @@ llvm::Error rewrite(Module &m, Function &f, double scale, bool first,
                     bool last) {
   std::vector<Node *> grads;
   for (Node &n : f.nodes())
-    if (n.op() == "ParamGrad")
+    if (n.is(OpKind::ParamGrad))
       grads.push_back(&n);
   for (Node *n : grads) {
     auto slot =
@@ -80,7 +80,7 @@ llvm::Expected<bool> Accumulate::run(Module &m) {
   Function *step = nullptr;
   for (const auto &f : m.functions())
     if (llvm::any_of(f->nodes(),
-                     [](const Node &n) { return n.op() == "ParamGrad"; })) {
+                     [](const Node &n) { return n.is(OpKind::ParamGrad); })) {
       if (step)
         return fail("more than one function has parameter gradients (@" +
                     step->name() + ", @" + f->name() + ")");
@@ -93,7 +93,7 @@ llvm::Expected<bool> Accumulate::run(Module &m) {
                 "before the optimizer");
   stampRandomStreams(*step);
   for (Node &n : step->nodes())
-    if (n.op() == "ParamGrad")
+    if (n.is(OpKind::ParamGrad))
       tagGradient(n.operand(0), n.state());
   double scale = 1.0 / Steps;
   Function *first =

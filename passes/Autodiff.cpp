@@ -49,7 +49,7 @@ bool isDifferentiable(const Value *v) { return isFloat(v->type().dtype()); }
 void addDropoutMasks(Function &f) {
   for (auto it = f.nodes().begin(); it != f.nodes().end();) {
     Node &n = *it++;
-    if (n.op() != "Dropout" || n.numResults() > 1)
+    if (!n.is(OpKind::Dropout) || n.numResults() > 1)
       continue;
     llvm::SmallVector<Value *, 3> operands(n.operands().begin(),
                                            n.operands().end());
@@ -57,6 +57,7 @@ void addDropoutMasks(Function &f) {
     Node *with =
         f.createNode("Dropout", operands, {n.result(0)->type(), maskType},
                      n.attrs(), nullptr, &n);
+    with->setLoc(n.loc());
     with->result(0)->setName(n.result(0)->name());
     n.result(0)->replaceAllUsesWith(with->result(0));
     n.erase();
@@ -77,7 +78,8 @@ llvm::Error Autodiff::differentiate(Function &f) {
   // Forward: which values depend on a trainable parameter.
   llvm::DenseSet<const Value *> requiresGrad;
   for (Node &n : f.nodes()) {
-    bool fromParam = n.op() == "Read" && n.state()->kind() == StateKind::Param;
+    bool fromParam =
+        n.is(OpKind::Read) && n.state()->kind() == StateKind::Param;
     for (Value *v : n.operands())
       fromParam |= v && requiresGrad.count(v);
     if (!fromParam)
@@ -92,6 +94,8 @@ llvm::Error Autodiff::differentiate(Function &f) {
   // Backward, in reverse order, from dloss = 1.
   Node *ret = f.returnNode();
   Builder b(f, ret);
+  if (loss->definingNode())
+    b.setLoc(loss->definingNode()->loc());
   llvm::DenseMap<const Value *, Value *> grads;
   grads[loss] = b.constant(
       Tensor::fromDoubles(loss->type().dtype(), loss->type().shape(), {1.0}));
@@ -116,7 +120,9 @@ llvm::Error Autodiff::differentiate(Function &f) {
     }
     if (!any)
       continue;
-    if (n.op() == "Read") {
+    // The backward of a node is from where the node is from.
+    b.setLoc(n.loc());
+    if (n.is(OpKind::Read)) {
       if (n.state()->kind() == StateKind::Param) {
         auto [pit, inserted] = paramGrads.insert({n.state(), dOut[0]});
         if (!inserted)
@@ -148,6 +154,7 @@ llvm::Error Autodiff::differentiate(Function &f) {
       accumulate(n.operand(i), ctx.DIn[i]);
     }
   }
+  b.setLoc("");
   for (auto &kv : paramGrads) {
     tagGradient(kv.second, kv.first);
     b.create("ParamGrad", {kv.second}, {}, {}, kv.first);

@@ -39,14 +39,14 @@ private:
 };
 
 const Tensor *constantValue(Value *v) {
-  if (!v || v->isArgument() || v->definingNode()->op() != "Constant")
+  if (!v || v->isArgument() || !v->definingNode()->is(OpKind::Constant))
     return nullptr;
   return &v->definingNode()->attr("value")->asTensor();
 }
 
 /// Inference-mode Dropout is the identity on its first result.
 bool isInferenceDropout(const Node &n) {
-  if (n.op() != "Dropout" || (n.numResults() > 1 && n.result(1)->hasUses()))
+  if (!n.is(OpKind::Dropout) || (n.numResults() > 1 && n.result(1)->hasUses()))
     return false;
   if (n.numOperands() > 1) {
     const Tensor *ratio = constantValue(n.operand(1));
@@ -69,11 +69,12 @@ static void replaceWithConstant(Value *v, Tensor t, Node &at) {
 }
 
 llvm::Expected<bool> Canonicalize::foldNode(Node &n) {
-  if (n.op() == "Identity" || isInferenceDropout(n)) {
+  if (n.is(OpKind::Identity) || isInferenceDropout(n)) {
     n.result(0)->replaceAllUsesWith(n.operand(0));
     return true;
   }
-  if (n.op() == "Constant" || n.info()->hasSideEffects() || n.op() == "Read")
+  if (n.is(OpKind::Constant) || n.info()->hasSideEffects() ||
+      n.is(OpKind::Read))
     return false;
   if (auto t = foldTypeOp(n.op(), n.attrs(), n.operand(0)->type())) {
     if (!n.result(0)->hasUses())
@@ -116,7 +117,7 @@ bool Canonicalize::mergeConstants(Function &f) {
   std::map<std::pair<std::string, std::vector<uint8_t>>, Value *> seen;
   bool changed = false;
   for (Node &n : f.nodes()) {
-    if (n.op() != "Constant")
+    if (!n.is(OpKind::Constant))
       continue;
     const Tensor &t = n.attr("value")->asTensor();
     auto [it, inserted] =

@@ -107,7 +107,7 @@ static llvm::Expected<std::vector<int64_t>> reduceAxes(GradContext &c) {
   int64_t rank = c.x(0)->type().rank();
   if (c.N.numOperands() > 1 && c.x(1)) {
     Node *def = c.x(1)->definingNode();
-    if (!def || def->op() != "Constant")
+    if (!def || !def->is(OpKind::Constant))
       return c.fail("axes must be a constant");
     axes = def->attr("value")->asTensor().toInts();
   } else if (const Attribute *a = c.N.attr("axes")) {
@@ -302,7 +302,7 @@ static llvm::Error gradDropout(GradContext &c) {
   // 1/(1-ratio) scale below is only right if the mode is known to be on.
   if (c.N.numOperands() > 2 && c.x(2)) {
     Node *mode = c.x(2)->definingNode();
-    if (!mode || mode->op() != "Constant")
+    if (!mode || !mode->is(OpKind::Constant))
       return c.fail("Dropout's training_mode must be a constant to be "
                     "differentiated");
   }
@@ -515,7 +515,7 @@ static llvm::Error gradPad(GradContext &c) {
   if (c.N.stringAttr("mode", "constant") != "constant")
     return c.fail("only constant-mode Pad has a gradient rule");
   Node *def = c.x(1)->definingNode();
-  if (!def || def->op() != "Constant")
+  if (!def || !def->is(OpKind::Constant))
     return c.fail("pads must be a constant");
   std::vector<int64_t> pads = def->attr("value")->asTensor().toInts();
   unsigned rank = c.x(0)->type().rank();

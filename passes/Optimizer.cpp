@@ -145,7 +145,7 @@ std::vector<Node *> paramGrads(Function &f) {
   std::vector<Node *> grads;
   for (Node &n : f.nodes()) {
     position[&n] = position.size();
-    if (n.op() == "ParamGrad")
+    if (n.is(OpKind::ParamGrad))
       grads.push_back(&n);
   }
   auto completion = [&](Node *n) {
@@ -335,9 +335,9 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
     Value *g = n->operand(0);
     gs.push_back(g);
     Node *def = g->definingNode();
-    if (def && def->op() != "Read")
+    if (def && !def->is(OpKind::Read))
       tagGradient(g, n->state());
-    kept &= def && def->op() == "Read" &&
+    kept &= def && def->is(OpKind::Read) &&
             def->state()->kind() == StateKind::Gradient;
   }
   Builder b(f, f.returnNode());
@@ -427,7 +427,7 @@ llvm::Expected<bool> Optimizer::run(Module &m) {
   bool changed = false;
   for (Function *f : functions) {
     if (llvm::none_of(f->nodes(),
-                      [](const Node &n) { return n.op() == "ParamGrad"; }))
+                      [](const Node &n) { return n.is(OpKind::ParamGrad); }))
       continue;
     changed = true;
     if (auto e = updateFunction(m, *f))
@@ -458,6 +458,46 @@ llvm::StringRef OptimizerOptions::kindName() const {
   llvm_unreachable("unknown optimizer kind");
 }
 
+llvm::Optional<enum OptimizerOptions::Kind>
+headroom::parseOptimizerKind(llvm::StringRef name) {
+  using K = enum OptimizerOptions::Kind;
+  for (K k : {K::Sgd, K::Momentum, K::AdamW, K::Lomo, K::AdaLomo}) {
+    OptimizerOptions o;
+    o.Kind = k;
+    if (o.kindName() == name)
+      return k;
+  }
+  return llvm::None;
+}
+
+std::string headroom::optimizerOptionsText(const OptimizerOptions &o) {
+  using K = enum OptimizerOptions::Kind;
+  std::string s = "kind=" + o.kindName().str();
+  auto add = [&](const char *key, double v) {
+    s += std::string(" ") + key + "=" + shortestDecimal(v);
+  };
+  add("lr", o.Lr);
+  add("weight_decay", o.WeightDecay);
+  if (o.Kind == K::Momentum) {
+    add("momentum", o.Momentum);
+    s += o.Nesterov ? " nesterov=1" : " nesterov=0";
+  }
+  if (o.Kind == K::AdamW) {
+    add("beta1", o.Beta1);
+    add("beta2", o.Beta2);
+    add("eps", o.Eps);
+  }
+  if (o.Kind == K::AdaLomo) {
+    add("eps1", o.Eps1);
+    add("eps2", o.Eps2);
+    add("clip_threshold", o.ClipThreshold);
+    add("decay_rate", o.DecayRate);
+  }
+  if (o.ClipGradNorm > 0)
+    add("clip_grad_norm", o.ClipGradNorm);
+  return s;
+}
+
 std::unique_ptr<Pass> headroom::createOptimizerPass(const OptimizerOptions &o) {
   return std::make_unique<Optimizer>(o);
 }
@@ -477,18 +517,10 @@ headroom::parseOptimizerOptions(llvm::StringRef text) {
     double d = 0;
     bool isNumber = !llvm::StringRef(value).getAsDouble(d);
     if (key == "kind") {
-      if (value == "sgd")
-        o.Kind = OptimizerOptions::Kind::Sgd;
-      else if (value == "momentum")
-        o.Kind = OptimizerOptions::Kind::Momentum;
-      else if (value == "adamw")
-        o.Kind = OptimizerOptions::Kind::AdamW;
-      else if (value == "lomo")
-        o.Kind = OptimizerOptions::Kind::Lomo;
-      else if (value == "adalomo")
-        o.Kind = OptimizerOptions::Kind::AdaLomo;
-      else
+      auto kind = parseOptimizerKind(value);
+      if (!kind)
         return bad("sgd, momentum, adamw, lomo or adalomo");
+      o.Kind = *kind;
     } else if (key == "nesterov") {
       if (value != "0" && value != "1")
         return bad("0 or 1");

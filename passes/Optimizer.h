@@ -4,6 +4,8 @@
 
 #include "compiler/Pass.h"
 
+#include "llvm/ADT/Optional.h"
+
 #include <memory>
 
 namespace headroom {
@@ -40,6 +42,13 @@ std::unique_ptr<Pass> createOptimizerPass(const OptimizerOptions &options);
 
 /// Parses "kind=adamw lr=1e-3 ..." (the pipeline syntax) into options.
 llvm::Expected<OptimizerOptions> parseOptimizerOptions(llvm::StringRef text);
+/// The options as that syntax, every value the kind uses written so that
+/// it reads back exactly: parseOptimizerOptions(optimizerOptionsText(o))
+/// gives `o` again (for the fields its kind uses).
+std::string optimizerOptionsText(const OptimizerOptions &o);
+/// The kind called `name` (sgd, momentum, adamw, lomo, adalomo).
+llvm::Optional<enum OptimizerOptions::Kind>
+parseOptimizerKind(llvm::StringRef name);
 
 } // namespace headroom
 

@@ -81,11 +81,11 @@ headroom::stateSlotFor(Module &m, llvm::StringRef name, const TensorType &type,
 void headroom::stampRandomStreams(Function &f) {
   bool all = true;
   for (const Node &n : f.nodes())
-    all &= n.op() != "Dropout" || n.attr("stream");
+    all &= !n.is(OpKind::Dropout) || n.attr("stream");
   if (all) // already numbered (by autodiff): copies keep their streams
     return;
   int64_t stream = 0;
   for (Node &n : f.nodes())
-    if (n.op() == "Dropout")
+    if (n.is(OpKind::Dropout))
       n.setAttr("stream", Attribute::getInt(stream++));
 }

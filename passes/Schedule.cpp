@@ -94,7 +94,7 @@ llvm::Expected<bool> Schedule::scheduleFunction(Function &f) {
     bool scalar =
         n->numResults() == 1 && n->result(0)->type().numElements() <= 1;
     urgent[k] =
-        n->op() == "Constant" || n->op() == "Read" ||
+        n->is(OpKind::Constant) || n->is(OpKind::Read) ||
         updates.Updates.count(n) ||
         (updates.Precompute.count(n) && (!updates.Shared.count(n) || scalar));
   }

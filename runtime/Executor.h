@@ -9,7 +9,7 @@
 #ifndef HEADROOM_RUNTIME_EXECUTOR_H
 #define HEADROOM_RUNTIME_EXECUTOR_H
 
-#include "runtime/Plan.h"
+#include "compiler/Plan.h"
 
 #include <map>
 #include <memory>
@@ -54,6 +54,16 @@ protected:
 /// The reference backend: kernels/cpu, GEMM through OpenBLAS.
 llvm::Expected<std::unique_ptr<Executor>>
 createCpuExecutor(Plan plan, const ExecutorOptions &options = {});
+
+/// The executor of the plan's target (Plan::TargetName); a target this build
+/// cannot run is an error naming it.
+llvm::Expected<std::unique_ptr<Executor>>
+createExecutor(Plan plan, const ExecutorOptions &options = {});
+
+/// What `--device auto` means on this machine: the target plans are made
+/// for when the user names none. "cpu" until the CUDA executor exists; then
+/// "cuda" when a GPU is present.
+std::string defaultDevice();
 
 } // namespace headroom
 

@@ -127,6 +127,8 @@ static void toProto(const MemoryReport &r, pb::MemoryReport &p) {
   p.set_gradients_max_live(r.GradientsMaxLive);
   p.set_largest_parameter(r.LargestParameter);
   p.set_passes_per_step(r.PassesPerStep);
+  p.set_library_bytes(r.LibraryBytes);
+  p.set_state_padding(r.StatePadding);
   for (const auto &point : r.Timeline) {
     pb::TimelinePoint *t = p.add_timeline();
     t->set_activations(point[0]);
@@ -141,6 +143,10 @@ static void toProto(const Plan &plan, const PlanSource &source,
   p.mutable_source()->set_sha256(source.Sha256);
   p.mutable_options()->set_flags(recipe.Flags);
   p.mutable_options()->set_lr(recipe.Lr);
+  p.mutable_options()->set_pipeline(recipe.Pipeline);
+  p.set_target(plan.TargetName);
+  p.set_alignment(plan.Alignment);
+  p.set_library_bytes(plan.LibraryBytes);
   for (const DriverCall &d : plan.Driver) {
     pb::DriverCall *pd = p.add_driver();
     pd->set_function(d.Function);
@@ -360,6 +366,8 @@ llvm::Error PlanReader::readFunction(const pb::Function &p,
   for (const pb::Call &pc : p.calls()) {
     KernelCall c;
     c.Op = pc.op();
+    if (const OpInfo *info = lookupOp(c.Op))
+      c.Kind = info->Kind;
     c.Inputs.assign(pc.inputs().begin(), pc.inputs().end());
     c.Outputs.assign(pc.outputs().begin(), pc.outputs().end());
     c.State = pc.state();
@@ -419,10 +427,10 @@ llvm::Error PlanReader::checkCall(const PlanFunction &f,
                 llvm::Twine(P.States.size()) + " states)");
   const TensorType &state = P.States[c.State].Type;
   // Read and Assign copy the slot's bytes; ParamGrad copies its input's.
-  int value = c.Op == "Read" ? c.Outputs[0] : c.Inputs[0];
+  int value = c.Kind == OpKind::Read ? c.Outputs[0] : c.Inputs[0];
   if (value < 0)
     return fail("the state's value is absent");
-  if (c.Op != "ParamGrad" && P.Buffers[value] != state)
+  if (c.Kind != OpKind::ParamGrad && P.Buffers[value] != state)
     return fail("buffer " + llvm::Twine(value) + " is " +
                 P.Buffers[value].str() + ", the state is " + state.str());
   return llvm::Error::success();
@@ -435,6 +443,10 @@ llvm::Error PlanReader::checkPlacements() const {
     std::string where = "buffer " + std::to_string(i);
     switch (place.Where) {
     case Placement::Kind::Arena:
+      if (place.Offset % P.Alignment)
+        return invalid(where + ": offset " + llvm::Twine(place.Offset) +
+                       " is not a multiple of the alignment " +
+                       llvm::Twine(P.Alignment));
       if (place.Offset > P.ArenaBytes || bytes > P.ArenaBytes - place.Offset)
         return invalid(where + ": bytes [" + llvm::Twine(place.Offset) + ", " +
                        llvm::Twine(place.Offset + bytes) +
@@ -459,7 +471,7 @@ llvm::Error PlanReader::checkPlacements() const {
                        llvm::Twine(place.Call) + " does not exist");
       const KernelCall &c = P.Functions[place.Index].Calls[place.Call];
       auto value = c.Attrs.find("value");
-      if (c.Op != "Constant" || value == c.Attrs.end() ||
+      if (c.Kind != OpKind::Constant || value == c.Attrs.end() ||
           value->second.kind() != Attribute::Kind::Tensor ||
           value->second.asTensor().type() != P.Buffers[i])
         return invalid(where + ": function " + llvm::Twine(place.Index) +
@@ -528,6 +540,19 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
     return invalid("no source model");
   out.Recipe.Flags = p.options().flags();
   out.Recipe.Lr = p.options().lr();
+  out.Recipe.Pipeline = p.options().pipeline();
+  P.TargetName = p.target();
+  if (P.TargetName.empty())
+    return invalid("no target");
+  P.Alignment = p.alignment();
+  if (P.Alignment == 0 || P.Alignment > 4096 ||
+      (P.Alignment & (P.Alignment - 1)))
+    return invalid("alignment " + llvm::Twine(P.Alignment) +
+                   " is not a power of two up to 4096");
+  if (p.library_bytes() > kMaxBytes)
+    return invalid("the library workspace of " +
+                   llvm::Twine(p.library_bytes()) + " bytes is too large");
+  P.LibraryBytes = p.library_bytes();
   for (const pb::DriverCall &d : p.driver())
     P.Driver.push_back({d.function(), d.repeat(), d.same_batch()});
 
@@ -608,6 +633,8 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
   r.GradientsMaxLive = pr.gradients_max_live();
   r.LargestParameter = pr.largest_parameter();
   r.PassesPerStep = pr.passes_per_step();
+  r.LibraryBytes = pr.library_bytes();
+  r.StatePadding = pr.state_padding();
   for (const pb::TimelinePoint &t : pr.timeline())
     r.Timeline.push_back({t.activations(), t.gradients(), t.temporaries()});
 

@@ -1,6 +1,6 @@
 //===- PlanFile.h - Plans on disk -----------------------------------------===//
 //
-// `headroom compile` writes a lowered, memory-planned step (runtime/Plan.h)
+// `headroom compile` writes a lowered, memory-planned step (compiler/Plan.h)
 // to a file and `headroom run` executes it later without the compiler. The
 // file (runtime/plan.proto, docs/plan.md) holds the whole Plan (its driver
 // loop included), the training flags it was compiled with, and the source
@@ -15,7 +15,7 @@
 #ifndef HEADROOM_RUNTIME_PLANFILE_H
 #define HEADROOM_RUNTIME_PLANFILE_H
 
-#include "runtime/Plan.h"
+#include "compiler/Plan.h"
 
 #include "llvm/Support/Error.h"
 
@@ -26,7 +26,7 @@ namespace headroom {
 
 /// The format runtime/plan.proto describes. Bump it with any change that an
 /// older headroom would misread; files of another version are refused.
-constexpr uint32_t kPlanFormatVersion = 2;
+constexpr uint32_t kPlanFormatVersion = 3;
 
 /// The ONNX model a plan was compiled from.
 struct PlanSource {
@@ -39,8 +39,9 @@ llvm::Expected<PlanSource> describePlanSource(llvm::StringRef modelPath);
 
 /// How a plan was compiled and how it is driven.
 struct PlanRecipe {
-  std::string Flags; // the training flags, as a command line
-  double Lr = 0;     // the learning rate, for logs
+  std::string Flags;    // the training flags, as a command line
+  std::string Pipeline; // the passes that made the step
+  double Lr = 0;        // the learning rate, for logs
 };
 
 struct LoadedPlan {

@@ -30,9 +30,12 @@ struct Row {
 };
 } // namespace
 
-void headroom::printReportTable(const MemoryReport &r, llvm::StringRef title,
+void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
                                 llvm::raw_ostream &os) {
+  const MemoryReport &r = plan.Report;
   os << "memory report: " << title << "\n";
+  os << "  target " << plan.TargetName << " (buffers aligned to "
+     << plan.Alignment << " B)\n";
   Row rows[] = {
       {"parameters", r.Parameters},
       {"gradient accumulators", r.GradientState},
@@ -42,7 +45,9 @@ void headroom::printReportTable(const MemoryReport &r, llvm::StringRef title,
       {"temporaries", r.Temporaries},
       {"buffers (BatchNorm statistics)", r.Buffers},
       {"frozen weights", r.Frozen},
-      {"workspace", r.Workspace},
+      {"workspace (kernel scratch)", r.Workspace},
+      {"workspace (libraries)", r.LibraryBytes},
+      {"alignment padding (state)", r.StatePadding},
   };
   auto line = [&](const char *name, uint64_t bytes) {
     os << llvm::format("  %-34s %18llu B  %12s\n", name,
@@ -70,14 +75,17 @@ void headroom::printReportTable(const MemoryReport &r, llvm::StringRef title,
      << formatBytes(r.Constants) << ")\n";
 }
 
-void headroom::printReportJson(const MemoryReport &r, llvm::raw_ostream &os) {
+void headroom::printReportJson(const Plan &plan, llvm::raw_ostream &os) {
+  const MemoryReport &r = plan.Report;
   llvm::json::Object breakdown{
       {"parameters", int64_t(r.Parameters)},
       {"gradient_accumulators", int64_t(r.GradientState)},
       {"gradients", int64_t(r.Gradients)},
       {"optimizer_state", int64_t(r.OptimizerState)},
       {"activations", int64_t(r.Activations)},
-      {"workspace", int64_t(r.Workspace)},
+      {"workspace", int64_t(r.WorkspaceBytes())},
+      {"library_workspace", int64_t(r.LibraryBytes)},
+      {"state_padding", int64_t(r.StatePadding)},
       {"temporaries", int64_t(r.Temporaries)},
       {"buffers", int64_t(r.Buffers)},
       {"frozen", int64_t(r.Frozen)},
@@ -85,6 +93,8 @@ void headroom::printReportJson(const MemoryReport &r, llvm::raw_ostream &os) {
        int64_t(r.ArenaBytes - (r.Activations + r.Gradients + r.Temporaries))},
   };
   llvm::json::Object root{
+      {"target", plan.TargetName},
+      {"alignment_bytes", int64_t(plan.Alignment)},
       {"peak_bytes", int64_t(r.PeakBytes())},
       {"lower_bound_bytes", int64_t(r.LowerBoundBytes())},
       {"arena_bytes", int64_t(r.ArenaBytes)},
@@ -97,8 +107,9 @@ void headroom::printReportJson(const MemoryReport &r, llvm::raw_ostream &os) {
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
 }
 
-void headroom::printReportSvg(const MemoryReport &r, llvm::StringRef title,
+void headroom::printReportSvg(const Plan &plan, llvm::StringRef title,
                               llvm::raw_ostream &os) {
+  const MemoryReport &r = plan.Report;
   const double W = 960, H = 540, left = 90, right = 230, top = 50, bottom = 60;
   const double pw = W - left - right, ph = H - top - bottom;
   uint64_t state = r.StateBytes();

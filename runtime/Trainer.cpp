@@ -1,126 +1,12 @@
-//===- Trainer.cpp - Compile a training step and run it -------------------===//
+//===- Trainer.cpp - Run a compiled training step over data ---------------===//
 #include "runtime/Trainer.h"
 
-#include "compiler/PassManager.h"
-#include "passes/Passes.h"
 #include "runtime/ModelIO.h"
 
 using namespace headroom;
 
-static void disableDropout(Module &m) {
-  for (const auto &f : m.functions())
-    for (Node &n : f->nodes()) {
-      if (n.op() != "Dropout")
-        continue;
-      DType t = n.numOperands() > 1 && n.operand(1)
-                    ? n.operand(1)->type().dtype()
-                    : n.operand(0)->type().dtype();
-      Value *zero = Builder(*f, &n).constant(Tensor::fromDoubles(t, {}, {0.0}));
-      if (n.numOperands() > 1) // one operand: inference mode already
-        n.setOperand(1, zero);
-    }
-}
-
-llvm::Expected<std::unique_ptr<Module>>
-headroom::buildTrainingStep(llvm::StringRef modelPath,
-                            const TrainOptions &options) {
-  ImportOptions import = options.Import;
-  if (options.Accumulate == 0)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "--accum must be at least 1");
-  if (options.Accumulate > 1) {
-    if (import.Batch <= 0)
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(),
-          "--accum %u needs --batch: the step's batch is split into "
-          "micro-batches",
-          options.Accumulate);
-    if (import.Batch % options.Accumulate)
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(),
-          "--batch %lld is not a multiple of --accum %u",
-          (long long)import.Batch, options.Accumulate);
-    import.Batch /= options.Accumulate;
-    // --shape gives a step's shapes too: its leading dimension is the batch.
-    for (auto &[name, dims] : import.Shapes) {
-      if (dims.empty())
-        continue;
-      if (dims[0] % options.Accumulate)
-        return llvm::createStringError(
-            llvm::inconvertibleErrorCode(),
-            "--shape %s: %lld samples are not a multiple of --accum %u",
-            name.c_str(), (long long)dims[0], options.Accumulate);
-      dims[0] /= options.Accumulate;
-    }
-  }
-  auto m = importOnnxFile(modelPath, import);
-  if (!m)
-    return m.takeError();
-  if (options.DisableDropout)
-    disableDropout(**m);
-  PassManager pm;
-  if (auto e = pm.addPipeline("canonicalize,autodiff"))
-    return e;
-  if (options.Accumulate > 1)
-    if (auto e = pm.addPipeline(
-            "accumulate{steps=" + std::to_string(options.Accumulate) + "}"))
-      return e;
-  if (options.ApplyOptimizer)
-    pm.add(createOptimizerPass(options.Optimizer));
-  if (auto e = pm.addPipeline("canonicalize"))
-    return e;
-  if (auto e = pm.run(**m))
-    return e;
-  return m;
-}
-
-llvm::Expected<Plan> headroom::lowerTrainingStep(Module &m,
-                                                 const TrainOptions &options) {
-  using Mode = TrainOptions::ScheduleMode;
-  bool fused = options.ApplyOptimizer && options.Optimizer.fused();
-  if (fused && options.Schedule == Mode::Never)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "--schedule never contradicts --optimizer %s, whose updates are "
-        "scheduled into the backward",
-        options.Optimizer.kindName().str().c_str());
-  if (options.Schedule == Mode::Never)
-    return lowerModule(m);
-  llvm::Expected<Plan> asBuilt = Plan();
-  if (!fused && options.Schedule == Mode::Auto)
-    asBuilt = lowerModule(m);
-  if (!asBuilt)
-    return asBuilt.takeError();
-  PassManager pm;
-  if (auto e = pm.addPipeline("schedule"))
-    return e;
-  if (auto e = pm.run(m))
-    return e;
-  auto scheduled = lowerModule(m);
-  if (!scheduled)
-    return scheduled.takeError();
-  if (fused || options.Schedule == Mode::Always ||
-      scheduled->Report.PeakBytes() < asBuilt->Report.PeakBytes())
-    return scheduled;
-  return asBuilt;
-}
-
 llvm::Expected<std::unique_ptr<Trainer>>
-Trainer::create(llvm::StringRef modelPath, const TrainOptions &options) {
-  auto m = buildTrainingStep(modelPath, options);
-  if (!m)
-    return m.takeError();
-  auto plan = lowerTrainingStep(**m, options);
-  if (!plan)
-    return plan.takeError();
-  auto t = fromPlan(std::move(*plan), modelPath, options.Seed);
-  if (t)
-    (*t)->M = std::move(*m);
-  return t;
-}
-
-llvm::Expected<std::unique_ptr<Trainer>>
-Trainer::fromPlan(Plan plan, llvm::StringRef modelPath, uint64_t seed) {
+Trainer::create(Plan plan, llvm::StringRef modelPath, uint64_t seed) {
   if (plan.Functions.empty() || plan.Driver.empty() ||
       !plan.function(plan.Driver.front().Function))
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -128,7 +14,7 @@ Trainer::fromPlan(Plan plan, llvm::StringRef modelPath, uint64_t seed) {
   auto t = std::unique_ptr<Trainer>(new Trainer());
   ExecutorOptions eo;
   eo.Seed = seed;
-  auto exec = createCpuExecutor(std::move(plan), eo);
+  auto exec = createExecutor(std::move(plan), eo);
   if (!exec)
     return exec.takeError();
   t->Exec = std::move(*exec);

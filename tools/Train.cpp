@@ -9,6 +9,7 @@
 // that compile + run gives the same weights as train.
 //
 //===----------------------------------------------------------------------===//
+#include "pipeline/Compile.h"
 #include "runtime/ModelIO.h"
 #include "runtime/PlanFile.h"
 #include "runtime/Report.h"
@@ -38,7 +39,8 @@ extern cl::SubCommand CompileCmd;
 extern cl::SubCommand RunCmd;
 static cl::OptionCategory TrainCat("training options");
 
-static cl::opt<std::string> Model(cl::Positional, cl::desc("<model.onnx>"),
+static cl::opt<std::string> Model(cl::Positional,
+                                  cl::desc("<model.onnx> (report: or .plan)"),
                                   cl::Required, cl::sub(TrainCmd),
                                   cl::sub(ReportCmd), cl::sub(CompileCmd));
 static cl::opt<std::string> PlanPath(cl::Positional, cl::desc("<model.plan>"),
@@ -59,58 +61,6 @@ static cl::opt<int64_t> Epochs("epochs",
                                         "--steps)"),
                                cl::init(0), cl::sub(TrainCmd), cl::sub(RunCmd),
                                cl::cat(TrainCat));
-static cl::opt<std::string>
-    OptimizerName("optimizer",
-                  cl::desc("sgd | momentum | adamw | lomo | adalomo"),
-                  cl::init("sgd"), cl::sub(TrainCmd), cl::sub(ReportCmd),
-                  cl::sub(CompileCmd), cl::cat(TrainCat));
-static cl::opt<double> Lr("lr",
-                          cl::desc("Learning rate (default 0.01; "
-                                   "adamw, adalomo 0.001)"),
-                          cl::init(-1), cl::sub(TrainCmd), cl::sub(ReportCmd),
-                          cl::sub(CompileCmd), cl::cat(TrainCat));
-static cl::opt<double> Momentum("momentum", cl::desc("Momentum factor"),
-                                cl::init(0.9), cl::sub(TrainCmd),
-                                cl::sub(ReportCmd), cl::sub(CompileCmd),
-                                cl::cat(TrainCat));
-static cl::opt<bool> Nesterov("nesterov", cl::desc("Nesterov momentum"),
-                              cl::sub(TrainCmd), cl::sub(ReportCmd),
-                              cl::sub(CompileCmd), cl::cat(TrainCat));
-static cl::opt<double> WeightDecay("weight-decay",
-                                   cl::desc("Weight decay (default 0; adamw "
-                                            "0.01)"),
-                                   cl::init(-1), cl::sub(TrainCmd),
-                                   cl::sub(ReportCmd), cl::sub(CompileCmd),
-                                   cl::cat(TrainCat));
-static cl::opt<std::string> Betas("betas", cl::desc("AdamW betas"),
-                                  cl::value_desc("B1,B2"),
-                                  cl::init("0.9,0.999"), cl::sub(TrainCmd),
-                                  cl::sub(ReportCmd), cl::sub(CompileCmd),
-                                  cl::cat(TrainCat));
-static cl::opt<double> Eps("eps", cl::desc("AdamW epsilon"), cl::init(1e-8),
-                           cl::sub(TrainCmd), cl::sub(ReportCmd),
-                           cl::sub(CompileCmd), cl::cat(TrainCat));
-static cl::opt<double> ClipGradNorm("clip-grad-norm",
-                                    cl::desc("Clip the global gradient norm"),
-                                    cl::init(0), cl::sub(TrainCmd),
-                                    cl::sub(ReportCmd), cl::sub(CompileCmd),
-                                    cl::cat(TrainCat));
-static cl::opt<unsigned>
-    Accum("accum",
-          cl::desc("Gradient accumulation: split each step's --batch into K "
-                   "micro-batches"),
-          cl::value_desc("K"), cl::init(1), cl::sub(TrainCmd),
-          cl::sub(ReportCmd), cl::sub(CompileCmd), cl::cat(TrainCat));
-static cl::opt<TrainOptions::ScheduleMode> ScheduleFlag(
-    "schedule",
-    cl::desc("Order of the step: auto (the lower peak of PyTorch's order and "
-             "updates fused into the backward), always, never (PyTorch's "
-             "order)"),
-    cl::values(clEnumValN(TrainOptions::ScheduleMode::Auto, "auto", ""),
-               clEnumValN(TrainOptions::ScheduleMode::Always, "always", ""),
-               clEnumValN(TrainOptions::ScheduleMode::Never, "never", "")),
-    cl::init(TrainOptions::ScheduleMode::Auto), cl::sub(TrainCmd),
-    cl::sub(ReportCmd), cl::sub(CompileCmd), cl::cat(TrainCat));
 static cl::opt<uint64_t> Seed("seed", cl::desc("Seed for dropout"), cl::init(0),
                               cl::sub(TrainCmd), cl::sub(RunCmd),
                               cl::cat(TrainCat));
@@ -127,117 +77,12 @@ static cl::opt<std::string> Save("save",
 static cl::opt<std::string> Log("log", cl::desc("Write one JSON line per step"),
                                 cl::value_desc("FILE"), cl::sub(TrainCmd),
                                 cl::sub(RunCmd), cl::cat(TrainCat));
-static cl::opt<bool> DisableDropout(
-    "disable-dropout",
-    cl::desc("Train with every Dropout ratio set to 0 (to reproduce "
-             "references computed without dropout)"),
-    cl::sub(TrainCmd), cl::sub(ReportCmd), cl::sub(CompileCmd),
-    cl::cat(TrainCat));
-
-static llvm::Expected<OptimizerOptions> optimizerFromFlags() {
-  OptimizerOptions o;
-  if (OptimizerName == "sgd")
-    o.Kind = OptimizerOptions::Kind::Sgd;
-  else if (OptimizerName == "momentum")
-    o.Kind = OptimizerOptions::Kind::Momentum;
-  else if (OptimizerName == "adamw")
-    o.Kind = OptimizerOptions::Kind::AdamW;
-  else if (OptimizerName == "lomo")
-    o.Kind = OptimizerOptions::Kind::Lomo;
-  else if (OptimizerName == "adalomo")
-    o.Kind = OptimizerOptions::Kind::AdaLomo;
-  else
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "--optimizer %s: expected sgd, momentum, adamw, lomo or adalomo",
-        OptimizerName.c_str());
-  bool adamw = o.Kind == OptimizerOptions::Kind::AdamW;
-  // Defaults depend on the optimizer; a given value is always used (and
-  // checked), even a negative one.
-  o.Lr = Lr.getNumOccurrences()                               ? Lr
-         : adamw || o.Kind == OptimizerOptions::Kind::AdaLomo ? 1e-3
-                                                              : 0.01;
-  o.WeightDecay = WeightDecay.getNumOccurrences() ? WeightDecay
-                  : adamw                         ? 0.01
-                                                  : 0.0;
-  o.Momentum = Momentum;
-  o.Nesterov = Nesterov;
-  o.Eps = Eps;
-  o.ClipGradNorm = ClipGradNorm;
-  auto [b1, b2] = llvm::StringRef(Betas).split(',');
-  if (b1.trim().getAsDouble(o.Beta1) || b2.trim().getAsDouble(o.Beta2))
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "--betas %s: expected two numbers B1,B2",
-                                   Betas.c_str());
-  if (o.WeightDecay < 0)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "--weight-decay must not be negative");
-  if (o.Lr <= 0)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "--lr must be positive");
-  return o;
-}
-
 static std::string formatDuration(double seconds) {
   int64_t s = static_cast<int64_t>(seconds + 0.5);
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", (long long)(s / 3600),
                 (long long)(s / 60 % 60), (long long)(s % 60));
   return buf;
-}
-
-/// The training options the flags give; `--batch` or `--shape` is required.
-static llvm::Expected<TrainOptions>
-trainOptionsFromFlags(const ImportOptions &import) {
-  if (import.Batch <= 0 && import.Shapes.empty())
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "--batch N is required: the number of samples per step");
-  auto opt = optimizerFromFlags();
-  if (!opt)
-    return opt.takeError();
-  TrainOptions options;
-  options.Import = import;
-  options.Optimizer = *opt;
-  options.DisableDropout = DisableDropout;
-  options.Seed = Seed;
-  options.Accumulate = Accum; // checked by buildTrainingStep
-  options.Schedule = ScheduleFlag;
-  return options;
-}
-
-/// The flags that shaped the step, with defaults filled in, as a command
-/// line: what a plan file records (`--seed` is a run flag, not recorded).
-static std::string compileFlagsText(const TrainOptions &options) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  const ImportOptions &import = options.Import;
-  const OptimizerOptions &o = options.Optimizer;
-  if (import.Batch > 0)
-    os << "--batch " << import.Batch << " ";
-  for (const auto &[name, dims] : import.Shapes)
-    os << "--shape " << name << "=" << shapeString(dims) << " ";
-  if (!import.Freeze.empty())
-    os << "--freeze " << llvm::join(import.Freeze, ",") << " ";
-  os << "--optimizer " << OptimizerName << " --lr " << llvm::format("%g", o.Lr)
-     << " --weight-decay " << llvm::format("%g", o.WeightDecay);
-  if (o.Kind == OptimizerOptions::Kind::Momentum)
-    os << " --momentum " << llvm::format("%g", o.Momentum)
-       << (o.Nesterov ? " --nesterov" : "");
-  if (o.Kind == OptimizerOptions::Kind::AdamW)
-    os << " --betas " << llvm::format("%g,%g", o.Beta1, o.Beta2) << " --eps "
-       << llvm::format("%g", o.Eps);
-  if (o.ClipGradNorm > 0)
-    os << " --clip-grad-norm " << llvm::format("%g", o.ClipGradNorm);
-  if (options.Accumulate > 1)
-    os << " --accum " << options.Accumulate;
-  if (options.Schedule == TrainOptions::ScheduleMode::Always)
-    os << " --schedule always";
-  if (options.Schedule == TrainOptions::ScheduleMode::Never)
-    os << " --schedule never";
-  if (options.DisableDropout)
-    os << " --disable-dropout";
-  return os.str();
 }
 
 /// Runs --steps or --epochs steps of `t` over `data`, logging as it goes,
@@ -252,7 +97,7 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
                           .str();
   if (t.microBatch() != t.batch())
     title += " (micro-batches of " + std::to_string(t.microBatch()) + ")";
-  printReportTable(t.executor().plan().Report, title, llvm::errs());
+  printReportTable(t.executor().plan(), title, llvm::errs());
   int64_t batch = t.batch();
   if (batch <= 0)
     return reportError("the model has no data input to feed");
@@ -324,19 +169,19 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
   return 0;
 }
 
-int runTrain(const ImportOptions &import) {
-  auto options = trainOptionsFromFlags(import);
-  if (!options)
-    return reportError(options.takeError());
+int runTrain(const CompileOptions &options) {
   if ((Steps > 0) == (Epochs > 0))
     return reportError("give exactly one of --steps N or --epochs N");
   auto data = loadDataset(DataPath);
   if (!data)
     return reportError(data.takeError());
-  auto trainer = Trainer::create(Model, *options);
+  auto compiled = compile(Model, options);
+  if (!compiled)
+    return reportError(compiled.takeError());
+  auto trainer = Trainer::create(std::move(compiled->ThePlan), Model, Seed);
   if (!trainer)
     return reportError(trainer.takeError());
-  return trainLoop(**trainer, *data, options->Optimizer.Lr, Model);
+  return trainLoop(**trainer, *data, options.Optimizer.Lr, Model);
 }
 
 static cl::opt<bool> Json("json", cl::desc("Print the report as JSON"),
@@ -347,67 +192,71 @@ static cl::opt<std::string> Svg("svg",
                                 cl::value_desc("FILE"), cl::sub(ReportCmd),
                                 cl::cat(TrainCat));
 
-static std::string reportTitle(const ImportOptions &import) {
+static std::string reportTitle(const CompileOptions &o) {
   std::string title = (llvm::sys::path::filename(Model) + ", batch " +
-                       llvm::Twine(import.Batch))
+                       llvm::Twine(o.Import.Batch))
                           .str();
-  if (Accum > 1)
-    title += " (" + std::to_string(Accum) + " micro-batches of " +
-             std::to_string(import.Batch / Accum) + ")";
-  return title + ", " + OptimizerName;
+  if (o.Accumulate > 1)
+    title += " (" + std::to_string(o.Accumulate) + " micro-batches of " +
+             std::to_string(o.Import.Batch / o.Accumulate) + ")";
+  return title + ", " +
+         (o.ApplyOptimizer ? o.Optimizer.kindName().str() : "no optimizer");
 }
 
-/// The plan of the training step the flags describe (what report and
-/// compile both show).
-static llvm::Expected<Plan> planFromFlags(const TrainOptions &options) {
-  auto m = buildTrainingStep(Model, options);
-  if (!m)
-    return m.takeError();
-  return lowerTrainingStep(**m, options);
-}
-
-int runReport(const ImportOptions &import) {
-  auto options = trainOptionsFromFlags(import);
-  if (!options)
-    return reportError(options.takeError());
-  auto plan = planFromFlags(*options);
-  if (!plan)
-    return reportError(plan.takeError());
-  std::string title = reportTitle(import);
+static int printReport(const Plan &plan, llvm::StringRef title) {
   if (Json)
-    printReportJson(plan->Report, llvm::outs());
+    printReportJson(plan, llvm::outs());
   else
-    printReportTable(plan->Report, title, llvm::outs());
+    printReportTable(plan, title, llvm::outs());
   if (!Svg.empty()) {
     std::string text;
     llvm::raw_string_ostream os(text);
-    printReportSvg(plan->Report, title, os);
+    printReportSvg(plan, title, os);
     if (auto e = writeFileAtomically(Svg, os.str()))
       return reportError(std::move(e));
   }
   return 0;
 }
 
-int runCompile(const ImportOptions &import) {
+/// Whether the positional model is a plan file (`headroom report x.plan`).
+bool modelIsPlan() { return llvm::StringRef(Model).endswith(".plan"); }
+
+/// `headroom report PLAN.plan`: the report a compiled plan carries.
+int runReportOfPlan() {
+  auto loaded = readPlanFile(Model);
+  if (!loaded)
+    return reportError(loaded.takeError());
+  std::string title = (llvm::sys::path::filename(Model) + ": " +
+                       loaded->Source.ModelPath + " " + loaded->Recipe.Flags)
+                          .str();
+  return printReport(loaded->ThePlan, title);
+}
+
+int runReport(const CompileOptions &options) {
+  auto compiled = compile(Model, options);
+  if (!compiled)
+    return reportError(compiled.takeError());
+  return printReport(compiled->ThePlan, reportTitle(options));
+}
+
+int runCompile(const CompileOptions &options) {
   if (PlanOut.empty())
     return reportError("-o PLAN is required: the plan file to write");
-  auto options = trainOptionsFromFlags(import);
-  if (!options)
-    return reportError(options.takeError());
   // Hashed before the import reads it: a model that changes meanwhile is
   // refused at run time rather than silently paired with this plan.
   auto source = describePlanSource(Model);
   if (!source)
     return reportError(source.takeError());
-  auto plan = planFromFlags(*options);
-  if (!plan)
-    return reportError(plan.takeError());
+  auto compiled = compile(Model, options);
+  if (!compiled)
+    return reportError(compiled.takeError());
   PlanRecipe recipe;
-  recipe.Flags = compileFlagsText(*options);
-  recipe.Lr = options->Optimizer.Lr;
-  if (auto e = writePlanFile(*plan, *source, recipe, PlanOut))
+  recipe.Flags = options.flags();
+  recipe.Pipeline = compiled->Pipeline;
+  recipe.Lr = options.Optimizer.Lr;
+  if (auto e = writePlanFile(compiled->ThePlan, *source, recipe, PlanOut))
     return reportError(std::move(e));
-  printReportTable(plan->Report, reportTitle(import), llvm::outs());
+  printReportTable(compiled->ThePlan, reportTitle(options), llvm::outs());
   uint64_t size = 0;
   llvm::sys::fs::file_size(PlanOut, size);
   llvm::outs().flush(); // the report first, then the status line
@@ -429,7 +278,7 @@ int runRun() {
   llvm::errs() << "plan " << PlanPath << ": " << loaded->Source.ModelPath << " "
                << loaded->Recipe.Flags << "\n";
   std::string model = loaded->Source.ModelPath;
-  auto trainer = Trainer::fromPlan(std::move(loaded->ThePlan), model, Seed);
+  auto trainer = Trainer::create(std::move(loaded->ThePlan), model, Seed);
   if (!trainer)
     return reportError(trainer.takeError());
   return trainLoop(**trainer, *data, loaded->Recipe.Lr, model);

@@ -8,15 +8,17 @@
 #include "compiler/OnnxImport.h"
 #include "compiler/OpInfo.h"
 #include "compiler/Parser.h"
-#include "compiler/PassManager.h"
 #include "compiler/Printer.h"
+#include "passes/PassManager.h"
 #include "passes/Passes.h"
+#include "pipeline/Compile.h"
 #include "runtime/Devices.h"
-
+#include "runtime/Executor.h"
 #include "runtime/Report.h"
-#include "llvm/ADT/StringMap.h"
-
 #include "tools/Diagnostics.h"
+#include "tools/Flags.h"
+
+#include "llvm/ADT/StringMap.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
@@ -43,23 +45,6 @@ cl::SubCommand CompileCmd("compile", "Compile the training step into a plan "
 cl::SubCommand RunCmd("run", "Run a compiled plan on data");
 cl::SubCommand TrainCmd("train", "Compile the training step and run it on "
                                  "data (tools/Train.cpp)");
-
-// Shared by every subcommand that imports a model.
-static cl::opt<int64_t> Batch("batch",
-                              cl::desc("Bind the leading dimension of every "
-                                       "data input"),
-                              cl::value_desc("N"), cl::init(0), cl::sub(OptCmd),
-                              cl::sub(TrainCmd), cl::sub(ReportCmd),
-                              cl::sub(CompileCmd), cl::cat(Category));
-static cl::list<std::string>
-    ShapeSpecs("shape", cl::desc("Bind the full shape of a data input"),
-               cl::value_desc("NAME=DIMS"), cl::sub(OptCmd), cl::sub(TrainCmd),
-               cl::sub(ReportCmd), cl::sub(CompileCmd), cl::cat(Category));
-static cl::list<std::string>
-    Freeze("freeze", cl::CommaSeparated,
-           cl::desc("Keep these initializers constant"),
-           cl::value_desc("NAME,..."), cl::sub(OptCmd), cl::sub(TrainCmd),
-           cl::sub(ReportCmd), cl::sub(CompileCmd), cl::cat(Category));
 
 static cl::opt<bool> AllOutputs(
     "all-outputs",
@@ -106,39 +91,41 @@ static cl::opt<std::string> OutputFile("o", cl::desc("Output file"),
                                        cl::value_desc("file"), cl::init("-"),
                                        cl::sub(OptCmd), cl::cat(Category));
 
-/// The import options the shared flags give.
-static llvm::Expected<ImportOptions> importOptionsFromFlags() {
-  ImportOptions options;
-  options.Batch = Batch;
-  for (const std::string &spec : ShapeSpecs) {
-    auto [name, dims] = llvm::StringRef(spec).split('=');
-    if (name.empty() || dims.empty())
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "--shape expects NAME=DIMS, got '%s'",
-                                     spec.c_str());
-    auto parsed = parseShapeSpec(dims);
-    if (!parsed)
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(), "--shape %s: %s", spec.c_str(),
-          llvm::toString(parsed.takeError()).c_str());
-    options.Shapes[name.str()] = *parsed;
-  }
-  options.Freeze.assign(Freeze.begin(), Freeze.end());
-  options.AllOutputs = AllOutputs;
+static cl::opt<bool> CompileStep(
+    "compile",
+    cl::desc("Print the step `headroom compile` makes with the training "
+             "flags (instead of --passes), after its pass pipeline"),
+    cl::sub(OptCmd), cl::cat(Category));
+
+int runTrain(const CompileOptions &options);   // tools/Train.cpp
+int runZoo();                                  // tools/Zoo.cpp
+int runReport(const CompileOptions &options);  // tools/Train.cpp
+int runReportOfPlan();                         // tools/Train.cpp
+bool modelIsPlan();                            // tools/Train.cpp
+int runCompile(const CompileOptions &options); // tools/Train.cpp
+int runRun();                                  // tools/Train.cpp
+
+/// The import options the flags give (`headroom opt` without --compile).
+static llvm::Expected<ImportOptions> importOptionsGiven() {
+  auto options = importOptionsFromFlags(givenCompileFlags());
+  if (options)
+    options->AllOutputs = AllOutputs;
   return options;
 }
 
-int runTrain(const ImportOptions &import);   // tools/Train.cpp
-int runZoo();                                // tools/Zoo.cpp
-int runReport(const ImportOptions &import);  // tools/Train.cpp
-int runCompile(const ImportOptions &import); // tools/Train.cpp
-int runRun();                                // tools/Train.cpp
+/// The compile options the flags give; --device auto is this machine's.
+static llvm::Expected<CompileOptions> compileOptionsGiven() {
+  auto options = compileOptionsFromFlags(givenCompileFlags(), defaultDevice());
+  if (options)
+    options->Import.AllOutputs = AllOutputs;
+  return options;
+}
 
 /// Imports .onnx or parses textual IR, by extension ("-" is textual IR).
 static llvm::Expected<std::unique_ptr<Module>>
 loadModule(llvm::StringRef path) {
   if (path.endswith(".onnx")) {
-    auto options = importOptionsFromFlags();
+    auto options = importOptionsGiven();
     if (!options)
       return options.takeError();
     return importOnnxFile(path, *options);
@@ -240,9 +227,24 @@ static int runOpt() {
   llvm::ToolOutputFile out(OutputFile, ec, llvm::sys::fs::OF_Text);
   if (ec)
     return reportError(OutputFile + ": cannot write: " + ec.message());
+  if (CompileStep && PassList.getNumOccurrences())
+    return reportError("give --compile or --passes, not both");
   auto process = [&](llvm::Expected<std::unique_ptr<Module>> m) -> llvm::Error {
     if (!m)
       return m.takeError();
+    if (CompileStep) {
+      auto options = compileOptionsGiven();
+      if (!options)
+        return options.takeError();
+      auto compiled = compileModule(std::move(*m), *options);
+      if (!compiled)
+        return compiled.takeError();
+      out.os() << "// pipeline: " << compiled->Pipeline << "\n";
+      printModule(*compiled->M, out.os());
+      if (Stats)
+        printStats(*compiled->M, out.os());
+      return llvm::Error::success();
+    }
     PassManagerOptions options;
     options.VerifyEach = !NoVerify;
     options.PrintAfterAll = PrintAfterAll;
@@ -297,6 +299,7 @@ static int runDevices() {
 }
 
 int main(int argc, char **argv) {
+  registerCompileFlags({&OptCmd, &TrainCmd, &ReportCmd, &CompileCmd}, Category);
   cl::HideUnrelatedOptions(Category);
   cl::ParseCommandLineOptions(
       argc, argv,
@@ -311,23 +314,15 @@ int main(int argc, char **argv) {
     return runZoo();
   if (RunCmd)
     return runRun();
-  if (CompileCmd) {
-    auto options = importOptionsFromFlags();
+  if (ReportCmd && modelIsPlan())
+    return runReportOfPlan();
+  if (CompileCmd || ReportCmd || TrainCmd) {
+    auto options = compileOptionsGiven();
     if (!options)
       return reportError(options.takeError());
-    return runCompile(*options);
-  }
-  if (ReportCmd) {
-    auto options = importOptionsFromFlags();
-    if (!options)
-      return reportError(options.takeError());
-    return runReport(*options);
-  }
-  if (TrainCmd) {
-    auto options = importOptionsFromFlags();
-    if (!options)
-      return reportError(options.takeError());
-    return runTrain(*options);
+    return CompileCmd  ? runCompile(*options)
+           : ReportCmd ? runReport(*options)
+                       : runTrain(*options);
   }
   cl::PrintHelpMessage();
   return 1;

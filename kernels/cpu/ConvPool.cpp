@@ -1018,9 +1018,9 @@ uint64_t averagePoolGradWorkspaceQuery(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerConvPoolKernels() {
-  registerKernel("Conv", convKernel);
-  registerKernel("ConvGradInput", convGradInputKernel);
-  registerKernel("ConvGradWeight", convGradWeightKernel);
+  registerKernel("Conv", convKernel, FloatTypes::F32F64);
+  registerKernel("ConvGradInput", convGradInputKernel, FloatTypes::F32F64);
+  registerKernel("ConvGradWeight", convGradWeightKernel, FloatTypes::F32F64);
   registerWorkspace("Conv", convWorkspaceQuery);
   registerWorkspace("ConvGradInput", convGradInputWorkspaceQuery);
   registerWorkspace("ConvGradWeight", convGradWeightWorkspaceQuery);
@@ -1028,9 +1028,10 @@ void headroom::cpu::registerConvPoolKernels() {
   registerWorkspace("MaxPoolGrad", maxPoolGradWorkspaceQuery);
   registerWorkspace("AveragePool", averagePoolWorkspaceQuery);
   registerWorkspace("AveragePoolGrad", averagePoolGradWorkspaceQuery);
-  registerKernel("MaxPool", maxPoolKernel);
-  registerKernel("MaxPoolGrad", maxPoolGradKernel);
-  registerKernel("AveragePool", averagePoolKernel);
-  registerKernel("AveragePoolGrad", averagePoolGradKernel);
-  registerKernel("GlobalAveragePool", globalAveragePoolKernel);
+  registerKernel("MaxPool", maxPoolKernel, FloatTypes::F32F64);
+  registerKernel("MaxPoolGrad", maxPoolGradKernel, FloatTypes::F32F64);
+  registerKernel("AveragePool", averagePoolKernel, FloatTypes::F32F64);
+  registerKernel("AveragePoolGrad", averagePoolGradKernel, FloatTypes::F32F64);
+  registerKernel("GlobalAveragePool", globalAveragePoolKernel,
+                 FloatTypes::F32F64);
 }

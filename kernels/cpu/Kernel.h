@@ -75,9 +75,18 @@ struct KernelContext {
 
 using KernelFn = llvm::Error (*)(const KernelContext &ctx);
 
+/// The float element types a kernel computes in: every storage type (the
+/// elementwise math through Elem<T>, data movement byte for byte), or f32
+/// and f64 only (the kernels behind HR_DISPATCH_FLOAT). The cpu target
+/// refuses other floats at compile time (kernels/cpu/CpuTarget.h).
+enum class FloatTypes { All, F32F64 };
+
 /// The kernel for `op`, or null.
 KernelFn lookupKernel(llvm::StringRef op);
-void registerKernel(llvm::StringRef op, KernelFn fn);
+/// What the kernel of `op` computes in (All for an op with no kernel).
+FloatTypes kernelFloatTypes(llvm::StringRef op);
+void registerKernel(llvm::StringRef op, KernelFn fn,
+                    FloatTypes floats = FloatTypes::All);
 
 /// The scratch bytes a kernel needs for the call described by `ctx`, whose
 /// views have their types and shapes but null Data (it is asked at plan

@@ -8,8 +8,15 @@
 using namespace headroom;
 using namespace headroom::cpu;
 
-static llvm::StringMap<KernelFn> &registry() {
-  static llvm::StringMap<KernelFn> r;
+namespace {
+struct Registered {
+  KernelFn Fn = nullptr;
+  FloatTypes Floats = FloatTypes::All;
+};
+} // namespace
+
+static llvm::StringMap<Registered> &registry() {
+  static llvm::StringMap<Registered> r;
   return r;
 }
 
@@ -18,8 +25,9 @@ static llvm::StringMap<WorkspaceFn> &workspaceRegistry() {
   return r;
 }
 
-void headroom::cpu::registerKernel(llvm::StringRef op, KernelFn fn) {
-  registry()[op] = fn;
+void headroom::cpu::registerKernel(llvm::StringRef op, KernelFn fn,
+                                   FloatTypes floats) {
+  registry()[op] = Registered{fn, floats};
 }
 
 void headroom::cpu::registerWorkspace(llvm::StringRef op, WorkspaceFn fn) {
@@ -44,7 +52,13 @@ static void registerAll() {
 KernelFn headroom::cpu::lookupKernel(llvm::StringRef op) {
   registerAll();
   auto it = registry().find(op);
-  return it == registry().end() ? nullptr : it->second;
+  return it == registry().end() ? nullptr : it->second.Fn;
+}
+
+FloatTypes headroom::cpu::kernelFloatTypes(llvm::StringRef op) {
+  registerAll();
+  auto it = registry().find(op);
+  return it == registry().end() ? FloatTypes::All : it->second.Floats;
 }
 
 WorkspaceFn headroom::cpu::lookupWorkspace(llvm::StringRef op) {

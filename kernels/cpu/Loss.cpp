@@ -279,7 +279,10 @@ Error softmaxCrossEntropyGradKernel(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerLossKernels() {
-  registerKernel("NegativeLogLikelihoodLoss", nllLossKernel);
-  registerKernel("SoftmaxCrossEntropyLoss", softmaxCrossEntropyKernel);
-  registerKernel("SoftmaxCrossEntropyLossGrad", softmaxCrossEntropyGradKernel);
+  registerKernel("NegativeLogLikelihoodLoss", nllLossKernel,
+                 FloatTypes::F32F64);
+  registerKernel("SoftmaxCrossEntropyLoss", softmaxCrossEntropyKernel,
+                 FloatTypes::F32F64);
+  registerKernel("SoftmaxCrossEntropyLossGrad", softmaxCrossEntropyGradKernel,
+                 FloatTypes::F32F64);
 }

@@ -392,8 +392,10 @@ llvm::Error batchNormGradKernel(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerNormKernels() {
-  registerKernel("LayerNormalization", layerNormKernel);
-  registerKernel("LayerNormalizationGrad", layerNormGradKernel);
-  registerKernel("BatchNormalization", batchNormKernel);
-  registerKernel("BatchNormalizationGrad", batchNormGradKernel);
+  registerKernel("LayerNormalization", layerNormKernel, FloatTypes::F32F64);
+  registerKernel("LayerNormalizationGrad", layerNormGradKernel,
+                 FloatTypes::F32F64);
+  registerKernel("BatchNormalization", batchNormKernel, FloatTypes::F32F64);
+  registerKernel("BatchNormalizationGrad", batchNormGradKernel,
+                 FloatTypes::F32F64);
 }

@@ -355,12 +355,17 @@ Error logSoftmaxKernel(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerReduceKernels() {
-  registerKernel("ReduceSum", reduceKernel<ReduceKind::Sum>);
-  registerKernel("ReduceMean", reduceKernel<ReduceKind::Mean>);
-  registerKernel("ReduceMax", reduceKernel<ReduceKind::Max>);
-  registerKernel("ReduceMin", reduceKernel<ReduceKind::Min>);
-  registerKernel("ReduceProd", reduceKernel<ReduceKind::Prod>);
-  registerKernel("ArgMax", argMaxKernel);
-  registerKernel("Softmax", softmaxKernel);
-  registerKernel("LogSoftmax", logSoftmaxKernel);
+  registerKernel("ReduceSum", reduceKernel<ReduceKind::Sum>,
+                 FloatTypes::F32F64);
+  registerKernel("ReduceMean", reduceKernel<ReduceKind::Mean>,
+                 FloatTypes::F32F64);
+  registerKernel("ReduceMax", reduceKernel<ReduceKind::Max>,
+                 FloatTypes::F32F64);
+  registerKernel("ReduceMin", reduceKernel<ReduceKind::Min>,
+                 FloatTypes::F32F64);
+  registerKernel("ReduceProd", reduceKernel<ReduceKind::Prod>,
+                 FloatTypes::F32F64);
+  registerKernel("ArgMax", argMaxKernel, FloatTypes::F32F64);
+  registerKernel("Softmax", softmaxKernel, FloatTypes::F32F64);
+  registerKernel("LogSoftmax", logSoftmaxKernel, FloatTypes::F32F64);
 }

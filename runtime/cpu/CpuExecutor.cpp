@@ -1,11 +1,12 @@
 //===- CpuExecutor.cpp - The CPU backend ----------------------------------===//
 //
-// State, one arena and the kernels' workspace are allocated when the
-// executor is created, and every buffer's address is fixed then
-// (runtime/Plan.h says where each lives); a run copies the arguments in and
-// calls kernels, each given the workspace for its scratch. Nothing else is
-// allocated, so allocatedBytes() is the plan's state + arena + workspace, its
-// planned peak.
+// State, the arena and the kernels' workspace are one allocation made when
+// the executor is created (each part at the plan's alignment), and every
+// buffer's address is fixed then (compiler/Plan.h says where each lives); a
+// run copies the arguments in and calls kernels, each given the workspace
+// for its scratch. Nothing else tensor-sized is allocated, so the memory of
+// a step is the plan's state + arena + workspace, its planned peak (the
+// e2e tests measure the allocation).
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 using namespace headroom;
 using namespace headroom::cpu;
@@ -49,13 +51,24 @@ private:
     return TensorView{t.dtype(), t.shape(), data};
   }
 
+  /// State slot i's bytes, inside Block (an empty slot still gets an
+  /// address, which nothing reads).
+  uint8_t *state(int i) const { return StateData[i]; }
+  uint64_t stateBytes(int i) const {
+    return ThePlan.States[i].Type.sizeInBytes();
+  }
+
   ExecutorOptions Options;
-  std::vector<std::vector<uint8_t>> States;
-  struct FreeDeleter {
-    void operator()(uint8_t *p) const { std::free(p); }
+  struct AlignedDeleter {
+    std::align_val_t Alignment;
+    void operator()(uint8_t *p) const { ::operator delete[](p, Alignment); }
   };
-  std::unique_ptr<uint8_t, FreeDeleter> Arena;
-  uint8_t *Workspace = nullptr; // kernel scratch, inside Arena's allocation
+  /// State slots, then the arena, then the workspace.
+  std::unique_ptr<uint8_t[], AlignedDeleter> Block{nullptr,
+                                                   {std::align_val_t(64)}};
+  std::vector<uint8_t *> StateData;
+  uint8_t *Arena = nullptr;
+  uint8_t *Workspace = nullptr; // kernel scratch
   std::vector<void *> Pointers; // where each buffer's data is (may alias)
   std::map<std::string, Tensor> Gradients;
   uint64_t Allocated = 0;
@@ -82,34 +95,37 @@ uint64_t randomStream(const KernelCall &c) {
 } // namespace
 
 llvm::Error CpuExecutor::allocate() {
-  for (const PlanState &st : ThePlan.States) {
-    States.emplace_back(st.Type.sizeInBytes(), 0);
-    Allocated += st.Type.sizeInBytes();
-  }
-  // One allocation for every transient buffer, 64-byte aligned like its
-  // offsets, followed by the kernels' workspace at the next 64-byte boundary.
-  uint64_t arenaAligned = (ThePlan.ArenaBytes + 63) & ~uint64_t(63);
-  uint64_t workspaceAligned = (ThePlan.WorkspaceBytes + 63) & ~uint64_t(63);
-  Arena.reset(static_cast<uint8_t *>(std::aligned_alloc(
-      64, std::max<uint64_t>(64, arenaAligned + workspaceAligned))));
-  if (!Arena)
+  uint64_t align = ThePlan.Alignment;
+  std::vector<uint64_t> stateOffsets = ThePlan.stateOffsets();
+  uint64_t arenaOffset = stateOffsets.back();
+  uint64_t workspaceOffset = arenaOffset + ThePlan.ArenaBytes;
+  uint64_t total = std::max<uint64_t>(
+      align, workspaceOffset + ThePlan.WorkspaceBytes + ThePlan.LibraryBytes);
+  Block = std::unique_ptr<uint8_t[], AlignedDeleter>(
+      new (std::align_val_t(align), std::nothrow) uint8_t[total],
+      AlignedDeleter{std::align_val_t(align)});
+  if (!Block)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
-        "cannot allocate the %llu-byte arena and %llu-byte workspace",
-        (unsigned long long)ThePlan.ArenaBytes,
-        (unsigned long long)ThePlan.WorkspaceBytes);
-  Allocated += ThePlan.ArenaBytes + ThePlan.WorkspaceBytes;
+        "cannot allocate the plan's %llu bytes (state, arena, workspace)",
+        (unsigned long long)total);
+  Allocated = total;
+  // Parameters and moments start zeroed (the caller loads initial values).
+  std::memset(Block.get(), 0, arenaOffset);
+  for (size_t i = 0; i < ThePlan.States.size(); ++i)
+    StateData.push_back(Block.get() + stateOffsets[i]);
+  Arena = Block.get() + arenaOffset;
   if (ThePlan.WorkspaceBytes)
-    Workspace = Arena.get() + arenaAligned;
+    Workspace = Block.get() + workspaceOffset;
   Pointers.resize(ThePlan.Buffers.size(), nullptr);
   for (size_t i = 0; i < ThePlan.Buffers.size(); ++i) {
     const Placement &p = ThePlan.Placements[i];
     switch (p.Where) {
     case Placement::Kind::Arena:
-      Pointers[i] = Arena.get() + p.Offset;
+      Pointers[i] = Arena + p.Offset;
       break;
     case Placement::Kind::State:
-      Pointers[i] = States[p.Index].data();
+      Pointers[i] = state(p.Index);
       break;
     case Placement::Kind::Constant: {
       // Kernels never write their inputs: constants are used in place.
@@ -124,27 +140,27 @@ llvm::Error CpuExecutor::allocate() {
 }
 
 llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
-  if (c.Op == "Read") {
-    std::vector<uint8_t> &s = States[c.State];
-    if (c.Attrs.count("copy") && !s.empty())
-      std::memcpy(Pointers[c.Outputs[0]], s.data(), s.size());
+  switch (c.Kind) {
+  case OpKind::Read:
+    if (c.Attrs.count("copy") && stateBytes(c.State))
+      std::memcpy(Pointers[c.Outputs[0]], state(c.State), stateBytes(c.State));
     return llvm::Error::success();
-  }
-  if (c.Op == "Assign") {
-    std::vector<uint8_t> &s = States[c.State];
-    if (!s.empty() && Pointers[c.Inputs[0]] != s.data())
-      std::memmove(s.data(), Pointers[c.Inputs[0]], s.size());
+  case OpKind::Assign:
+    if (stateBytes(c.State) && Pointers[c.Inputs[0]] != state(c.State))
+      std::memmove(state(c.State), Pointers[c.Inputs[0]], stateBytes(c.State));
     return llvm::Error::success();
-  }
-  if (c.Op == "ParamGrad") {
+  case OpKind::ParamGrad: {
     const TensorType &t = ThePlan.Buffers[c.Inputs[0]];
     const auto *p = static_cast<const uint8_t *>(Pointers[c.Inputs[0]]);
     Gradients[ThePlan.States[c.State].Name] =
         Tensor(t, std::vector<uint8_t>(p, p + t.sizeInBytes()));
     return llvm::Error::success();
   }
-  if (c.Op == "Constant") // placed on its own bytes at allocation
+  case OpKind::Constant: // placed on its own bytes at allocation
     return llvm::Error::success();
+  default:
+    break;
+  }
   KernelFn fn = lookupKernel(c.Op);
   if (!fn)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -158,10 +174,7 @@ llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
   // Update ops (SgdUpdate, Accumulate) write their state slot in place.
   if (c.State >= 0) {
     const TensorType &t = ThePlan.States[c.State].Type;
-    static uint64_t emptyState = 0;
-    void *data = States[c.State].empty() ? static_cast<void *>(&emptyState)
-                                         : States[c.State].data();
-    outs.push_back(TensorView{t.dtype(), t.shape(), data});
+    outs.push_back(TensorView{t.dtype(), t.shape(), state(c.State)});
   }
   KernelContext ctx{c.Op,
                     ins,
@@ -221,7 +234,9 @@ llvm::Expected<Tensor> CpuExecutor::readState(llvm::StringRef name) const {
   if (i < 0)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "no state slot @%s", name.str().c_str());
-  return Tensor(ThePlan.States[i].Type, States[i]);
+  const uint8_t *p = state(i);
+  return Tensor(ThePlan.States[i].Type,
+                std::vector<uint8_t>(p, p + stateBytes(i)));
 }
 
 llvm::Error CpuExecutor::writeState(llvm::StringRef name, const Tensor &value) {
@@ -235,7 +250,7 @@ llvm::Error CpuExecutor::writeState(llvm::StringRef name, const Tensor &value) {
         name.str().c_str(), ThePlan.States[i].Type.str().c_str(),
         value.type().str().c_str());
   // Copy into the existing storage: buffer pointers refer to it.
-  std::copy(value.bytes().begin(), value.bytes().end(), States[i].begin());
+  std::copy(value.bytes().begin(), value.bytes().end(), state(i));
   return llvm::Error::success();
 }
 

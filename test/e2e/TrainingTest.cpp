@@ -19,9 +19,10 @@
 // every other optimizer, is held to the full tolerance.
 //
 //===----------------------------------------------------------------------===//
+#include "../unit/CompileUtil.h"
 #include "../unit/TestUtil.h"
+#include "kernels/cpu/CpuTarget.h"
 #include "runtime/ModelIO.h"
-#include "runtime/Trainer.h"
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -46,11 +47,20 @@ using namespace headroom;
 #define HEADROOM_COUNT_HEAP 1
 #endif
 static std::atomic<int64_t> LiveHeap{0}, PeakHeap{0};
+/// Aligned allocations (what executors make their one block with): how many
+/// and the bytes the last one asked for.
+static std::atomic<int64_t> AlignedRequests{0}, LastAlignedBytes{0};
 #if HEADROOM_COUNT_HEAP
-static void *countedAlloc(size_t n) {
-  void *p = std::malloc(n ? n : 1);
+static void *countedAlloc(size_t n, size_t alignment = 0) {
+  void *p = alignment ? std::aligned_alloc(alignment, (n + alignment - 1) /
+                                                          alignment * alignment)
+                      : std::malloc(n ? n : 1);
   if (!p)
     std::abort();
+  if (alignment) {
+    ++AlignedRequests;
+    LastAlignedBytes = n;
+  }
   int64_t live = LiveHeap += malloc_usable_size(p);
   int64_t peak = PeakHeap.load();
   while (live > peak && !PeakHeap.compare_exchange_weak(peak, live))
@@ -69,6 +79,24 @@ void operator delete(void *p) noexcept { countedFree(p); }
 void operator delete[](void *p) noexcept { countedFree(p); }
 void operator delete(void *p, size_t) noexcept { countedFree(p); }
 void operator delete[](void *p, size_t) noexcept { countedFree(p); }
+void *operator new[](size_t n, std::align_val_t a,
+                     const std::nothrow_t &) noexcept {
+  return countedAlloc(n, size_t(a));
+}
+void *operator new(size_t n, std::align_val_t a) {
+  return countedAlloc(n, size_t(a));
+}
+void *operator new[](size_t n, std::align_val_t a) {
+  return countedAlloc(n, size_t(a));
+}
+void operator delete(void *p, std::align_val_t) noexcept { countedFree(p); }
+void operator delete[](void *p, std::align_val_t) noexcept { countedFree(p); }
+void operator delete(void *p, size_t, std::align_val_t) noexcept {
+  countedFree(p);
+}
+void operator delete[](void *p, size_t, std::align_val_t) noexcept {
+  countedFree(p);
+}
 #endif
 
 namespace {
@@ -145,7 +173,7 @@ TEST_P(TrainingMatchesPyTorch, WeightsAndLosses) {
       ref.root().getObject("configs")->getObject(c.Name);
   ASSERT_NE(cfg, nullptr);
   const llvm::json::Object *hp = cfg->getObject("hyperparameters");
-  TrainOptions o;
+  CompileOptions o;
   o.Import.Batch = *ref.root().getInteger("batch");
   o.DisableDropout = true;
   std::string opt = cfg->getString("optimizer")->str();
@@ -179,7 +207,7 @@ TEST_P(TrainingMatchesPyTorch, WeightsAndLosses) {
     o.Optimizer.ClipGradNorm = *clip->getNumber("max_norm");
 
   auto trainer =
-      takeOrFail(Trainer::create(modelPath(std::string(c.Model) + ".onnx"), o));
+      takeOrFail(compileTrainer(modelPath(std::string(c.Model) + ".onnx"), o));
   ASSERT_TRUE(trainer);
   auto data =
       takeOrFail(loadDataset(modelPath(std::string(c.Model) + ".train.npz")));
@@ -295,11 +323,11 @@ class GradientsMatchPyTorch : public ::testing::TestWithParam<const char *> {};
 TEST_P(GradientsMatchPyTorch, FirstBatch) {
   std::string model = GetParam();
   Reference ref = loadReference(model);
-  TrainOptions o;
+  CompileOptions o;
   o.Import.Batch = *ref.root().getInteger("batch");
   o.DisableDropout = true;
   o.ApplyOptimizer = false;
-  auto trainer = takeOrFail(Trainer::create(modelPath(model + ".onnx"), o));
+  auto trainer = takeOrFail(compileTrainer(modelPath(model + ".onnx"), o));
   ASSERT_TRUE(trainer);
   auto data = takeOrFail(loadDataset(modelPath(model + ".train.npz")));
   auto r = takeOrFail(trainer->step(data, identityOrder(data.Samples), 0));
@@ -325,10 +353,10 @@ INSTANTIATE_TEST_SUITE_P(Models, GradientsMatchPyTorch,
                          ::testing::Values("mlp", "lenet", "gpt", "llama"));
 
 TEST(SavedModel, IsValidOnnxWithTrainedWeights) {
-  TrainOptions o;
+  CompileOptions o;
   o.Import.Batch = 8;
   o.Optimizer.Lr = 0.05;
-  auto trainer = takeOrFail(Trainer::create(modelPath("mlp.onnx"), o));
+  auto trainer = takeOrFail(compileTrainer(modelPath("mlp.onnx"), o));
   ASSERT_TRUE(trainer);
   auto data = takeOrFail(loadDataset(modelPath("mlp.train.npz")));
   ASSERT_TRUE(static_cast<bool>(trainer->step(data, identityOrder(32), 0)));
@@ -338,8 +366,8 @@ TEST(SavedModel, IsValidOnnxWithTrainedWeights) {
             "");
   EXPECT_NO_THROW(onnx::checker::check_model(out));
   // Loading the saved model gives the trained weights back.
-  TrainOptions again = o;
-  auto reloaded = takeOrFail(Trainer::create(out, again));
+  CompileOptions again = o;
+  auto reloaded = takeOrFail(compileTrainer(out, again));
   ASSERT_TRUE(reloaded);
   for (const char *name : {"fc1.weight", "fc3.bias"}) {
     Tensor a = *trainer->executor().readState(name);
@@ -352,80 +380,112 @@ TEST(SavedModel, IsValidOnnxWithTrainedWeights) {
 
 namespace {
 
-/// The executor allocates exactly what the plan says: state + arena.
+/// No two arena buffers of `f` whose lifetimes overlap share a byte; each
+/// lies inside the arena at an aligned offset.
+void expectFunctionKeepsTheInvariants(const Plan &plan, const PlanFunction &f,
+                                      const char *model) {
+  std::map<int, std::pair<int64_t, int64_t>> life; // buffer -> [first, last]
+  auto touch = [&](int b, int64_t pos) {
+    ASSERT_GE(b, 0);
+    ASSERT_LT(static_cast<size_t>(b), plan.Placements.size());
+    if (plan.Placements[b].Where != Placement::Kind::Arena)
+      return;
+    auto [it, inserted] = life.try_emplace(b, std::make_pair(pos, pos));
+    it->second.first = std::min(it->second.first, pos);
+    it->second.second = std::max(it->second.second, pos);
+  };
+  for (int a : f.Args)
+    touch(a, 0);
+  for (size_t c = 0; c < f.Calls.size(); ++c) {
+    for (int b : f.Calls[c].Inputs)
+      if (b >= 0)
+        touch(b, c);
+    for (int b : f.Calls[c].Outputs)
+      touch(b, c);
+  }
+  for (int b : f.Results)
+    touch(b, f.Calls.size());
+  std::vector<std::pair<int, std::pair<int64_t, int64_t>>> bufs(life.begin(),
+                                                                life.end());
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    const Placement &pi = plan.Placements[bufs[i].first];
+    uint64_t si = plan.Buffers[bufs[i].first].sizeInBytes();
+    EXPECT_LE(pi.Offset + si, plan.ArenaBytes) << model << " @" << f.Name;
+    EXPECT_EQ(pi.Offset % plan.Alignment, 0u) << model << " @" << f.Name;
+    for (size_t j = i + 1; j < bufs.size(); ++j) {
+      const Placement &pj = plan.Placements[bufs[j].first];
+      uint64_t sj = plan.Buffers[bufs[j].first].sizeInBytes();
+      bool time = bufs[i].second.first <= bufs[j].second.second &&
+                  bufs[j].second.first <= bufs[i].second.second;
+      bool space =
+          si && sj && pi.Offset < pj.Offset + sj && pj.Offset < pi.Offset + si;
+      EXPECT_FALSE(time && space)
+          << model << " @" << f.Name << ": buffers " << bufs[i].first << " and "
+          << bufs[j].first << " overlap";
+    }
+  }
+}
+
+/// What creating an executor really allocates, measured by the counting
+/// allocator of this binary: its one aligned block is exactly the plan's
+/// peak, and everything else it keeps is bookkeeping (a pointer per buffer).
+void expectAllocationIsThePlannedPeak(const Plan &plan, const char *what) {
+  if (!HEADROOM_COUNT_HEAP)
+    return;
+  uint64_t peak = plan.Report.PeakBytes();
+  size_t bookkeeping = 16 * (plan.Buffers.size() + plan.States.size()) + 8192;
+  Plan copy = plan; // made before measuring: the executor keeps it
+  int64_t requests = AlignedRequests, live = LiveHeap;
+  auto exec = takeOrFail(createExecutor(std::move(copy)));
+  ASSERT_TRUE(exec) << what;
+  EXPECT_EQ(AlignedRequests - requests, 1) << what;
+  EXPECT_EQ(uint64_t(LastAlignedBytes), peak) << what;
+  int64_t measured = LiveHeap - live;
+  EXPECT_GE(measured, int64_t(peak)) << what;
+  // The block rounds up to malloc's granules (to pages when mmapped).
+  EXPECT_LE(measured, int64_t(peak + bookkeeping + 4096)) << what;
+}
+
+/// The executor allocates exactly what the plan says.
 TEST(PlannedMemory, AllocatedBytesEqualPlannedPeak) {
+  if (!HEADROOM_COUNT_HEAP)
+    GTEST_SKIP() << "the sanitizer's allocator cannot be counted";
   for (const char *model : {"mlp", "lenet", "gpt", "llama"}) {
-    TrainOptions o;
+    CompileOptions o;
     o.Import.Batch = 8;
     o.Optimizer.Kind = OptimizerOptions::Kind::AdamW;
-    auto trainer =
-        takeOrFail(Trainer::create(modelPath(std::string(model) + ".onnx"), o));
-    ASSERT_TRUE(trainer);
-    const MemoryReport &r = trainer->executor().plan().Report;
-    EXPECT_EQ(trainer->executor().allocatedBytes(), r.PeakBytes()) << model;
+    Plan plan = compilePlan(modelPath(std::string(model) + ".onnx"), o);
+    expectAllocationIsThePlannedPeak(plan, model);
+    const MemoryReport &r = plan.Report;
     EXPECT_GE(r.PeakBytes(), r.LowerBoundBytes()) << model;
-    EXPECT_GT(r.OptimizerState, 0u);
     EXPECT_EQ(r.OptimizerState, 2 * r.Parameters + 8) << model; // m, v, step
     EXPECT_GT(r.Activations, 0u) << model;
     // Conv's im2col columns are declared workspace; no other model's
     // kernels declare any.
-    EXPECT_EQ(r.Workspace, trainer->executor().plan().WorkspaceBytes) << model;
+    EXPECT_EQ(r.Workspace, plan.WorkspaceBytes) << model;
     EXPECT_EQ(r.Workspace > 0, std::string(model) == "lenet") << model;
   }
 }
 
-/// The invariants of a real plan: every value has a place; arena buffers lie
-/// inside the arena; no two whose lifetimes overlap share a byte.
+/// The invariants of a real plan, in every function of the driver (LOMO
+/// with clipping and accumulation has three): every value has a place;
+/// arena buffers lie inside the arena at aligned offsets; no two whose
+/// lifetimes overlap share a byte.
 TEST(PlannedMemory, RealPlansKeepTheInvariants) {
-  for (const char *model : {"lenet", "gpt", "llama"}) {
-    TrainOptions o;
-    o.Import.Batch = 4;
-    o.Optimizer.Kind = OptimizerOptions::Kind::Momentum;
-    auto m = takeOrFail(
-        buildTrainingStep(modelPath(std::string(model) + ".onnx"), o));
-    ASSERT_TRUE(m);
-    auto plan = takeOrFail(lowerModule(*m));
-    const PlanFunction &f = plan.Functions[0];
-    std::map<int, std::pair<int64_t, int64_t>> life; // buffer -> [first, last]
-    auto touch = [&](int b, int64_t pos) {
-      ASSERT_GE(b, 0);
-      ASSERT_LT(static_cast<size_t>(b), plan.Placements.size());
-      if (plan.Placements[b].Where != Placement::Kind::Arena)
-        return;
-      auto [it, inserted] = life.try_emplace(b, std::make_pair(pos, pos));
-      it->second.first = std::min(it->second.first, pos);
-      it->second.second = std::max(it->second.second, pos);
-    };
-    for (int a : f.Args)
-      touch(a, 0);
-    for (size_t c = 0; c < f.Calls.size(); ++c) {
-      for (int b : f.Calls[c].Inputs)
-        if (b >= 0)
-          touch(b, c);
-      for (int b : f.Calls[c].Outputs)
-        touch(b, c);
+  for (const char *model : {"lenet", "gpt", "llama"})
+    for (bool lomo : {false, true}) {
+      CompileOptions o;
+      o.Import.Batch = 4;
+      o.Optimizer.Kind = lomo ? OptimizerOptions::Kind::Lomo
+                              : OptimizerOptions::Kind::Momentum;
+      o.Optimizer.ClipGradNorm = lomo ? 1.0 : 0.0;
+      o.Accumulate = lomo ? 4 : 1;
+      Plan plan = compilePlan(modelPath(std::string(model) + ".onnx"), o);
+      EXPECT_EQ(plan.Functions.size(), lomo ? 3u : 1u) << model;
+      for (const PlanFunction &f : plan.Functions)
+        expectFunctionKeepsTheInvariants(plan, f, model);
+      EXPECT_GE(plan.Report.PeakBytes(), plan.Report.LowerBoundBytes());
     }
-    for (int b : f.Results)
-      touch(b, f.Calls.size());
-    std::vector<std::pair<int, std::pair<int64_t, int64_t>>> bufs(life.begin(),
-                                                                  life.end());
-    for (size_t i = 0; i < bufs.size(); ++i) {
-      const Placement &pi = plan.Placements[bufs[i].first];
-      uint64_t si = plan.Buffers[bufs[i].first].sizeInBytes();
-      EXPECT_LE(pi.Offset + si, plan.ArenaBytes) << model;
-      for (size_t j = i + 1; j < bufs.size(); ++j) {
-        const Placement &pj = plan.Placements[bufs[j].first];
-        uint64_t sj = plan.Buffers[bufs[j].first].sizeInBytes();
-        bool time = bufs[i].second.first <= bufs[j].second.second &&
-                    bufs[j].second.first <= bufs[i].second.second;
-        bool space = si && sj && pi.Offset < pj.Offset + sj &&
-                     pj.Offset < pi.Offset + si;
-        EXPECT_FALSE(time && space) << model << ": buffers " << bufs[i].first
-                                    << " and " << bufs[j].first << " overlap";
-      }
-    }
-    EXPECT_GE(plan.Report.PeakBytes(), plan.Report.LowerBoundBytes());
-  }
 }
 
 /// What a step allocates on the heap beyond the plan's state, arena and
@@ -436,11 +496,11 @@ TEST(PlannedMemory, AStepAllocatesNothingBeyondThePlan) {
   if (!HEADROOM_COUNT_HEAP)
     GTEST_SKIP() << "the sanitizer's allocator cannot be counted";
   for (const char *model : {"mlp", "lenet", "gpt", "llama"}) {
-    TrainOptions o;
+    CompileOptions o;
     o.Import.Batch = 8;
     o.Optimizer.Kind = OptimizerOptions::Kind::AdamW;
     auto trainer =
-        takeOrFail(Trainer::create(modelPath(std::string(model) + ".onnx"), o));
+        takeOrFail(compileTrainer(modelPath(std::string(model) + ".onnx"), o));
     ASSERT_TRUE(trainer);
     auto data =
         takeOrFail(loadDataset(modelPath(std::string(model) + ".train.npz")));
@@ -472,16 +532,16 @@ TEST(PlannedMemory, AStepAllocatesNothingBeyondThePlan) {
 TEST(PlannedMemory, LomoAndAccumulation) {
   for (const char *model : {"mlp", "lenet", "gpt", "llama"}) {
     using K = decltype(OptimizerOptions::Kind);
-    using S = TrainOptions::ScheduleMode;
+    using S = ScheduleMode;
     auto make = [&](K kind, double clip, unsigned accum, S mode) {
-      TrainOptions o;
+      CompileOptions o;
       o.Import.Batch = 8;
       o.Optimizer.Kind = kind;
       o.Optimizer.ClipGradNorm = clip;
       o.Accumulate = accum;
       o.Schedule = mode;
       return takeOrFail(
-          Trainer::create(modelPath(std::string(model) + ".onnx"), o));
+          compileTrainer(modelPath(std::string(model) + ".onnx"), o));
     };
     auto torch = make(K::Sgd, 0, 1, S::Never);
     auto lomo = make(K::Lomo, 0, 1, S::Auto);
@@ -490,9 +550,7 @@ TEST(PlannedMemory, LomoAndAccumulation) {
     auto ada = make(K::AdaLomo, 0, 1, S::Auto);
     ASSERT_TRUE(torch && lomo && clipped && accum && ada);
     for (Trainer *t : {lomo.get(), clipped.get(), accum.get(), ada.get()})
-      EXPECT_EQ(t->executor().allocatedBytes(),
-                t->executor().plan().Report.PeakBytes())
-          << model;
+      expectAllocationIsThePlannedPeak(t->executor().plan(), model);
     const MemoryReport &tr = torch->executor().plan().Report,
                        &lr = lomo->executor().plan().Report;
     EXPECT_EQ(lr.OptimizerState, 0u) << model;
@@ -530,15 +588,18 @@ TEST(PlannedMemory, LomoAndAccumulation) {
 /// In-place reuse and the arena change no result: the same step with and
 /// without in-place reuse gives bit-identical weights.
 TEST(PlannedMemory, InPlaceReuseKeepsResultsIdentical) {
-  TrainOptions o;
+  CompileOptions o;
   o.Import.Batch = 8;
   o.DisableDropout = true;
-  auto m = takeOrFail(buildTrainingStep(modelPath("gpt.onnx"), o));
-  ASSERT_TRUE(m);
+  auto compiled = compile(modelPath("gpt.onnx"), o);
+  ASSERT_TRUE(static_cast<bool>(compiled));
+  const Module *m = compiled->M.get();
   LowerOptions inPlace, separate;
   separate.InPlace = false;
-  auto a = takeOrFail(createCpuExecutor(*lowerModule(*m, inPlace)));
-  auto b = takeOrFail(createCpuExecutor(*lowerModule(*m, separate)));
+  auto a =
+      takeOrFail(createCpuExecutor(*lowerModule(*m, cpuTarget(), inPlace)));
+  auto b =
+      takeOrFail(createCpuExecutor(*lowerModule(*m, cpuTarget(), separate)));
   ASSERT_TRUE(a && b);
   // In-place results share their operand's buffer, so there are fewer
   // arena buffers (the peak itself need not drop: it can fall where nothing

@@ -11,9 +11,10 @@
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
 #include "compiler/Parser.h"
-#include "compiler/PassManager.h"
 #include "compiler/Printer.h"
+#include "kernels/cpu/CpuTarget.h"
 #include "passes/GradientRules.h"
+#include "passes/PassManager.h"
 #include "runtime/Executor.h"
 
 #include <cmath>
@@ -322,7 +323,7 @@ TEST_P(GradientRule, MatchesFiniteDifferences) {
   PassManager pm;
   ASSERT_EQ(errorOf(pm.addPipeline("autodiff")), "");
   ASSERT_EQ(errorOf(pm.run(*m)), "") << moduleToString(*m);
-  auto plan = lowerModule(*m);
+  auto plan = lowerModule(*m, cpuTarget());
   ASSERT_TRUE(static_cast<bool>(plan));
   auto exec = takeOrFail(createCpuExecutor(std::move(*plan)));
   ASSERT_TRUE(exec);

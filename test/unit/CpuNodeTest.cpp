@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "NodeTests.h"
 #include "TestUtil.h"
+#include "kernels/cpu/CpuTarget.h"
 #include "runtime/Executor.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -78,7 +79,7 @@ std::string runNodeTest(const NodeTestCase &c) {
   auto m = importNodeTest(c, constants);
   if (!m)
     return "import: " + llvm::toString(m.takeError());
-  auto plan = lowerModule(**m);
+  auto plan = lowerModule(**m, cpuTarget());
   if (!plan)
     return "lower: " + llvm::toString(plan.takeError());
   auto exec = createCpuExecutor(std::move(*plan));

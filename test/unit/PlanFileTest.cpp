@@ -9,8 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/PlanFile.h"
 
-#include "TestUtil.h"
-#include "runtime/Trainer.h"
+#include "CompileUtil.h"
 #include "runtime/plan.pb.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -27,22 +26,20 @@ namespace pb = headroom::planfile;
 
 namespace {
 
-TrainOptions gptOptions() {
-  TrainOptions o;
+constexpr uint64_t kSeed = 5;
+
+CompileOptions gptOptions() {
+  CompileOptions o;
   o.Import.Batch = 8;
   o.Optimizer.Kind = OptimizerOptions::Kind::AdamW;
   o.Optimizer.Lr = 1e-3;
   o.Optimizer.WeightDecay = 0.01;
   o.Optimizer.ClipGradNorm = 1.0;
-  o.Seed = 5;
   return o;
 }
 
-Plan compile(const std::string &model, const TrainOptions &o) {
-  auto m = takeOrFail(buildTrainingStep(modelPath(model), o));
-  if (!m)
-    return Plan();
-  return takeOrFail(lowerModule(*m));
+Plan compileTest(const std::string &model, const CompileOptions &o) {
+  return compilePlan(modelPath(model), o);
 }
 
 PlanRecipe recipeFor(const Plan &plan) {
@@ -134,7 +131,7 @@ pb::Plan bodyOf(const std::string &bytes) {
 }
 
 TEST(PlanFileTest, LeNetRoundTripKeepsTheWorkspace) {
-  Plan plan = compile("lenet.onnx", gptOptions());
+  Plan plan = compileTest("lenet.onnx", gptOptions());
   EXPECT_GT(plan.WorkspaceBytes, 0u); // Conv's im2col columns
   PlanSource source = takeOrFail(describePlanSource(modelPath("lenet.onnx")));
   std::string path = tempPath("lenet.plan");
@@ -144,7 +141,7 @@ TEST(PlanFileTest, LeNetRoundTripKeepsTheWorkspace) {
 }
 
 TEST(PlanFileTest, GptRoundTrip) {
-  Plan plan = compile("gpt.onnx", gptOptions());
+  Plan plan = compileTest("gpt.onnx", gptOptions());
   ASSERT_FALSE(plan.Functions.empty());
   // The attributes the compiler made: one of each kind, to cover the rest.
   KernelCall &c = plan.Functions.front().Calls.front();
@@ -184,12 +181,12 @@ TEST(PlanFileTest, GptRoundTrip) {
 /// A LOMO plan with accumulation and clipping: three functions, a driver
 /// with a repeat and a call on the same batch, accumulators of kind grad.
 TEST(PlanFileTest, DriverAndAccumulatorsRoundTrip) {
-  TrainOptions o;
+  CompileOptions o;
   o.Import.Batch = 8;
   o.Accumulate = 4;
   o.Optimizer.Kind = OptimizerOptions::Kind::Lomo;
   o.Optimizer.ClipGradNorm = 1.0;
-  Plan plan = compile("gpt.onnx", o);
+  Plan plan = compileTest("gpt.onnx", o);
   ASSERT_EQ(plan.Driver.size(), 3u);
   EXPECT_EQ(plan.Driver[1].Repeat, 2u);
   EXPECT_EQ(plan.microBatchesPerStep(), 4u);
@@ -216,7 +213,7 @@ TEST(PlanFileTest, DriverAndAccumulatorsRoundTrip) {
 
   // Without accumulation, clipping adds the norm pass on the same batch.
   o.Accumulate = 1;
-  Plan twoPass = compile("gpt.onnx", o);
+  Plan twoPass = compileTest("gpt.onnx", o);
   ASSERT_EQ(twoPass.Driver.size(), 2u);
   EXPECT_EQ(twoPass.Driver[0].Function, "grad_norm");
   EXPECT_TRUE(twoPass.Driver[1].SameBatch);
@@ -225,23 +222,23 @@ TEST(PlanFileTest, DriverAndAccumulatorsRoundTrip) {
 }
 
 TEST(PlanFileTest, Deterministic) {
-  std::string a = serialize(compile("gpt.onnx", gptOptions()), "gpt.onnx");
-  std::string b = serialize(compile("gpt.onnx", gptOptions()), "gpt.onnx");
+  std::string a = serialize(compileTest("gpt.onnx", gptOptions()), "gpt.onnx");
+  std::string b = serialize(compileTest("gpt.onnx", gptOptions()), "gpt.onnx");
   EXPECT_TRUE(a == b);
 }
 
 /// A Trainer from the plan file steps to the same bits as one compiled from
 /// the model (`headroom run` vs `headroom train`).
 TEST(PlanFileTest, RunsLikeTheCompiledStep) {
-  TrainOptions o = gptOptions();
+  CompileOptions o = gptOptions();
   std::string path = tempPath("gpt-run.plan");
-  Plan plan = compile("gpt.onnx", o);
+  Plan plan = compileTest("gpt.onnx", o);
   PlanSource source = takeOrFail(describePlanSource(modelPath("gpt.onnx")));
   ASSERT_EQ(errorOf(writePlanFile(plan, source, recipeFor(plan), path)), "");
   LoadedPlan loaded = takeOrFail(readPlanFile(path));
-  auto fromFile = takeOrFail(Trainer::fromPlan(
-      std::move(loaded.ThePlan), loaded.Source.ModelPath, o.Seed));
-  auto compiled = takeOrFail(Trainer::create(modelPath("gpt.onnx"), o));
+  auto fromFile = takeOrFail(Trainer::create(std::move(loaded.ThePlan),
+                                             loaded.Source.ModelPath, kSeed));
+  auto compiled = takeOrFail(compileTrainer(modelPath("gpt.onnx"), o, kSeed));
   ASSERT_TRUE(fromFile && compiled);
   Dataset data = takeOrFail(loadDataset(modelPath("gpt.train.npz")));
   std::vector<int64_t> order(data.Samples);
@@ -259,9 +256,9 @@ TEST(PlanFileTest, RunsLikeTheCompiledStep) {
 }
 
 TEST(PlanFileTest, EveryPrefixIsRefused) {
-  TrainOptions o = gptOptions();
+  CompileOptions o = gptOptions();
   o.Import.Batch = 4;
-  std::string bytes = serialize(compile("mlp.onnx", o), "mlp.onnx");
+  std::string bytes = serialize(compileTest("mlp.onnx", o), "mlp.onnx");
   ASSERT_EQ(errorOf(parsePlanFile(bytes, "mlp.plan")), "");
   for (size_t n = 0; n < bytes.size(); ++n)
     EXPECT_EQ(errorOf(parsePlanFile(llvm::StringRef(bytes).take_front(n),
@@ -272,9 +269,9 @@ TEST(PlanFileTest, EveryPrefixIsRefused) {
 }
 
 TEST(PlanFileTest, EveryCorruptByteIsRefused) {
-  TrainOptions o = gptOptions();
+  CompileOptions o = gptOptions();
   o.Import.Batch = 4;
-  std::string bytes = serialize(compile("mlp.onnx", o), "mlp.onnx");
+  std::string bytes = serialize(compileTest("mlp.onnx", o), "mlp.onnx");
   for (size_t i = 0; i < bytes.size(); ++i) {
     std::string bad = bytes;
     bad[i] ^= 0x5a;
@@ -296,20 +293,21 @@ TEST(PlanFileTest, RandomBytesAreRefused) {
 }
 
 TEST(PlanFileTest, VersionSkew) {
-  TrainOptions o = gptOptions();
+  CompileOptions o = gptOptions();
   o.Import.Batch = 4;
-  std::string bytes = serialize(compile("mlp.onnx", o), "mlp.onnx");
+  std::string bytes = serialize(compileTest("mlp.onnx", o), "mlp.onnx");
   EXPECT_EQ(errorOf(parsePlanFile(wrap(bodyOf(bytes), 7), "model.plan")),
             "model.plan: plan format version 7 is not the version this "
-            "headroom reads (2); compile again");
+            "headroom reads (3); compile again");
   EXPECT_EQ(errorOf(parsePlanFile(wrap(bodyOf(bytes)), "model.plan")), "");
 }
 
 /// Bodies with a valid checksum but contents the executor cannot trust.
 TEST(PlanFileTest, InvalidContentsAreRefused) {
-  TrainOptions o = gptOptions();
+  CompileOptions o = gptOptions();
   o.Import.Batch = 4;
-  const pb::Plan good = bodyOf(serialize(compile("mlp.onnx", o), "mlp.onnx"));
+  const pb::Plan good =
+      bodyOf(serialize(compileTest("mlp.onnx", o), "mlp.onnx"));
   auto check = [&](const char *what, llvm::function_ref<void(pb::Plan &)> edit,
                    const std::string &want) {
     pb::Plan body = good;

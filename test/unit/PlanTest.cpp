@@ -1,7 +1,8 @@
 //===- PlanTest.cpp - Lowering hazards: in-place reuse and state aliasing -===//
 #include "TestUtil.h"
 #include "compiler/Parser.h"
-#include "compiler/PassManager.h"
+#include "kernels/cpu/CpuTarget.h"
+#include "passes/PassManager.h"
 #include "runtime/Executor.h"
 
 using namespace headroom;
@@ -14,7 +15,7 @@ std::vector<Tensor> runText(const char *text, std::vector<Tensor> args,
   auto m = takeOrFail(parseModule(text));
   if (!m)
     return {};
-  auto exec = takeOrFail(createCpuExecutor(*lowerModule(*m)));
+  auto exec = takeOrFail(createCpuExecutor(*lowerModule(*m, cpuTarget())));
   if (!exec)
     return {};
   for (const auto &[name, t] : state)
@@ -60,7 +61,7 @@ TEST(PlanTest, ElementwiseChainsShareOneBuffer) {
                                   "  %c = Tanh(%b) : f32[256]\n"
                                   "  return %c\n}\n"));
   ASSERT_TRUE(m);
-  auto plan = takeOrFail(lowerModule(*m));
+  auto plan = takeOrFail(lowerModule(*m, cpuTarget()));
   // x (an argument) and one buffer for a, b and c in turn.
   EXPECT_EQ(plan.ArenaBytes, 2u * 1024u);
 }
@@ -89,7 +90,7 @@ TEST(PlanTest, TiedWeightGradientIsCountedAsAGradient) {
                 "autodiff,optimizer{kind=lomo},canonicalize,schedule")),
             "");
   ASSERT_EQ(errorOf(pm.run(*m)), "");
-  Plan plan = takeOrFail(lowerModule(*m));
+  Plan plan = takeOrFail(lowerModule(*m, cpuTarget()));
   EXPECT_EQ(plan.Report.LargestParameter, 64u * 64 * 4);
   EXPECT_GE(plan.Report.GradientsMaxLive, plan.Report.LargestParameter);
 }

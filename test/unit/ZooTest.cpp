@@ -7,10 +7,10 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/Zoo.h"
+#include "CompileUtil.h"
 #include "TestUtil.h"
 #include "compiler/OnnxImport.h"
 #include "compiler/Verifier.h"
-#include "runtime/Trainer.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -164,12 +164,12 @@ TEST_P(ZooArch, TrainingLowersTheLoss) {
   ZooConfig c = smallConfig(GetParam());
   std::string path = tempPath(c.Arch + "_train.onnx");
   ASSERT_TRUE(takeOrFail(writeZooModel(c, path)).Nodes > 0);
-  TrainOptions o;
+  CompileOptions o;
   o.Import.Batch = 4;
   o.Optimizer.Kind = OptimizerOptions::Kind::AdamW;
   o.Optimizer.Lr = 1e-2;
   o.DisableDropout = true;
-  auto trainer = takeOrFail(Trainer::create(path, o));
+  auto trainer = takeOrFail(compileTrainer(path, o));
   ASSERT_TRUE(trainer);
   Dataset data = randomTokens(c, 8);
   ASSERT_EQ(errorOf(trainer->checkData(data)), "");

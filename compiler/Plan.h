@@ -2,17 +2,20 @@
 //
 // The plan is what the executors run: state slots, typed buffers with a fixed
 // place each, and every function as a list of kernel calls naming buffers by
-// index. lowerModule() builds it from a Module and plans its memory:
+// index. lowerModule() builds it from a Module for one Target
+// (compiler/Target.h) and plans its memory:
 //   - a Read's result is the state slot itself (copied only when the slot is
 //     overwritten while the read value is still needed);
 //   - a Constant's result is the constant's own bytes in the plan;
 //   - every other value lives in one arena at an offset planned from the
-//     schedule's liveness (compiler/MemoryPlan.h); an elementwise result may
-//     reuse its first operand's buffer when that operand dies there.
-//   - kernel scratch is one workspace, the largest any call declares
-//     (kernels/cpu/Kernel.h, WorkspaceFn), shared by all calls.
-// So the memory of a step is exactly: state + arena + workspace (+ the plan's
-// constants), known before anything runs; the report says how it splits.
+//     schedule's liveness (compiler/MemoryPlan.h), aligned as the target
+//     says; a result may reuse its first operand's buffer when that operand
+//     dies there and the target allows it;
+//   - kernel scratch is one workspace, the largest any call declares to the
+//     target, shared by all calls; the target's libraries add fixed bytes.
+// So the memory of a step is exactly: state + arena + workspace + library
+// bytes (+ the plan's constants), known before anything runs; the report
+// says how it splits.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_RUNTIME_PLAN_H
@@ -42,7 +45,8 @@ struct Placement {
 };
 
 struct KernelCall {
-  std::string Op;
+  OpKind Kind = OpKind::Identity;
+  std::string Op; // the op's name, as Ops.def spells it
   AttributeMap Attrs;
   std::vector<int> Inputs;  // buffer indices; -1 for an absent operand
   std::vector<int> Outputs; // buffer indices
@@ -79,13 +83,20 @@ struct MemoryReport {
   uint64_t ArenaLowerBound = 0; // max bytes of transient buffers live at once
   // At the schedule position where transient memory peaks:
   uint64_t Activations = 0, Gradients = 0, Temporaries = 0;
-  uint64_t Workspace = 0; // kernel scratch declared by the backend
+  uint64_t Workspace = 0;    // kernel scratch declared by the backend
+  uint64_t LibraryBytes = 0; // held by the backend's libraries (cuBLASLt)
+  /// Bytes between state slots that start each at the target's alignment.
+  uint64_t StatePadding = 0;
   uint64_t StateBytes() const {
     return Parameters + Frozen + Buffers + OptimizerState + GradientState;
   }
-  uint64_t PeakBytes() const { return StateBytes() + ArenaBytes + Workspace; }
+  uint64_t WorkspaceBytes() const { return Workspace + LibraryBytes; }
+  /// What the executor allocates: state (aligned), arena, workspace.
+  uint64_t PeakBytes() const {
+    return StateBytes() + StatePadding + ArenaBytes + WorkspaceBytes();
+  }
   uint64_t LowerBoundBytes() const {
-    return StateBytes() + ArenaLowerBound + Workspace;
+    return StateBytes() + StatePadding + ArenaLowerBound + WorkspaceBytes();
   }
   /// Live transient bytes after each call of the main function, by category
   /// (activations, gradients, temporaries): the report's timeline.
@@ -102,6 +113,9 @@ struct DriverCall {
 };
 
 struct Plan {
+  /// The backend the plan was made for (Target::name()) and its alignment.
+  std::string TargetName = "cpu";
+  uint64_t Alignment = 64;
   std::vector<PlanState> States;
   std::vector<TensorType> Buffers;
   std::vector<Placement> Placements; // one per buffer
@@ -110,24 +124,33 @@ struct Plan {
   std::vector<DriverCall> Driver;
   uint64_t ArenaBytes = 0;
   /// Scratch shared by every kernel call: the largest any call declares.
-  /// The plan is otherwise backend-neutral, but this figure is the CPU
-  /// backend's (kernels/cpu), the only executor today.
   uint64_t WorkspaceBytes = 0;
+  /// What the target's libraries hold (Target::libraryBytes()).
+  uint64_t LibraryBytes = 0;
   MemoryReport Report;
 
   int stateIndex(llvm::StringRef name) const;
+  /// Where each state slot starts in the executor's one allocation: slot
+  /// after slot, each at the alignment. The last entry is where the arena
+  /// starts (the state region's size); the workspace follows the arena.
+  std::vector<uint64_t> stateOffsets() const;
   const PlanFunction *function(llvm::StringRef name) const;
   /// Calls per step that take a new micro-batch.
   uint64_t microBatchesPerStep() const;
 };
 
+class Target;
+
 struct LowerOptions {
-  /// Let elementwise results reuse a dying first operand's buffer.
+  /// Let results reuse a dying first operand's buffer where the target
+  /// allows it.
   bool InPlace = true;
 };
 
-/// Lowers every function of a verified module and plans its memory.
-llvm::Expected<Plan> lowerModule(const Module &m, const LowerOptions &o = {});
+/// Lowers every function of a verified module for `target` and plans its
+/// memory. A node the target cannot run is an error naming it.
+llvm::Expected<Plan> lowerModule(const Module &m, const Target &target,
+                                 const LowerOptions &o = {});
 
 } // namespace headroom
 

@@ -1,9 +1,10 @@
-//===- Plan.cpp - Lowering a Module to a memory-planned Plan --------------===//
-#include "runtime/Plan.h"
+//===- Lower.cpp - Lowering a Module to a memory-planned Plan -------------===//
+#include "compiler/Plan.h"
 
 #include "compiler/MemoryPlan.h"
+#include "compiler/Target.h"
 #include "compiler/UpdateAnalysis.h"
-#include "kernels/cpu/Kernel.h"
+#include "compiler/Verifier.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringSet.h"
@@ -15,6 +16,17 @@ int Plan::stateIndex(llvm::StringRef name) const {
     if (States[i].Name == name)
       return static_cast<int>(i);
   return -1;
+}
+
+std::vector<uint64_t> Plan::stateOffsets() const {
+  std::vector<uint64_t> offsets;
+  uint64_t at = 0;
+  for (const PlanState &s : States) {
+    offsets.push_back(at);
+    at += (s.Type.sizeInBytes() + Alignment - 1) & ~(Alignment - 1);
+  }
+  offsets.push_back(at);
+  return offsets;
 }
 
 const PlanFunction *Plan::function(llvm::StringRef name) const {
@@ -31,41 +43,44 @@ uint64_t Plan::microBatchesPerStep() const {
   return n;
 }
 
-/// Elementwise kernels whose output may be their first input's buffer
-/// (kernels/cpu/Elementwise.cpp reads each element before writing it).
-static bool canRunInPlace(const Node &n) {
-  static const llvm::StringSet<> ops = {
-      "Abs",  "Neg",     "Exp",  "Log",       "Sqrt", "Reciprocal",
-      "Tanh", "Sigmoid", "Relu", "LeakyRelu", "Erf",  "Sin",
-      "Cos",  "Floor",   "Ceil", "Identity",  "Add",  "Sub",
-      "Mul",  "Div",     "Pow",  "Max",       "Min",  "Sum"};
-  // Variadic Sum/Max/Min write the output before reading operands 2.., so
-  // with more than two operands the output may not share operand 0's buffer.
-  return ops.count(n.op()) && n.numResults() == 1 && n.numOperands() <= 2 &&
-         n.operand(0) && n.result(0)->type() == n.operand(0)->type();
+bool Target::runByExecutor(const Node &n) {
+  switch (n.kind()) {
+  case OpKind::Read:
+  case OpKind::Assign:
+  case OpKind::ParamGrad:
+  case OpKind::Constant:
+  case OpKind::Return:
+    return true;
+  default:
+    return false;
+  }
 }
 
-/// The scratch bytes the CPU kernel of `c` declares (0 for none), asked
-/// with views that have the call's buffer types and no data.
-static uint64_t callWorkspace(const Plan &plan, const KernelCall &c) {
-  cpu::WorkspaceFn query = cpu::lookupWorkspace(c.Op);
-  if (!query)
-    return 0;
-  auto views = [&](const std::vector<int> &buffers) {
-    llvm::SmallVector<cpu::TensorView, 4> out;
-    for (int b : buffers) {
-      cpu::TensorView v;
-      if (b >= 0) {
-        v.Type = plan.Buffers[b].dtype();
-        v.Shape = plan.Buffers[b].shape();
-      }
-      out.push_back(v);
-    }
-    return out;
-  };
-  llvm::SmallVector<cpu::TensorView, 4> ins = views(c.Inputs),
-                                        outs = views(c.Outputs);
-  return query(cpu::KernelContext{c.Op, ins, outs, c.Attrs});
+llvm::Error Target::checkFloatTypes(const Node &n,
+                                    llvm::ArrayRef<DType> computed) {
+  llvm::SmallVector<const Value *, 6> values(n.results().begin(),
+                                             n.results().end());
+  for (const Value *v : n.operands())
+    if (v)
+      values.push_back(v);
+  for (const Value *v : values) {
+    DType t = v->type().dtype();
+    if (!isFloat(t) || llvm::is_contained(computed, t))
+      continue;
+    std::string names;
+    for (DType c : computed)
+      names += (names.empty() ? "" : ", ") + dtypeName(c).str();
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "computes no %s (%s only)",
+                                   dtypeName(t).str().c_str(), names.c_str());
+  }
+  return llvm::Error::success();
+}
+
+bool Target::mayReuseOperand0(const Node &n) const {
+  return n.info()->has(opflags::Elementwise) && n.numResults() == 1 &&
+         n.numOperands() <= 2 && n.operand(0) &&
+         n.result(0)->type() == n.operand(0)->type();
 }
 
 namespace {
@@ -75,10 +90,11 @@ class FunctionLowering {
 public:
   FunctionLowering(Plan &plan, const Function &f, int functionIndex,
                    const llvm::DenseMap<const StateSlot *, int> &stateIds,
-                   const LowerOptions &o)
-      : P(plan), F(f), FnIndex(functionIndex), StateIds(stateIds), O(o) {}
+                   const Target &target, const LowerOptions &o)
+      : P(plan), F(f), FnIndex(functionIndex), StateIds(stateIds), T(target),
+        O(o) {}
 
-  PlanFunction lower();
+  llvm::Expected<PlanFunction> lower();
   /// Transient buffers of this function with their lifetimes.
   std::vector<int> ArenaBuffers;
   std::vector<BufferLife> Lives;
@@ -99,6 +115,7 @@ private:
   const Function &F;
   int FnIndex;
   const llvm::DenseMap<const StateSlot *, int> &StateIds;
+  const Target &T;
   const LowerOptions &O;
   llvm::DenseMap<const Value *, int> Buffers;
   llvm::DenseMap<const Node *, int> Position;
@@ -123,7 +140,7 @@ bool FunctionLowering::readNeedsCopy(const Node &read) const {
   return false;
 }
 
-PlanFunction FunctionLowering::lower() {
+llvm::Expected<PlanFunction> FunctionLowering::lower() {
   PlanFunction pf;
   pf.Name = F.name();
   int calls = 0;
@@ -165,8 +182,14 @@ PlanFunction FunctionLowering::lower() {
         pf.Results.push_back(Buffers.lookup(v));
       continue;
     }
+    if (auto e = T.checkSupported(n))
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(), "in @%s, %s: the %s target %s",
+          F.name().c_str(), describeNode(n).c_str(), T.name().str().c_str(),
+          llvm::toString(std::move(e)).c_str());
     int pos = Position[&n];
     KernelCall call;
+    call.Kind = n.kind();
     call.Op = n.op();
     call.Attrs = n.attrs();
     call.Id = pos;
@@ -175,7 +198,7 @@ PlanFunction FunctionLowering::lower() {
     if (n.state())
       call.State = StateIds.lookup(n.state());
     for (Value *r : n.results()) {
-      if (n.op() == "Read") {
+      if (n.is(OpKind::Read)) {
         if (readNeedsCopy(n)) {
           call.Attrs["copy"] = Attribute::getInt(1);
           call.Outputs.push_back(addArena(r, pos));
@@ -187,7 +210,7 @@ PlanFunction FunctionLowering::lower() {
         }
         continue;
       }
-      if (n.op() == "Constant") {
+      if (n.is(OpKind::Constant)) {
         Placement p;
         p.Where = Placement::Kind::Constant;
         p.Index = FnIndex;
@@ -196,7 +219,7 @@ PlanFunction FunctionLowering::lower() {
         continue;
       }
       Value *first = n.operand(0);
-      if (O.InPlace && r == n.result(0) && canRunInPlace(n) &&
+      if (O.InPlace && r == n.result(0) && T.mayReuseOperand0(n) &&
           LastUse.lookup(first) == pos && arenaSlot.count(Buffers[first]) &&
           !llvm::is_contained(F.arguments(), first)) {
         // Reuse the dying operand's buffer: extend its lifetime.
@@ -215,14 +238,19 @@ PlanFunction FunctionLowering::lower() {
       }
       call.Outputs.push_back(addArena(r, pos));
     }
+    P.WorkspaceBytes = std::max(P.WorkspaceBytes, T.workspaceBytes(n));
     pf.Calls.push_back(std::move(call));
   }
   return pf;
 }
 
 llvm::Expected<Plan> headroom::lowerModule(const Module &m,
+                                           const Target &target,
                                            const LowerOptions &o) {
   Plan plan;
+  plan.TargetName = target.name().str();
+  plan.Alignment = target.alignment();
+  plan.LibraryBytes = target.libraryBytes();
   llvm::DenseMap<const StateSlot *, int> stateIds;
   MemoryReport &r = plan.Report;
   for (const auto &s : m.states()) {
@@ -257,9 +285,12 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
   for (const DriverCall &d : plan.Driver)
     r.PassesPerStep += d.Repeat;
   for (const auto &f : m.functions()) {
-    FunctionLowering fl(plan, *f, plan.Functions.size(), stateIds, o);
-    plan.Functions.push_back(fl.lower());
-    ArenaAssignment a = planArena(fl.Lives);
+    FunctionLowering fl(plan, *f, plan.Functions.size(), stateIds, target, o);
+    auto pf = fl.lower();
+    if (!pf)
+      return pf.takeError();
+    plan.Functions.push_back(std::move(*pf));
+    ArenaAssignment a = planArena(fl.Lives, plan.Alignment);
     for (size_t i = 0; i < fl.ArenaBuffers.size(); ++i)
       plan.Placements[fl.ArenaBuffers[i]].Offset = a.Offsets[i];
     // Live bytes at each position by category (aligned sizes): the most
@@ -270,7 +301,8 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
     std::vector<std::array<uint64_t, 3>> timeline(positions, {0, 0, 0});
     for (size_t i = 0; i < fl.Lives.size(); ++i)
       for (int64_t p = fl.Lives[i].First; p <= fl.Lives[i].Last; ++p)
-        timeline[p][fl.Categories[i]] += (fl.Lives[i].Size + 63) & ~63ull;
+        timeline[p][fl.Categories[i]] +=
+            (fl.Lives[i].Size + plan.Alignment - 1) & ~(plan.Alignment - 1);
     for (const auto &t : timeline)
       r.GradientsMaxLive = std::max(r.GradientsMaxLive, t[1]);
     // Functions run one at a time: they share the arena.
@@ -290,12 +322,11 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
       }
   }
   for (const PlanFunction &pf : plan.Functions)
-    for (const KernelCall &c : pf.Calls) {
-      if (c.Op == "Constant")
+    for (const KernelCall &c : pf.Calls)
+      if (c.Kind == OpKind::Constant)
         r.Constants += c.Attrs.at("value").asTensor().bytes().size();
-      plan.WorkspaceBytes =
-          std::max(plan.WorkspaceBytes, callWorkspace(plan, c));
-    }
   r.Workspace = plan.WorkspaceBytes;
+  r.LibraryBytes = plan.LibraryBytes;
+  r.StatePadding = plan.stateOffsets().back() - r.StateBytes();
   return plan;
 }

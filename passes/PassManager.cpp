@@ -1,5 +1,5 @@
 //===- PassManager.cpp - Run a list of passes -----------------------------===//
-#include "compiler/PassManager.h"
+#include "passes/PassManager.h"
 
 #include "compiler/Printer.h"
 #include "compiler/Verifier.h"

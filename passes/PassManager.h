@@ -1,6 +1,6 @@
 //===- PassManager.h - Run a list of passes -------------------------------===//
-#ifndef HEADROOM_COMPILER_PASSMANAGER_H
-#define HEADROOM_COMPILER_PASSMANAGER_H
+#ifndef HEADROOM_PASSES_PASSMANAGER_H
+#define HEADROOM_PASSES_PASSMANAGER_H
 
 #include "compiler/Pass.h"
 
@@ -34,4 +34,4 @@ private:
 
 } // namespace headroom
 
-#endif // HEADROOM_COMPILER_PASSMANAGER_H
+#endif // HEADROOM_PASSES_PASSMANAGER_H

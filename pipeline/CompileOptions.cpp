@@ -1,0 +1,340 @@
+//===- CompileOptions.cpp - How a training step is compiled ---------------===//
+#include "pipeline/CompileOptions.h"
+
+#include "compiler/Attribute.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+
+using namespace headroom;
+
+static const FlagInfo kFlags[] = {
+    {"batch", "N",
+     "Samples per optimizer step: binds the leading dimension of every data "
+     "input",
+     false, true},
+    {"shape", "NAME=DIMS", "Bind the full shape of a data input", true, true},
+    {"freeze", "NAME,...", "Keep these initializers constant", true, true},
+    {"optimizer", "sgd|momentum|adamw|lomo|adalomo|none",
+     "Optimizer (default sgd; none: the step only computes gradients)"},
+    {"lr", "LR", "Learning rate (default 0.01; adamw, adalomo 0.001)"},
+    {"momentum", "M", "Momentum factor (default 0.9)"},
+    {"nesterov", nullptr, "Nesterov momentum"},
+    {"weight-decay", "WD", "Weight decay (default 0; adamw 0.01)"},
+    {"betas", "B1,B2", "AdamW betas (default 0.9,0.999)"},
+    {"eps", "EPS", "AdamW epsilon (default 1e-08)"},
+    {"clip-grad-norm", "MAX", "Clip the global gradient norm (0: no clipping)"},
+    {"accum", "K",
+     "Gradient accumulation: split each step's --batch into K micro-batches"},
+    {"schedule", "auto|always|never",
+     "Order of the step: auto (the lower peak of PyTorch's order and updates "
+     "fused into the backward), always, never (PyTorch's order)"},
+    {"disable-dropout", nullptr,
+     "Train with every Dropout ratio set to 0 (to reproduce references "
+     "computed without dropout)"},
+    {"device", "cpu|cuda|auto",
+     "The backend the plan is for (default auto: this machine's)"},
+};
+
+llvm::ArrayRef<FlagInfo> headroom::compileFlags() { return kFlags; }
+
+static const FlagInfo *lookupFlag(llvm::StringRef name) {
+  for (const FlagInfo &f : kFlags)
+    if (name == f.Name)
+      return &f;
+  return nullptr;
+}
+
+static llvm::Error flagError(llvm::StringRef name, llvm::StringRef value,
+                             const llvm::Twine &expected) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "--%s %s: expected %s", name.str().c_str(),
+                                 value.str().c_str(), expected.str().c_str());
+}
+
+static llvm::Expected<double> number(llvm::StringRef name,
+                                     llvm::StringRef value) {
+  double d = 0;
+  if (value.trim().getAsDouble(d))
+    return flagError(name, value, "a number");
+  return d;
+}
+
+/// Applies one import flag to `o`.
+static llvm::Error applyImportFlag(ImportOptions &o, llvm::StringRef name,
+                                   llvm::StringRef value) {
+  if (name == "batch") {
+    if (value.getAsInteger(10, o.Batch) || o.Batch <= 0)
+      return flagError(name, value, "a positive number of samples");
+    return llvm::Error::success();
+  }
+  if (name == "shape") {
+    auto [input, dims] = value.split('=');
+    if (input.empty() || dims.empty())
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "--shape expects NAME=DIMS, got '%s'",
+                                     value.str().c_str());
+    auto parsed = parseShapeSpec(dims);
+    if (!parsed)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(), "--shape %s: %s", value.str().c_str(),
+          llvm::toString(parsed.takeError()).c_str());
+    o.Shapes[input.str()] = *parsed;
+    return llvm::Error::success();
+  }
+  assert(name == "freeze" && "not an import flag");
+  llvm::SmallVector<llvm::StringRef, 4> names;
+  value.split(names, ',', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef n : names)
+    o.Freeze.push_back(n.trim().str());
+  return llvm::Error::success();
+}
+
+llvm::Expected<ImportOptions>
+headroom::importOptionsFromFlags(const FlagList &flags) {
+  ImportOptions o;
+  for (const auto &[name, value] : flags) {
+    const FlagInfo *info = lookupFlag(name);
+    if (!info)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "unknown flag --%s", name.c_str());
+    if (!info->Import)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--%s is a training flag; `headroom opt` takes it with --compile",
+          name.c_str());
+    if (auto e = applyImportFlag(o, name, value))
+      return e;
+  }
+  return o;
+}
+
+llvm::Expected<CompileOptions>
+headroom::compileOptionsFromFlags(const FlagList &flags,
+                                  llvm::StringRef autoDevice) {
+  using K = enum OptimizerOptions::Kind;
+  CompileOptions o;
+  // The last occurrence of a flag that does not repeat wins, as with cl.
+  llvm::StringMap<std::string> given;
+  for (const auto &[name, value] : flags) {
+    const FlagInfo *info = lookupFlag(name);
+    if (!info)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "unknown flag --%s", name.c_str());
+    if (info->Import) {
+      if (auto e = applyImportFlag(o.Import, name, value))
+        return e;
+      continue;
+    }
+    given[name] = value;
+  }
+  if (o.Import.Batch <= 0 && o.Import.Shapes.empty())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--batch N is required: the number of samples per step");
+  auto has = [&](llvm::StringRef name) { return given.count(name) != 0; };
+  auto get = [&](llvm::StringRef name) { return llvm::StringRef(given[name]); };
+  auto sw = [&](llvm::StringRef name) {
+    return has(name) && get(name) != "0" && get(name) != "false";
+  };
+
+  OptimizerOptions &opt = o.Optimizer;
+  if (has("optimizer")) {
+    if (get("optimizer") == "none") {
+      o.ApplyOptimizer = false;
+    } else if (auto kind = parseOptimizerKind(get("optimizer"))) {
+      opt.Kind = *kind;
+    } else {
+      return flagError("optimizer", get("optimizer"),
+                       "sgd, momentum, adamw, lomo, adalomo or none");
+    }
+  }
+  // Defaults depend on the optimizer; a given value is always used (and
+  // checked), even a negative one.
+  bool adaptive = opt.Kind == K::AdamW || opt.Kind == K::AdaLomo;
+  opt.Lr = adaptive ? 1e-3 : 0.01;
+  opt.WeightDecay = opt.Kind == K::AdamW ? 0.01 : 0.0;
+  struct {
+    const char *Name;
+    double *Field;
+  } numbers[] = {{"lr", &opt.Lr},
+                 {"momentum", &opt.Momentum},
+                 {"weight-decay", &opt.WeightDecay},
+                 {"eps", &opt.Eps},
+                 {"clip-grad-norm", &opt.ClipGradNorm}};
+  for (const auto &n : numbers) {
+    if (!has(n.Name))
+      continue;
+    auto v = number(n.Name, get(n.Name));
+    if (!v)
+      return v.takeError();
+    *n.Field = *v;
+  }
+  opt.Nesterov = sw("nesterov");
+  if (has("betas")) {
+    auto [b1, b2] = get("betas").split(',');
+    if (b1.trim().getAsDouble(opt.Beta1) || b2.trim().getAsDouble(opt.Beta2))
+      return flagError("betas", get("betas"), "two numbers B1,B2");
+  }
+  if (opt.WeightDecay < 0)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--weight-decay must not be negative");
+  if (opt.Lr <= 0)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--lr must be positive");
+  if (opt.ClipGradNorm < 0)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--clip-grad-norm must not be negative");
+
+  if (has("accum") &&
+      (get("accum").getAsInteger(10, o.Accumulate) || o.Accumulate == 0))
+    return flagError("accum", get("accum"), "a number of micro-batches >= 1");
+  if (has("schedule")) {
+    llvm::StringRef s = get("schedule");
+    if (s == "auto")
+      o.Schedule = ScheduleMode::Auto;
+    else if (s == "always")
+      o.Schedule = ScheduleMode::Always;
+    else if (s == "never")
+      o.Schedule = ScheduleMode::Never;
+    else
+      return flagError("schedule", s, "auto, always or never");
+  }
+  o.DisableDropout = sw("disable-dropout");
+  o.Target = has("device") ? get("device").str() : "auto";
+  if (o.Target == "auto")
+    o.Target = autoDevice.str();
+  if (o.Target != "cpu" && o.Target != "cuda")
+    return flagError("device", o.Target, "cpu, cuda or auto");
+  return o;
+}
+
+/// A value as a command line carries it: quoted when it has a space, a
+/// quote or a backslash, or is empty.
+static std::string quoteValue(llvm::StringRef v) {
+  if (!v.empty() && v.find_first_of(" \t\"\\") == llvm::StringRef::npos)
+    return v.str();
+  std::string s = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\')
+      s += '\\';
+    s += c;
+  }
+  return s + "\"";
+}
+
+std::string CompileOptions::flags() const {
+  using K = enum OptimizerOptions::Kind;
+  std::vector<std::string> out;
+  auto add = [&](const char *name, const std::string &value) {
+    out.push_back(std::string("--") + name);
+    if (!value.empty())
+      out.back() += " " + quoteValue(value);
+  };
+  if (Import.Batch > 0)
+    add("batch", std::to_string(Import.Batch));
+  for (const auto &[name, dims] : Import.Shapes)
+    add("shape", name + "=" + shapeString(dims));
+  if (!Import.Freeze.empty())
+    add("freeze", llvm::join(Import.Freeze, ","));
+  const OptimizerOptions &o = Optimizer;
+  if (!ApplyOptimizer) {
+    add("optimizer", "none");
+  } else {
+    add("optimizer", o.kindName().str());
+    add("lr", shortestDecimal(o.Lr));
+    add("weight-decay", shortestDecimal(o.WeightDecay));
+    if (o.Kind == K::Momentum) {
+      add("momentum", shortestDecimal(o.Momentum));
+      if (o.Nesterov)
+        add("nesterov", "");
+    }
+    if (o.Kind == K::AdamW) {
+      add("betas", shortestDecimal(o.Beta1) + "," + shortestDecimal(o.Beta2));
+      add("eps", shortestDecimal(o.Eps));
+    }
+    if (o.ClipGradNorm > 0)
+      add("clip-grad-norm", shortestDecimal(o.ClipGradNorm));
+  }
+  if (Accumulate > 1)
+    add("accum", std::to_string(Accumulate));
+  if (Schedule == ScheduleMode::Always)
+    add("schedule", "always");
+  if (Schedule == ScheduleMode::Never)
+    add("schedule", "never");
+  if (DisableDropout)
+    add("disable-dropout", "");
+  add("device", Target);
+  return llvm::join(out, " ");
+}
+
+std::string CompileOptions::passPipeline(bool scheduled) const {
+  std::vector<std::string> passes;
+  if (DisableDropout)
+    passes.push_back("disable-dropout");
+  passes.push_back("canonicalize");
+  passes.push_back("autodiff");
+  if (Accumulate > 1)
+    passes.push_back("accumulate{steps=" + std::to_string(Accumulate) + "}");
+  if (ApplyOptimizer)
+    passes.push_back("optimizer{" + optimizerOptionsText(Optimizer) + "}");
+  passes.push_back("canonicalize");
+  if (scheduled)
+    passes.push_back("schedule");
+  return llvm::join(passes, ",");
+}
+
+llvm::Expected<FlagList> headroom::splitFlags(llvm::StringRef text) {
+  // Words, with "..." quoting (backslash escapes inside).
+  std::vector<std::string> words;
+  for (size_t i = 0; i < text.size();) {
+    if (text[i] == ' ' || text[i] == '\t') {
+      ++i;
+      continue;
+    }
+    std::string word;
+    bool quoted = false;
+    while (i < text.size() && (quoted || (text[i] != ' ' && text[i] != '\t'))) {
+      char c = text[i++];
+      if (c == '"') {
+        quoted = !quoted;
+        continue;
+      }
+      if (quoted && c == '\\' && i < text.size())
+        c = text[i++];
+      word += c;
+    }
+    if (quoted)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "unterminated quote in '%s'",
+                                     text.str().c_str());
+    words.push_back(std::move(word));
+  }
+  FlagList flags;
+  for (size_t i = 0; i < words.size(); ++i) {
+    llvm::StringRef w = words[i];
+    if (!w.consume_front("--"))
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "expected a flag, got '%s'",
+                                     words[i].c_str());
+    auto [name, inlineValue] = w.split('=');
+    const FlagInfo *info = lookupFlag(name);
+    if (!info)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "unknown flag --%s", name.str().c_str());
+    if (w.contains('=')) {
+      flags.emplace_back(name.str(), inlineValue.str());
+      continue;
+    }
+    if (!info->ValueName) {
+      flags.emplace_back(name.str(), "1");
+      continue;
+    }
+    if (i + 1 == words.size())
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "--%s needs a value (%s)",
+                                     name.str().c_str(), info->ValueName);
+    flags.emplace_back(name.str(), words[++i]);
+  }
+  return flags;
+}

@@ -1,0 +1,94 @@
+//===- CompileOptions.h - How a training step is compiled -----------------===//
+//
+// Every choice that shapes a compiled step, in one struct: the import
+// bindings, accumulation, the optimizer, the schedule, the target. The
+// training flags (`--batch 8 --optimizer adamw ...`) are parsed into it in
+// one place, here, whether they come from the command line (tools/ registers
+// one cl option per row of compileFlags() and hands over what was given) or
+// from a plan file's record of them; flags() prints them back, so a plan
+// records exactly what made it. passPipeline() is the same choice as the
+// pass pipeline `headroom opt --passes=` takes.
+//
+//===----------------------------------------------------------------------===//
+#ifndef HEADROOM_PIPELINE_COMPILEOPTIONS_H
+#define HEADROOM_PIPELINE_COMPILEOPTIONS_H
+
+#include "compiler/OnnxImport.h"
+#include "passes/Optimizer.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace headroom {
+
+/// Whether the `schedule` pass orders the step. Auto lowers the step both
+/// ways and keeps the lower peak (the pass is a heuristic; the plan's peak
+/// is the truth); lomo and adalomo always schedule, fusing the updates into
+/// the backward is what they are. Never keeps PyTorch's order.
+enum class ScheduleMode { Auto, Always, Never };
+
+struct CompileOptions {
+  /// Import bindings; Import.Batch is the batch of a whole optimizer step.
+  ImportOptions Import;
+  /// Gradient accumulation: each step runs Accumulate micro-batches of
+  /// Batch / Accumulate samples (the `accumulate` pass).
+  unsigned Accumulate = 1;
+  /// Without an optimizer the step only reports gradients (ParamGrad).
+  bool ApplyOptimizer = true;
+  OptimizerOptions Optimizer;
+  ScheduleMode Schedule = ScheduleMode::Auto;
+  /// Sets every Dropout's ratio to 0 (to reproduce references computed
+  /// without dropout; the trained model is then not the one described).
+  bool DisableDropout = false;
+  /// The backend the plan is for (compiler/Target.h): "cpu" or "cuda".
+  std::string Target = "cpu";
+
+  /// The training flags that give these options, defaults filled in, as a
+  /// command line: compileOptionsFromFlags(splitFlags(flags())) gives these
+  /// options back.
+  std::string flags() const;
+  /// The passes that build the step, `headroom opt --passes=` syntax; with
+  /// `scheduled`, the `schedule` pass last.
+  std::string passPipeline(bool scheduled) const;
+};
+
+/// One training flag as given: its name without dashes and its value ("1"
+/// for a switch such as --nesterov). Repeatable flags (--shape, --freeze)
+/// appear once per occurrence.
+using FlagList = std::vector<std::pair<std::string, std::string>>;
+
+struct FlagInfo {
+  const char *Name;
+  /// What the value looks like in --help; null for a switch.
+  const char *ValueName;
+  const char *Help;
+  /// Given more than once, each occurrence counts (--shape, --freeze).
+  bool Repeats = false;
+  /// An import binding: `headroom opt` takes it too.
+  bool Import = false;
+};
+
+/// Every training flag, in the order flags() prints them.
+llvm::ArrayRef<FlagInfo> compileFlags();
+
+/// The options the flags give; what was not given takes its default, which
+/// may depend on another flag (adamw's lr is 1e-3). A bad value, an unknown
+/// flag or a missing --batch/--shape is an error naming the flag.
+/// `autoDevice` is what `--device auto` (the default) means: compiling
+/// never looks at the machine, the caller does (runtime's defaultDevice()).
+llvm::Expected<CompileOptions>
+compileOptionsFromFlags(const FlagList &flags,
+                        llvm::StringRef autoDevice = "cpu");
+/// Only the import flags (`headroom opt`); others are an error.
+llvm::Expected<ImportOptions> importOptionsFromFlags(const FlagList &flags);
+
+/// Splits a command line as flags() writes it ("--batch 8 --nesterov ...").
+llvm::Expected<FlagList> splitFlags(llvm::StringRef text);
+
+} // namespace headroom
+
+#endif // HEADROOM_PIPELINE_COMPILEOPTIONS_H
