@@ -99,17 +99,17 @@ llvm::Expected<bool> Accumulate::run(Module &m) {
   Function *first =
       m.cloneFunction(*step, freshFunctionName(m, "accumulate.first"));
   if (auto e = rewrite(m, *first, scale, /*first=*/true, /*last=*/false))
-    return std::move(e);
+    return e;
   std::vector<DriverStep> driver = {{first, 1, false}};
   if (Steps > 2) {
     Function *middle =
         m.cloneFunction(*step, freshFunctionName(m, "accumulate"));
     if (auto e = rewrite(m, *middle, scale, /*first=*/false, /*last=*/false))
-      return std::move(e);
+      return e;
     driver.push_back({middle, Steps - 2, false});
   }
   if (auto e = rewrite(m, *step, scale, /*first=*/false, /*last=*/true))
-    return std::move(e);
+    return e;
   driver.push_back({step, 1, false});
   m.setDriver(std::move(driver));
   return true;

@@ -431,7 +431,7 @@ llvm::Expected<bool> Optimizer::run(Module &m) {
       continue;
     changed = true;
     if (auto e = updateFunction(m, *f))
-      return std::move(e);
+      return e;
   }
   if (Conflict)
     return std::move(Conflict);

@@ -41,9 +41,6 @@ public:
   /// setting it replays a step's random numbers exactly.
   virtual void setStep(uint64_t step) = 0;
 
-  /// Bytes allocated for state and buffers.
-  virtual uint64_t allocatedBytes() const = 0;
-
   const Plan &plan() const { return ThePlan; }
 
 protected:

@@ -229,22 +229,33 @@ static int runOpt() {
     return reportError(OutputFile + ": cannot write: " + ec.message());
   if (CompileStep && PassList.getNumOccurrences())
     return reportError("give --compile or --passes, not both");
+  if (CompileStep) {
+    // The model imports at the micro-batch size; textual IR is taken as it
+    // is (already at that size).
+    auto options = compileOptionsGiven();
+    if (!options)
+      return reportError(options.takeError());
+    llvm::Expected<Compiled> compiled =
+        llvm::StringRef(OptInput).endswith(".onnx")
+            ? compile(OptInput, *options)
+            : [&]() -> llvm::Expected<Compiled> {
+      auto m = loadModule(OptInput);
+      if (!m)
+        return m.takeError();
+      return compileModule(std::move(*m), *options);
+    }();
+    if (!compiled)
+      return reportError(compiled.takeError());
+    out.os() << "// pipeline: " << compiled->Pipeline << "\n";
+    printModule(*compiled->M, out.os());
+    if (Stats)
+      printStats(*compiled->M, out.os());
+    out.keep();
+    return 0;
+  }
   auto process = [&](llvm::Expected<std::unique_ptr<Module>> m) -> llvm::Error {
     if (!m)
       return m.takeError();
-    if (CompileStep) {
-      auto options = compileOptionsGiven();
-      if (!options)
-        return options.takeError();
-      auto compiled = compileModule(std::move(*m), *options);
-      if (!compiled)
-        return compiled.takeError();
-      out.os() << "// pipeline: " << compiled->Pipeline << "\n";
-      printModule(*compiled->M, out.os());
-      if (Stats)
-        printStats(*compiled->M, out.os());
-      return llvm::Error::success();
-    }
     PassManagerOptions options;
     options.VerifyEach = !NoVerify;
     options.PrintAfterAll = PrintAfterAll;

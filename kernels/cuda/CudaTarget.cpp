@@ -1,10 +1,10 @@
 //===- CudaTarget.cpp - The CUDA backend as lowering sees it --------------===//
 //
 // The op list is the CUDA backend's contract, family by family: a node
-// outside it, or a float that is not f32, is refused when the plan is made.
-// Matmuls go through cuBLASLt, whose workspace is the library bytes; the
-// project's own kernels (convolution and pooling included) take no
-// per-call scratch.
+// outside it, or a float that is not f32 or f64 (the optimizer's step counter),
+// is refused when the plan is made. Matmuls go through cuBLASLt, whose
+// workspace is the library bytes; the project's own kernels (convolution and
+// pooling included) take no per-call scratch.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/CudaTarget.h"
@@ -59,7 +59,7 @@ public:
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "has no kernel for op '%s'",
                                      n.op().c_str());
-    return checkFloatTypes(n, {DType::F32});
+    return checkFloatTypes(n, {DType::F32, DType::F64});
   }
 };
 

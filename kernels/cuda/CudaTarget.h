@@ -13,7 +13,8 @@ namespace headroom {
 
 /// What kernels/cuda runs: 256-byte alignment (what cudaMalloc returns and
 /// cuBLASLt's vectorised loads prefer), cuBLASLt's 32 MiB workspace for
-/// Hopper held for the whole run, the op families of kernels/cuda in f32.
+/// Hopper held for the whole run, the op families of kernels/cuda in f32 (f64
+/// too).
 const Target &cudaTarget();
 
 /// The cuBLASLt workspace the CUDA executor allocates once (NVIDIA

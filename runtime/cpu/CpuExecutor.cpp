@@ -35,7 +35,6 @@ public:
   const std::map<std::string, Tensor> &gradients() const override {
     return Gradients;
   }
-  uint64_t allocatedBytes() const override { return Allocated; }
   void setStep(uint64_t step) override { Step = step; }
 
 private:
@@ -71,7 +70,6 @@ private:
   uint8_t *Workspace = nullptr; // kernel scratch
   std::vector<void *> Pointers; // where each buffer's data is (may alias)
   std::map<std::string, Tensor> Gradients;
-  uint64_t Allocated = 0;
   uint64_t Step = 0;
 };
 
@@ -109,7 +107,6 @@ llvm::Error CpuExecutor::allocate() {
         llvm::inconvertibleErrorCode(),
         "cannot allocate the plan's %llu bytes (state, arena, workspace)",
         (unsigned long long)total);
-  Allocated = total;
   // Parameters and moments start zeroed (the caller loads initial values).
   std::memset(Block.get(), 0, arenaOffset);
   for (size_t i = 0; i < ThePlan.States.size(); ++i)

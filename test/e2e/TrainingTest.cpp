@@ -563,8 +563,9 @@ TEST(PlannedMemory, LomoAndAccumulation) {
     EXPECT_GE(lr.GradientsMaxLive, lr.LargestParameter) << model;
     EXPECT_LT(lr.GradientsMaxLive, tr.GradientsMaxLive) << model;
     EXPECT_GE(tr.GradientsMaxLive, tr.Parameters) << model;
-    if (std::string(model) == "gpt" || std::string(model) == "llama")
+    if (std::string(model) == "gpt" || std::string(model) == "llama") {
       EXPECT_LE(lr.GradientsMaxLive, tr.GradientsMaxLive / 4) << model;
+    }
 
     if (!HEADROOM_COUNT_HEAP)
       continue;

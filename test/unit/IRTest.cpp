@@ -33,6 +33,32 @@ TEST(IRTest, BuilderKeepsUseListsInSync) {
   EXPECT_FALSE(llvm::errorToBool(verifyModule(m)));
 }
 
+TEST(IRTest, CloneIsDeepAndKeepsLocations) {
+  Module m;
+  StateSlot *w = m.addState("w", TensorType(DType::F32, {4}), StateKind::Param);
+  Function *f = m.addFunction("step");
+  Value *x = f->addArgument(TensorType(DType::F32, {4}), "x");
+  Builder b(*f);
+  b.setLoc("/layer/Add");
+  Value *sum = b.createValue("Add", {x, b.read(w)}, x->type());
+  b.setLoc("");
+  f->createNode("Return", {sum}, {});
+  m.setDriver({{f, 3, false}});
+
+  std::unique_ptr<Module> copy = m.clone();
+  EXPECT_EQ(moduleToString(*copy), moduleToString(m));
+  EXPECT_FALSE(llvm::errorToBool(verifyModule(*copy)));
+  const Function &cf = *copy->functions()[0];
+  const Node &read = cf.nodes().front();
+  EXPECT_TRUE(read.is(OpKind::Read));
+  EXPECT_EQ(read.loc(), "/layer/Add");
+  EXPECT_EQ(read.state(), copy->lookupState("w")); // the copy's own slot
+  EXPECT_NE(read.state(), w);
+  EXPECT_EQ(copy->driver()[0].Callee, &cf);
+  EXPECT_EQ(copy->driver()[0].Repeat, 3u);
+  EXPECT_EQ(cf.returnNode()->loc(), "");
+}
+
 TEST(IRTest, SameOperandTwiceCountsTwoUses) {
   Module m;
   Function *f = m.addFunction("f");

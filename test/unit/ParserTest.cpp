@@ -14,8 +14,8 @@ const char *kSample = R"(state @fc1.weight : f32[3, 2] param
 state @"onnx::Mask_7" : f32[3] frozen
 
 func @forward(%x: f32[4, 2], %y: i64[4]) {
-  %w = Read(@fc1.weight) : f32[3, 2]
-  %0 = Gemm(%x, %w, none) {alpha = 1.0, transB = 1} : f32[4, 3]
+  %w = Read(@fc1.weight) : f32[3, 2] loc("/fc1/Gemm")
+  %0 = Gemm(%x, %w, none) {alpha = 1.0, transB = 1} : f32[4, 3] loc("/fc1/Gemm")
   %c = Constant() {value = dense<i64[2]> [4, -1]} : i64[2]
   %s = Constant() {value = dense<f32[2, 2]> 0.5} : f32[2, 2]
   %h = Constant() {value = dense<f16[3]> [1.0, -inf, 0.1]} : f16[3]
@@ -23,7 +23,7 @@ func @forward(%x: f32[4, 2], %y: i64[4]) {
   %1, %2 = Split(%0) {axis = 1, names = ["a", "b\n\"c\""], ratios = [0.25, 1e-05], split = [1, 2]} : f32[4, 1], f32[4, 2]
   %3 = Cast(%1) {to = bf16} : bf16[4, 1]
   %loss = SoftmaxCrossEntropyLoss(%0, %y) {reduction = "mean"} : f32[]
-  Assign(@fc1.weight, %w)
+  Assign(@fc1.weight, %w) loc("a \"quoted\" name")
   return %loss
 }
 )";
@@ -47,6 +47,10 @@ TEST(ParserTest, KeepsValuesAndAttributes) {
   EXPECT_EQ(f->arguments()[1]->type(), TensorType(DType::I64, {4}));
   const Node &gemm = *std::next(f->nodes().begin());
   EXPECT_EQ(gemm.op(), "Gemm");
+  EXPECT_TRUE(gemm.is(OpKind::Gemm));
+  EXPECT_EQ(gemm.loc(), "/fc1/Gemm");
+  EXPECT_EQ(std::next(f->nodes().begin(), 9)->loc(), "a \"quoted\" name");
+  EXPECT_EQ(std::next(f->nodes().begin(), 2)->loc(), "");
   EXPECT_EQ(gemm.operand(2), nullptr);
   EXPECT_EQ(gemm.intAttr("transB", 0), 1);
   EXPECT_EQ(m->lookupState("onnx::Mask_7")->kind(), StateKind::Frozen);
@@ -91,6 +95,12 @@ TEST(ParserTest, ErrorsNameTheLocation) {
             "t.hr:1:1: expected 'state', 'func' or 'driver'");
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%x) : f32[2]\n}"),
             "t.hr:3:1: function @f does not end with 'return'");
+  EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%x) : f32[2] "
+                       "loc(a)\n  return %y\n}"),
+            "t.hr:2:29: expected a quoted location in loc(...)");
+  EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%x) : f32[2] "
+                       "loc(\"a\"\n  return %y\n}"),
+            "t.hr:3:3: expected ')' after the location");
 }
 
 TEST(ParserTest, CommentsAreSkipped) {

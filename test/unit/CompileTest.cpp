@@ -1,0 +1,245 @@
+//===- CompileTest.cpp - pipeline/: options, flags, compile() -------------===//
+//
+// The training flags parse into CompileOptions in one place and print back
+// to the same options; the pass pipeline a compile records rebuilds its
+// step; the module compile() returns is the one its plan was lowered from,
+// whichever schedule won; targets refuse what their backend cannot run at
+// compile time, naming the node.
+//
+//===----------------------------------------------------------------------===//
+#include "pipeline/Compile.h"
+
+#include "CompileUtil.h"
+#include "compiler/Parser.h"
+#include "kernels/cpu/CpuTarget.h"
+#include "kernels/cuda/CudaTarget.h"
+#include "passes/PassManager.h"
+
+using namespace headroom;
+
+namespace {
+
+CompileOptions fromText(const std::string &text) {
+  auto flags = takeOrFail(splitFlags(text));
+  return takeOrFail(compileOptionsFromFlags(flags));
+}
+
+std::string flagError(const std::string &text) {
+  auto flags = splitFlags(text);
+  if (!flags)
+    return llvm::toString(flags.takeError());
+  return errorOf(compileOptionsFromFlags(*flags));
+}
+
+TEST(CompileOptionsTest, FlagsRoundTrip) {
+  for (const char *text :
+       {"--batch 8", "--batch 8 --optimizer adamw --lr 3e-4 --betas 0.8,0.95",
+        "--batch 8 --optimizer momentum --momentum 0.5 --nesterov "
+        "--weight-decay 1e-4 --clip-grad-norm 0.7 --accum 4",
+        "--shape x=4x16 --shape y=4 --freeze fc1.weight,fc1.bias --optimizer "
+        "lomo --schedule always --disable-dropout --device cuda",
+        "--batch 2 --optimizer none --schedule never",
+        "--batch 2 --freeze \"a name\" --optimizer adalomo"}) {
+    CompileOptions o = fromText(text);
+    std::string printed = o.flags();
+    CompileOptions again = fromText(printed);
+    EXPECT_EQ(again.flags(), printed) << text;
+    EXPECT_EQ(again.passPipeline(true), o.passPipeline(true)) << text;
+  }
+}
+
+TEST(CompileOptionsTest, DefaultsFollowTheOptimizer) {
+  CompileOptions sgd = fromText("--batch 4");
+  EXPECT_EQ(sgd.Optimizer.Lr, 0.01);
+  EXPECT_EQ(sgd.Optimizer.WeightDecay, 0.0);
+  EXPECT_EQ(sgd.Target, "cpu");
+  CompileOptions adamw = fromText("--batch 4 --optimizer=adamw");
+  EXPECT_EQ(adamw.Optimizer.Lr, 1e-3);
+  EXPECT_EQ(adamw.Optimizer.WeightDecay, 0.01);
+  EXPECT_EQ(adamw.flags(), "--batch 4 --optimizer adamw --lr 0.001 "
+                           "--weight-decay 0.01 --betas 0.9,0.999 --eps 1e-08 "
+                           "--device cpu");
+  EXPECT_EQ(adamw.passPipeline(false),
+            "canonicalize,autodiff,optimizer{kind=adamw lr=0.001 "
+            "weight_decay=0.01 beta1=0.9 beta2=0.999 eps=1e-08},canonicalize");
+  CompileOptions none = fromText("--batch 4 --optimizer none");
+  EXPECT_FALSE(none.ApplyOptimizer);
+  EXPECT_EQ(none.passPipeline(true), "canonicalize,autodiff,canonicalize,"
+                                     "schedule");
+  CompileOptions accum =
+      fromText("--batch 8 --accum 2 --disable-dropout --clip-grad-norm 1");
+  EXPECT_EQ(accum.passPipeline(false),
+            "disable-dropout,canonicalize,autodiff,accumulate{steps=2},"
+            "optimizer{kind=sgd lr=0.01 weight_decay=0 clip_grad_norm=1},"
+            "canonicalize");
+  // What --device auto means is the caller's (the tool asks the runtime).
+  auto flags = takeOrFail(splitFlags("--batch 4 --device auto"));
+  EXPECT_EQ(takeOrFail(compileOptionsFromFlags(flags, "cuda")).Target, "cuda");
+}
+
+TEST(CompileOptionsTest, BadFlagsNameTheFlag) {
+  EXPECT_EQ(flagError("--optimizer sgd"),
+            "--batch N is required: the number of samples per step");
+  EXPECT_EQ(flagError("--batch 0"),
+            "--batch 0: expected a positive number of samples");
+  EXPECT_EQ(flagError("--batch 4 --lr fast"), "--lr fast: expected a number");
+  EXPECT_EQ(flagError("--batch 4 --lr -1"), "--lr must be positive");
+  EXPECT_EQ(flagError("--batch 4 --betas 0.9"),
+            "--betas 0.9: expected two numbers B1,B2");
+  EXPECT_EQ(flagError("--batch 4 --schedule sometimes"),
+            "--schedule sometimes: expected auto, always or never");
+  EXPECT_EQ(flagError("--batch 4 --device tpu"),
+            "--device tpu: expected cpu, cuda or auto");
+  EXPECT_EQ(flagError("--batch 4 --colour blue"), "unknown flag --colour");
+  EXPECT_EQ(flagError("--batch"), "--batch needs a value (N)");
+  EXPECT_EQ(flagError("batch 4"), "expected a flag, got 'batch'");
+  EXPECT_EQ(flagError("--batch 4 --freeze \"a"),
+            "unterminated quote in '--batch 4 --freeze \"a'");
+  EXPECT_EQ(flagError("--batch 4 --shape x"),
+            "--shape expects NAME=DIMS, got 'x'");
+  FlagList opt = {{"batch", "2"}, {"optimizer", "adamw"}};
+  EXPECT_EQ(errorOf(importOptionsFromFlags(opt)),
+            "--optimizer is a training flag; `headroom opt` takes it with "
+            "--compile");
+}
+
+/// The call ops of every function: what two plans of the same step share.
+std::vector<std::string> callOps(const Plan &p) {
+  std::vector<std::string> ops;
+  for (const PlanFunction &f : p.Functions) {
+    ops.push_back("@" + f.Name);
+    for (const KernelCall &c : f.Calls)
+      ops.push_back(c.Op);
+  }
+  return ops;
+}
+
+/// compile() returns the module its plan was lowered from, scheduled or not
+/// (lowering it again gives the same plan), and its pipeline text rebuilds
+/// that module from the imported model.
+TEST(CompileTest, TheModuleAndPipelineAreThePlans) {
+  for (const char *model : {"mlp", "lenet", "gpt"})
+    for (const char *flags :
+         {"--batch 8", "--batch 8 --optimizer lomo --clip-grad-norm 1",
+          "--batch 8 --optimizer adamw --schedule never",
+          "--batch 8 --optimizer momentum --accum 2"}) {
+      CompileOptions o = fromText(flags);
+      std::string path = modelPath(std::string(model) + ".onnx");
+      auto c = compile(path, o);
+      ASSERT_TRUE(static_cast<bool>(c)) << llvm::toString(c.takeError());
+      std::string what = std::string(model) + " " + flags;
+      Plan again = takeOrFail(lowerModule(*c->M, cpuTarget()));
+      EXPECT_EQ(callOps(again), callOps(c->ThePlan)) << what;
+      EXPECT_EQ(again.Report.PeakBytes(), c->ThePlan.Report.PeakBytes())
+          << what;
+
+      ImportOptions import = o.Import;
+      import.Batch /= o.Accumulate;
+      auto m = takeOrFail(importOnnxFile(path, import));
+      ASSERT_TRUE(m);
+      PassManager pm;
+      ASSERT_EQ(errorOf(pm.addPipeline(c->Pipeline)), "") << what;
+      ASSERT_EQ(errorOf(pm.run(*m)), "") << what;
+      Plan rebuilt = takeOrFail(lowerModule(*m, cpuTarget()));
+      EXPECT_EQ(callOps(rebuilt), callOps(c->ThePlan)) << what;
+      EXPECT_EQ(rebuilt.Report.PeakBytes(), c->ThePlan.Report.PeakBytes())
+          << what;
+    }
+}
+
+/// With --schedule auto the plan is the lower peak of both orders: never
+/// above either one alone.
+TEST(CompileTest, AutoScheduleKeepsTheLowerPeak) {
+  for (const char *model : {"mlp", "lenet", "gpt", "llama"}) {
+    std::string path = modelPath(std::string(model) + ".onnx");
+    uint64_t peak[3];
+    const char *modes[] = {"auto", "always", "never"};
+    for (int i = 0; i < 3; ++i)
+      peak[i] = compilePlan(path, fromText(std::string("--batch 8 --schedule ") +
+                                           modes[i]))
+                    .Report.PeakBytes();
+    EXPECT_EQ(peak[0], std::min(peak[1], peak[2])) << model;
+  }
+}
+
+TEST(TargetTest, PlansRecordTheirTarget) {
+  CompileOptions o = fromText("--batch 8 --optimizer adamw");
+  Plan cpu = compilePlan(modelPath("gpt.onnx"), o);
+  o.Target = "cuda";
+  Plan cuda = compilePlan(modelPath("gpt.onnx"), o);
+  EXPECT_EQ(cpu.TargetName, "cpu");
+  EXPECT_EQ(cpu.Alignment, 64u);
+  EXPECT_EQ(cpu.LibraryBytes, 0u);
+  EXPECT_EQ(cuda.TargetName, "cuda");
+  EXPECT_EQ(cuda.Alignment, 256u);
+  EXPECT_EQ(cuda.LibraryBytes, kCublasLtWorkspaceBytes);
+  for (const Plan *p : {&cpu, &cuda})
+    for (size_t b = 0; b < p->Buffers.size(); ++b)
+      if (p->Placements[b].Where == Placement::Kind::Arena) {
+        EXPECT_EQ(p->Placements[b].Offset % p->Alignment, 0u)
+            << p->TargetName << " buffer " << b;
+      }
+  EXPECT_EQ(cuda.Report.Parameters, cpu.Report.Parameters);
+  EXPECT_GE(cuda.Report.ArenaBytes, cpu.Report.ArenaBytes);
+  EXPECT_EQ(cuda.Report.PeakBytes(), cuda.Report.StateBytes() +
+                                         cuda.Report.StatePadding +
+                                         cuda.Report.ArenaBytes +
+                                         kCublasLtWorkspaceBytes);
+  // The states' padding is what the executor's layout adds.
+  EXPECT_EQ(cuda.stateOffsets().back(),
+            cuda.Report.StateBytes() + cuda.Report.StatePadding);
+  EXPECT_EQ(errorOf(lookupTarget("tpu")), "--device tpu: expected cpu or cuda");
+}
+
+/// Lowers textual IR for `target`; returns the error ("" when it lowers).
+std::string lowerError(const char *text, const Target &target) {
+  auto m = takeOrFail(parseModule(text));
+  if (!m)
+    return "unparsed";
+  return errorOf(lowerModule(*m, target));
+}
+
+TEST(TargetTest, WhatTheBackendLacksIsRefusedAtCompileTime) {
+  const char *bf16MatMul = "func @f(%a: bf16[2, 3], %b: bf16[3, 4]) {\n"
+                           "  %c = MatMul(%a, %b) : bf16[2, 4] loc(\"/mm\")\n"
+                           "  return %c\n}\n";
+  EXPECT_EQ(lowerError(bf16MatMul, cpuTarget()),
+            "in @f, node 0 ('MatMul' defining %c from '/mm'): the cpu target "
+            "computes no bf16 (f32, f64 only)");
+  EXPECT_EQ(lowerError(bf16MatMul, cudaTarget()),
+            "in @f, node 0 ('MatMul' defining %c from '/mm'): the cuda "
+            "target computes no bf16 (f32, f64 only)");
+  // Elementwise kernels compute every float type on the CPU.
+  const char *f16Add = "func @f(%a: f16[4], %b: f16[4]) {\n"
+                       "  %c = Add(%a, %b) : f16[4]\n"
+                       "  return %c\n}\n";
+  EXPECT_EQ(lowerError(f16Add, cpuTarget()), "");
+  const char *range = "func @f(%x: f32[4]) {\n"
+                      "  %s = Constant() {value = dense<i64[]> 0} : i64[]\n"
+                      "  %e = Constant() {value = dense<i64[]> 4} : i64[]\n"
+                      "  %d = Constant() {value = dense<i64[]> 1} : i64[]\n"
+                      "  %r = Range(%s, %e, %d) : i64[4]\n"
+                      "  return %r\n}\n";
+  EXPECT_EQ(lowerError(range, cpuTarget()), "");
+  EXPECT_EQ(lowerError(range, cudaTarget()),
+            "in @f, node 3 ('Range' defining %r): the cuda target has no "
+            "kernel for op 'Range'");
+}
+
+TEST(TargetTest, InPlaceIsTheTargetsChoice) {
+  auto m = takeOrFail(parseModule("func @f(%x: f32[64]) {\n"
+                                  "  %a = Neg(%x) : f32[64]\n"
+                                  "  %b = Exp(%a) : f32[64]\n"
+                                  "  %c = Softmax(%b) {axis = 0} : f32[64]\n"
+                                  "  return %c\n}\n"));
+  ASSERT_TRUE(m);
+  Plan p = takeOrFail(lowerModule(*m, cpuTarget()));
+  const PlanFunction &f = p.Functions[0];
+  ASSERT_EQ(f.Calls.size(), 3u);
+  // Exp reuses Neg's buffer (elementwise); Softmax reads its whole row
+  // before writing, and is not elementwise: a buffer of its own.
+  EXPECT_EQ(f.Calls[1].Outputs[0], f.Calls[0].Outputs[0]);
+  EXPECT_NE(f.Calls[2].Outputs[0], f.Calls[1].Outputs[0]);
+}
+
+} // namespace
