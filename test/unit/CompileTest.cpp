@@ -155,9 +155,10 @@ TEST(CompileTest, AutoScheduleKeepsTheLowerPeak) {
     uint64_t peak[3];
     const char *modes[] = {"auto", "always", "never"};
     for (int i = 0; i < 3; ++i)
-      peak[i] = compilePlan(path, fromText(std::string("--batch 8 --schedule ") +
-                                           modes[i]))
-                    .Report.PeakBytes();
+      peak[i] =
+          compilePlan(path,
+                      fromText(std::string("--batch 8 --schedule ") + modes[i]))
+              .Report.PeakBytes();
     EXPECT_EQ(peak[0], std::min(peak[1], peak[2])) << model;
   }
 }
@@ -181,10 +182,9 @@ TEST(TargetTest, PlansRecordTheirTarget) {
       }
   EXPECT_EQ(cuda.Report.Parameters, cpu.Report.Parameters);
   EXPECT_GE(cuda.Report.ArenaBytes, cpu.Report.ArenaBytes);
-  EXPECT_EQ(cuda.Report.PeakBytes(), cuda.Report.StateBytes() +
-                                         cuda.Report.StatePadding +
-                                         cuda.Report.ArenaBytes +
-                                         kCublasLtWorkspaceBytes);
+  EXPECT_EQ(cuda.Report.PeakBytes(),
+            cuda.Report.StateBytes() + cuda.Report.StatePadding +
+                cuda.Report.ArenaBytes + kCublasLtWorkspaceBytes);
   // The states' padding is what the executor's layout adds.
   EXPECT_EQ(cuda.stateOffsets().back(),
             cuda.Report.StateBytes() + cuda.Report.StatePadding);
