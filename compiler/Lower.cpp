@@ -1,6 +1,7 @@
 //===- Lower.cpp - Lowering a Module to a memory-planned Plan -------------===//
 #include "compiler/Plan.h"
 
+#include "compiler/Cost.h"
 #include "compiler/MemoryPlan.h"
 #include "compiler/Target.h"
 #include "compiler/UpdateAnalysis.h"
@@ -58,8 +59,11 @@ public:
   /// Transient buffers of this function with their lifetimes.
   std::vector<int> ArenaBuffers;
   std::vector<BufferLife> Lives;
-  /// Category of each arena buffer (0 activations, 1 gradients, 2 temps).
+  /// Category of each arena buffer (0 activations, 1 gradients, 2 temps,
+  /// 3 recomputed).
   std::vector<int> Categories;
+  /// FLOPs of the function, and of its recomputed nodes.
+  uint64_t Flops = 0, RecomputeFlops = 0;
 
 private:
   bool readNeedsCopy(const Node &read) const;
@@ -126,9 +130,11 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
     ArenaBuffers.push_back(id);
     int last = std::max(first, LastUse.lookup(v));
     Lives.push_back({v->type().sizeInBytes(), first, last});
-    Categories.push_back(first > lossPos  ? (updates.isGradient(v) ? 1 : 2)
-                         : last > lossPos ? 0
-                                          : 2);
+    const Node *def = v->definingNode();
+    Categories.push_back(def && def->attr("recomputed") ? 3
+                         : first > lossPos ? (updates.isGradient(v) ? 1 : 2)
+                         : last > lossPos  ? 0
+                                           : 2);
     return id;
   };
   for (Value *a : F.arguments()) {
@@ -148,6 +154,10 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
           F.name().c_str(), describeNode(n).c_str(), T.name().str().c_str(),
           llvm::toString(std::move(e)).c_str());
     int pos = Position[&n];
+    uint64_t flops = nodeFlops(n);
+    Flops += flops;
+    if (n.attr("recomputed"))
+      RecomputeFlops += flops;
     KernelCall call;
     call.Kind = n.kind();
     call.Op = n.op();
@@ -250,6 +260,11 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
     if (!pf)
       return pf.takeError();
     plan.Functions.push_back(std::move(*pf));
+    uint64_t calls = 0; // per step
+    for (const DriverCall &d : plan.Driver)
+      calls += d.Function == f->name() ? d.Repeat : 0;
+    r.StepFlops += calls * fl.Flops;
+    r.RecomputeFlops += calls * fl.RecomputeFlops;
     ArenaAssignment a = planArena(fl.Lives, plan.Alignment);
     for (size_t i = 0; i < fl.ArenaBuffers.size(); ++i)
       plan.Placements[fl.ArenaBuffers[i]].Offset = a.Offsets[i];
@@ -258,7 +273,7 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
     int64_t positions = 0;
     for (const BufferLife &b : fl.Lives)
       positions = std::max(positions, b.Last + 1);
-    std::vector<std::array<uint64_t, 3>> timeline(positions, {0, 0, 0});
+    std::vector<std::array<uint64_t, 4>> timeline(positions, {0, 0, 0, 0});
     for (size_t i = 0; i < fl.Lives.size(); ++i)
       for (int64_t p = fl.Lives[i].First; p <= fl.Lives[i].Last; ++p)
         timeline[p][fl.Categories[i]] +=
@@ -274,11 +289,12 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
     r.Timeline = std::move(timeline);
     uint64_t best = 0;
     for (const auto &t : r.Timeline)
-      if (t[0] + t[1] + t[2] > best) {
-        best = t[0] + t[1] + t[2];
+      if (t[0] + t[1] + t[2] + t[3] > best) {
+        best = t[0] + t[1] + t[2] + t[3];
         r.Activations = t[0];
         r.Gradients = t[1];
         r.Temporaries = t[2];
+        r.Recomputed = t[3];
       }
   }
   for (const PlanFunction &pf : plan.Functions)

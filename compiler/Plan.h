@@ -83,6 +83,11 @@ struct MemoryReport {
   uint64_t ArenaLowerBound = 0; // max bytes of transient buffers live at once
   // At the schedule position where transient memory peaks:
   uint64_t Activations = 0, Gradients = 0, Temporaries = 0;
+  /// Values the backward recomputes (clones of the `recompute` pass).
+  uint64_t Recomputed = 0;
+  /// Floating-point operations of one optimizer step (every call of the
+  /// driver, compiler/Cost.h), and those of recomputed values among them.
+  uint64_t StepFlops = 0, RecomputeFlops = 0;
   uint64_t Workspace = 0;    // kernel scratch declared by the backend
   uint64_t LibraryBytes = 0; // held by the backend's libraries (cuBLASLt)
   /// Bytes between state slots that start each at the target's alignment.
@@ -99,8 +104,12 @@ struct MemoryReport {
     return StateBytes() + StatePadding + ArenaLowerBound + WorkspaceBytes();
   }
   /// Live transient bytes after each call of the main function, by category
-  /// (activations, gradients, temporaries): the report's timeline.
-  std::vector<std::array<uint64_t, 3>> Timeline;
+  /// (activations, gradients, temporaries, recomputed): the report's
+  /// timeline.
+  std::vector<std::array<uint64_t, 4>> Timeline;
+  uint64_t transientAtPeak() const {
+    return Activations + Gradients + Temporaries + Recomputed;
+  }
 };
 
 /// One entry of the driver loop: run a function Repeat times, each call on

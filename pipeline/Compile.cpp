@@ -51,6 +51,13 @@ static llvm::Expected<ImportOptions> microBatchImport(const CompileOptions &o) {
   return import;
 }
 
+static llvm::Error runPasses(Module &m, llvm::StringRef pipeline) {
+  PassManager pm;
+  if (auto e = pm.addPipeline(pipeline))
+    return e;
+  return pm.run(m);
+}
+
 llvm::Expected<Compiled> headroom::compile(llvm::StringRef modelPath,
                                            const CompileOptions &options) {
   auto import = microBatchImport(options);
@@ -62,11 +69,142 @@ llvm::Expected<Compiled> headroom::compile(llvm::StringRef modelPath,
   return compileModule(std::move(*m), options);
 }
 
-static llvm::Error runPasses(Module &m, llvm::StringRef pipeline) {
-  PassManager pm;
-  if (auto e = pm.addPipeline(pipeline))
+/// Recomputes (when asked) and lowers `m`, which the base pipeline has built,
+/// scheduled or not as the options say.
+static llvm::Expected<Compiled> finish(std::unique_ptr<Module> m,
+                                       const CompileOptions &options,
+                                       const Target &target) {
+  bool fused = options.ApplyOptimizer && options.Optimizer.fused();
+  if (options.Recompute.Kind != RecomputeOptions::Policy::None)
+    if (auto e = runPasses(*m, "recompute{" + options.Recompute.text() + "}"))
+      return e;
+  Compiled asBuilt;
+  if (options.Schedule == ScheduleMode::Never ||
+      (!fused && options.Schedule == ScheduleMode::Auto)) {
+    // Auto lowers a copy as built: scheduling changes the module in place.
+    bool keepBoth = options.Schedule == ScheduleMode::Auto;
+    asBuilt.M = keepBoth ? m->clone() : std::move(m);
+    auto plan = lowerModule(*asBuilt.M, target);
+    if (!plan)
+      return plan.takeError();
+    asBuilt.ThePlan = std::move(*plan);
+    asBuilt.Pipeline = options.passPipeline(/*scheduled=*/false);
+    if (!keepBoth)
+      return asBuilt;
+  }
+  if (auto e = runPasses(*m, "schedule"))
     return e;
-  return pm.run(m);
+  auto plan = lowerModule(*m, target);
+  if (!plan)
+    return plan.takeError();
+  // On a tie the step keeps PyTorch's order.
+  if (asBuilt.M &&
+      asBuilt.ThePlan.Report.PeakBytes() <= plan->Report.PeakBytes())
+    return asBuilt;
+  return Compiled{std::move(m), std::move(*plan),
+                  options.passPipeline(/*scheduled=*/true)};
+}
+
+std::vector<RecomputeChoice> headroom::recomputeCandidates(const Module &m) {
+  using P = RecomputeOptions::Policy;
+  std::vector<RecomputeChoice> out;
+  auto add = [&](P kind, unsigned n, std::vector<unsigned> keepBlocks,
+                 std::string label) {
+    RecomputeChoice c;
+    c.Options.Kind = kind;
+    c.Options.N = n;
+    c.Options.KeepBlocks = std::move(keepBlocks);
+    c.Label = std::move(label);
+    out.push_back(std::move(c));
+  };
+  add(P::None, 1, {}, "none");
+  add(P::Selective, 1, {}, "selective");
+  unsigned blocks = m.functions().empty()
+                        ? 0
+                        : analyzeForwardChain(*m.functions().front()).NumBlocks;
+  // The block chain: the last k blocks kept whole (the backward frees them
+  // first), the others recomputed from their inputs.
+  for (unsigned k = blocks; k-- > 1;) {
+    std::vector<unsigned> keep;
+    for (unsigned b = blocks - k; b < blocks; ++b)
+      keep.push_back(b);
+    add(P::Every, 1, keep,
+        "every=1, keeping the last " + std::to_string(k) + " of " +
+            std::to_string(blocks) + " blocks");
+  }
+  for (unsigned n = 1; n <= blocks; n *= 2)
+    add(P::Every, n, {}, "every=" + std::to_string(n));
+  add(P::Sqrt, 1, {}, "sqrt");
+  add(P::All, 1, {}, "all");
+  return out;
+}
+
+llvm::Expected<std::vector<Compiled>>
+headroom::compileRecomputeCandidates(const Module &built,
+                                     const CompileOptions &options,
+                                     llvm::ArrayRef<RecomputeChoice> choices) {
+  auto target = lookupTarget(options.Target);
+  if (!target)
+    return target.takeError();
+  std::vector<Compiled> out;
+  for (const RecomputeChoice &c : choices) {
+    CompileOptions o = options;
+    o.RecomputeBudget = 0;
+    o.Recompute.Kind = c.Options.Kind;
+    o.Recompute.N = c.Options.N;
+    o.Recompute.KeepBlocks = c.Options.KeepBlocks;
+    auto compiled = finish(built.clone(), o, **target);
+    if (!compiled)
+      return compiled.takeError();
+    out.push_back(std::move(*compiled));
+  }
+  return out;
+}
+
+/// `--recompute budget=SIZE`: of every candidate, the fewest recomputed
+/// FLOPs whose planned peak fits (the lower peak on a tie).
+static llvm::Expected<Compiled> fitBudget(std::unique_ptr<Module> built,
+                                          const CompileOptions &options) {
+  std::vector<RecomputeChoice> choices = recomputeCandidates(*built);
+  auto compiled = compileRecomputeCandidates(*built, options, choices);
+  if (!compiled)
+    return compiled.takeError();
+  int best = -1, lowest = 0;
+  for (size_t i = 0; i < compiled->size(); ++i) {
+    const MemoryReport &r = (*compiled)[i].ThePlan.Report;
+    if (r.PeakBytes() < (*compiled)[lowest].ThePlan.Report.PeakBytes())
+      lowest = i;
+    if (r.PeakBytes() > options.RecomputeBudget)
+      continue;
+    const MemoryReport *b =
+        best < 0 ? nullptr : &(*compiled)[best].ThePlan.Report;
+    if (!b || r.RecomputeFlops < b->RecomputeFlops ||
+        (r.RecomputeFlops == b->RecomputeFlops &&
+         r.PeakBytes() < b->PeakBytes()))
+      best = i;
+  }
+  if (best < 0)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--recompute budget=%llu: no recomputation fits; the smallest peak "
+        "reachable is %llu bytes (--recompute %s)",
+        (unsigned long long)options.RecomputeBudget,
+        (unsigned long long)(*compiled)[lowest].ThePlan.Report.PeakBytes(),
+        choices[lowest].Label.c_str());
+  return std::move((*compiled)[best]);
+}
+
+llvm::Expected<std::unique_ptr<Module>>
+headroom::buildStep(llvm::StringRef modelPath, const CompileOptions &options) {
+  auto import = microBatchImport(options);
+  if (!import)
+    return import.takeError();
+  auto m = importOnnxFile(modelPath, *import);
+  if (!m)
+    return m.takeError();
+  if (auto e = runPasses(**m, options.basePipeline()))
+    return e;
+  return m;
 }
 
 llvm::Expected<Compiled>
@@ -82,33 +220,9 @@ headroom::compileModule(std::unique_ptr<Module> m,
         "--schedule never contradicts --optimizer %s, whose updates are "
         "scheduled into the backward",
         options.Optimizer.kindName().str().c_str());
-  std::string asBuiltPipeline = options.passPipeline(/*scheduled=*/false);
-  if (auto e = runPasses(*m, asBuiltPipeline))
+  if (auto e = runPasses(*m, options.basePipeline()))
     return e;
-
-  Compiled asBuilt;
-  if (options.Schedule == ScheduleMode::Never ||
-      (!fused && options.Schedule == ScheduleMode::Auto)) {
-    // Auto lowers a copy as built: scheduling changes the module in place.
-    bool keepBoth = options.Schedule == ScheduleMode::Auto;
-    asBuilt.M = keepBoth ? m->clone() : std::move(m);
-    auto plan = lowerModule(*asBuilt.M, **target);
-    if (!plan)
-      return plan.takeError();
-    asBuilt.ThePlan = std::move(*plan);
-    asBuilt.Pipeline = asBuiltPipeline;
-    if (!keepBoth)
-      return asBuilt;
-  }
-  if (auto e = runPasses(*m, "schedule"))
-    return e;
-  auto plan = lowerModule(*m, **target);
-  if (!plan)
-    return plan.takeError();
-  // On a tie the step keeps PyTorch's order.
-  if (asBuilt.M &&
-      asBuilt.ThePlan.Report.PeakBytes() <= plan->Report.PeakBytes())
-    return asBuilt;
-  return Compiled{std::move(m), std::move(*plan),
-                  options.passPipeline(/*scheduled=*/true)};
+  if (options.RecomputeBudget)
+    return fitBudget(std::move(m), options);
+  return finish(std::move(m), options, **target);
 }

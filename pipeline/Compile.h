@@ -33,6 +33,26 @@ llvm::Expected<Compiled> compile(llvm::StringRef modelPath,
 llvm::Expected<Compiled> compileModule(std::unique_ptr<Module> m,
                                        const CompileOptions &options);
 
+/// Imports `modelPath` and runs the base pipeline (options.basePipeline():
+/// no recomputation, no schedule): what the recompute candidates start from.
+llvm::Expected<std::unique_ptr<Module>>
+buildStep(llvm::StringRef modelPath, const CompileOptions &options);
+
+/// One recomputation policy the budget search (and `report --recompute
+/// sweep`) tries, with how a person would name it.
+struct RecomputeChoice {
+  RecomputeOptions Options;
+  std::string Label;
+};
+/// The candidates for a step `built` by the base pipeline: none,
+/// selective, the block chain with the last k blocks kept whole, every=N,
+/// sqrt, all.
+std::vector<RecomputeChoice> recomputeCandidates(const Module &built);
+/// Each candidate recomputed, scheduled and lowered from a copy of `built`.
+llvm::Expected<std::vector<Compiled>>
+compileRecomputeCandidates(const Module &built, const CompileOptions &options,
+                           llvm::ArrayRef<RecomputeChoice> choices);
+
 /// The target called `name` ("cpu", "cuda").
 llvm::Expected<const Target *> lookupTarget(llvm::StringRef name);
 

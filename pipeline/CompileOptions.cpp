@@ -29,6 +29,12 @@ static const FlagInfo kFlags[] = {
     {"schedule", "auto|always|never",
      "Order of the step: auto (the lower peak of PyTorch's order and updates "
      "fused into the backward), always, never (PyTorch's order)"},
+    {"recompute", "none|all|sqrt|selective|every=N|budget=SIZE",
+     "Activation recomputation: which saved activations are recomputed in "
+     "the backward (default none; budget=SIZE: the fewest recomputed FLOPs "
+     "whose peak fits SIZE)"},
+    {"recompute-keep", "NAME,...",
+     "Values never recomputed (their names in the IR)", true},
     {"disable-dropout", nullptr,
      "Train with every Dropout ratio set to 0 (to reproduce references "
      "computed without dropout)"},
@@ -200,6 +206,39 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
     else
       return flagError("schedule", s, "auto, always or never");
   }
+  if (has("recompute")) {
+    llvm::StringRef r = get("recompute");
+    using P = RecomputeOptions::Policy;
+    auto [policy, arg] = r.split('=');
+    RecomputeOptions &rc = o.Recompute;
+    if (policy == "none" && arg.empty())
+      rc.Kind = P::None;
+    else if (policy == "all" && arg.empty())
+      rc.Kind = P::All;
+    else if (policy == "sqrt" && arg.empty())
+      rc.Kind = P::Sqrt;
+    else if (policy == "selective" && arg.empty())
+      rc.Kind = P::Selective;
+    else if (policy == "every" && !arg.getAsInteger(10, rc.N) && rc.N > 0)
+      rc.Kind = P::Every;
+    else if (policy == "budget") {
+      auto bytes = parseByteSize(arg);
+      if (!bytes)
+        return flagError("recompute", r, "budget=SIZE such as 24GiB");
+      o.RecomputeBudget = *bytes;
+    } else {
+      return flagError("recompute", r,
+                       "none, all, sqrt, selective, every=N or budget=SIZE");
+    }
+  }
+  for (const auto &[name, value] : flags) {
+    if (name != "recompute-keep")
+      continue;
+    llvm::SmallVector<llvm::StringRef, 4> names;
+    llvm::StringRef(value).split(names, ',', -1, /*KeepEmpty=*/false);
+    for (llvm::StringRef n : names)
+      o.Recompute.Keep.push_back(n.trim().str());
+  }
   o.DisableDropout = sw("disable-dropout");
   o.Target = has("device") ? get("device").str() : "auto";
   if (o.Target == "auto")
@@ -221,6 +260,24 @@ static std::string quoteValue(llvm::StringRef v) {
     s += c;
   }
   return s + "\"";
+}
+
+/// The --recompute value of a policy (budget aside).
+static std::string recomputeFlag(const RecomputeOptions &r) {
+  using P = RecomputeOptions::Policy;
+  switch (r.Kind) {
+  case P::None:
+    return "none";
+  case P::All:
+    return "all";
+  case P::Sqrt:
+    return "sqrt";
+  case P::Selective:
+    return "selective";
+  case P::Every:
+    return "every=" + std::to_string(r.N);
+  }
+  llvm_unreachable("unknown recompute policy");
 }
 
 std::string CompileOptions::flags() const {
@@ -258,6 +315,12 @@ std::string CompileOptions::flags() const {
   }
   if (Accumulate > 1)
     add("accum", std::to_string(Accumulate));
+  if (RecomputeBudget)
+    add("recompute", "budget=" + std::to_string(RecomputeBudget));
+  else if (Recompute.Kind != RecomputeOptions::Policy::None)
+    add("recompute", recomputeFlag(Recompute));
+  if (!Recompute.Keep.empty())
+    add("recompute-keep", llvm::join(Recompute.Keep, ","));
   if (Schedule == ScheduleMode::Always)
     add("schedule", "always");
   if (Schedule == ScheduleMode::Never)
@@ -268,7 +331,7 @@ std::string CompileOptions::flags() const {
   return llvm::join(out, " ");
 }
 
-std::string CompileOptions::passPipeline(bool scheduled) const {
+std::string CompileOptions::basePipeline() const {
   std::vector<std::string> passes;
   if (DisableDropout)
     passes.push_back("disable-dropout");
@@ -279,9 +342,52 @@ std::string CompileOptions::passPipeline(bool scheduled) const {
   if (ApplyOptimizer)
     passes.push_back("optimizer{" + optimizerOptionsText(Optimizer) + "}");
   passes.push_back("canonicalize");
-  if (scheduled)
-    passes.push_back("schedule");
   return llvm::join(passes, ",");
+}
+
+std::string CompileOptions::passPipeline(bool scheduled) const {
+  std::string s = basePipeline();
+  if (Recompute.Kind != RecomputeOptions::Policy::None)
+    s += ",recompute{" + Recompute.text() + "}";
+  if (scheduled)
+    s += ",schedule";
+  return s;
+}
+
+llvm::Expected<uint64_t> headroom::parseByteSize(llvm::StringRef text) {
+  llvm::StringRef t = text.trim();
+  size_t digits = t.find_first_not_of("0123456789.");
+  llvm::StringRef number = t.take_front(digits),
+                  unit = t.drop_front(number.size());
+  double value = 0;
+  if (number.empty() || number.getAsDouble(value) || value < 0)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "'%s' is not a byte count",
+                                   text.str().c_str());
+  static const std::pair<const char *, double> units[] = {{"", 1},
+                                                          {"B", 1},
+                                                          {"K", 1024.0},
+                                                          {"KB", 1024.0},
+                                                          {"KiB", 1024.0},
+                                                          {"M", 1 << 20},
+                                                          {"MB", 1 << 20},
+                                                          {"MiB", 1 << 20},
+                                                          {"G", 1 << 30},
+                                                          {"GB", 1 << 30},
+                                                          {"GiB", 1 << 30},
+                                                          {"T", 1ull << 40},
+                                                          {"TB", 1ull << 40},
+                                                          {"TiB", 1ull << 40}};
+  for (const auto &[name, scale] : units)
+    if (unit.trim().equals_insensitive(name)) {
+      double bytes = value * scale;
+      if (bytes >= 18446744073709551615.0)
+        break;
+      return static_cast<uint64_t>(bytes);
+    }
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "'%s' is not a byte count",
+                                 text.str().c_str());
 }
 
 llvm::Expected<FlagList> headroom::splitFlags(llvm::StringRef text) {

@@ -15,6 +15,7 @@
 
 #include "compiler/OnnxImport.h"
 #include "passes/Optimizer.h"
+#include "passes/Recompute.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
@@ -41,6 +42,11 @@ struct CompileOptions {
   bool ApplyOptimizer = true;
   OptimizerOptions Optimizer;
   ScheduleMode Schedule = ScheduleMode::Auto;
+  /// Activation recomputation (the `recompute` pass). With RecomputeBudget
+  /// set, compile() searches the policies for the fewest recomputed FLOPs
+  /// whose planned peak fits the budget instead (`--recompute budget=SIZE`).
+  RecomputeOptions Recompute;
+  uint64_t RecomputeBudget = 0;
   /// Sets every Dropout's ratio to 0 (to reproduce references computed
   /// without dropout; the trained model is then not the one described).
   bool DisableDropout = false;
@@ -54,6 +60,8 @@ struct CompileOptions {
   /// The passes that build the step, `headroom opt --passes=` syntax; with
   /// `scheduled`, the `schedule` pass last.
   std::string passPipeline(bool scheduled) const;
+  /// The passes before recomputation and scheduling.
+  std::string basePipeline() const;
 };
 
 /// One training flag as given: its name without dashes and its value ("1"
@@ -85,6 +93,10 @@ compileOptionsFromFlags(const FlagList &flags,
                         llvm::StringRef autoDevice = "cpu");
 /// Only the import flags (`headroom opt`); others are an error.
 llvm::Expected<ImportOptions> importOptionsFromFlags(const FlagList &flags);
+
+/// Parses a byte count: `123`, `512KiB`, `1.5GiB`, `24GB` (GB and G are
+/// taken as GiB: memory is counted in powers of two here).
+llvm::Expected<uint64_t> parseByteSize(llvm::StringRef text);
 
 /// Splits a command line as flags() writes it ("--batch 8 --nesterov ...").
 llvm::Expected<FlagList> splitFlags(llvm::StringRef text);

@@ -129,11 +129,15 @@ static void toProto(const MemoryReport &r, pb::MemoryReport &p) {
   p.set_passes_per_step(r.PassesPerStep);
   p.set_library_bytes(r.LibraryBytes);
   p.set_state_padding(r.StatePadding);
+  p.set_recomputed(r.Recomputed);
+  p.set_step_flops(r.StepFlops);
+  p.set_recompute_flops(r.RecomputeFlops);
   for (const auto &point : r.Timeline) {
     pb::TimelinePoint *t = p.add_timeline();
     t->set_activations(point[0]);
     t->set_gradients(point[1]);
     t->set_temporaries(point[2]);
+    t->set_recomputed(point[3]);
   }
 }
 
@@ -635,8 +639,12 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
   r.PassesPerStep = pr.passes_per_step();
   r.LibraryBytes = pr.library_bytes();
   r.StatePadding = pr.state_padding();
+  r.Recomputed = pr.recomputed();
+  r.StepFlops = pr.step_flops();
+  r.RecomputeFlops = pr.recompute_flops();
   for (const pb::TimelinePoint &t : pr.timeline())
-    r.Timeline.push_back({t.activations(), t.gradients(), t.temporaries()});
+    r.Timeline.push_back(
+        {t.activations(), t.gradients(), t.temporaries(), t.recomputed()});
 
   out.ThePlan = std::move(P);
   return out;

@@ -43,6 +43,7 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
       {"optimizer state", r.OptimizerState},
       {"activations (saved for backward)", r.Activations},
       {"temporaries", r.Temporaries},
+      {"recomputed (in the backward)", r.Recomputed},
       {"buffers (BatchNorm statistics)", r.Buffers},
       {"frozen weights", r.Frozen},
       {"workspace (kernel scratch)", r.Workspace},
@@ -55,7 +56,7 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
   };
   for (const Row &row : rows)
     line(row.Name, row.Bytes);
-  uint64_t frag = r.ArenaBytes - (r.Activations + r.Gradients + r.Temporaries);
+  uint64_t frag = r.ArenaBytes - r.transientAtPeak();
   line("fragmentation (arena - live)", frag);
   os << "  " << std::string(70, '-') << "\n";
   line("peak", r.PeakBytes());
@@ -69,6 +70,16 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
   os << llvm::format("  %-34s %20llu\n",
                      static_cast<const char *>("forward+backward passes/step"),
                      (unsigned long long)r.PassesPerStep);
+  os << llvm::format("  %-34s %20.4g\n",
+                     static_cast<const char *>("FLOPs per step"),
+                     double(r.StepFlops));
+  os << llvm::format("  %-34s %20.4g  (%.1f%% of the step without them)\n",
+                     static_cast<const char *>("FLOPs recomputed"),
+                     double(r.RecomputeFlops),
+                     r.StepFlops > r.RecomputeFlops
+                         ? 100.0 * double(r.RecomputeFlops) /
+                               double(r.StepFlops - r.RecomputeFlops)
+                         : 0.0);
   os << "  (activations, gradients and temporaries are at the schedule "
         "position where transient memory peaks; \"most live at once\" is "
         "over the whole step; constants in the plan: "
@@ -87,10 +98,10 @@ void headroom::printReportJson(const Plan &plan, llvm::raw_ostream &os) {
       {"library_workspace", int64_t(r.LibraryBytes)},
       {"state_padding", int64_t(r.StatePadding)},
       {"temporaries", int64_t(r.Temporaries)},
+      {"recomputed", int64_t(r.Recomputed)},
       {"buffers", int64_t(r.Buffers)},
       {"frozen", int64_t(r.Frozen)},
-      {"fragmentation",
-       int64_t(r.ArenaBytes - (r.Activations + r.Gradients + r.Temporaries))},
+      {"fragmentation", int64_t(r.ArenaBytes - r.transientAtPeak())},
   };
   llvm::json::Object root{
       {"target", plan.TargetName},
@@ -102,6 +113,8 @@ void headroom::printReportJson(const Plan &plan, llvm::raw_ostream &os) {
       {"gradients_max_live_bytes", int64_t(r.GradientsMaxLive)},
       {"largest_parameter_bytes", int64_t(r.LargestParameter)},
       {"passes_per_step", int64_t(r.PassesPerStep)},
+      {"step_flops", int64_t(r.StepFlops)},
+      {"recompute_flops", int64_t(r.RecomputeFlops)},
       {"breakdown", std::move(breakdown)},
   };
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
@@ -115,13 +128,15 @@ void headroom::printReportSvg(const Plan &plan, llvm::StringRef title,
   uint64_t state = r.StateBytes();
   // At most ~800 columns: each keeps the busiest point of its calls, so the
   // drawing keeps every peak while staying small for 10^4-call steps.
-  std::vector<std::array<uint64_t, 3>> cols;
+  std::vector<std::array<uint64_t, 4>> cols;
   size_t per = std::max<size_t>(1, (r.Timeline.size() + 799) / 800);
+  auto total = [](const std::array<uint64_t, 4> &t) {
+    return t[0] + t[1] + t[2] + t[3];
+  };
   for (size_t i = 0; i < r.Timeline.size(); i += per) {
-    std::array<uint64_t, 3> best = r.Timeline[i];
+    std::array<uint64_t, 4> best = r.Timeline[i];
     for (size_t j = i; j < std::min(i + per, r.Timeline.size()); ++j)
-      if (r.Timeline[j][0] + r.Timeline[j][1] + r.Timeline[j][2] >
-          best[0] + best[1] + best[2])
+      if (total(r.Timeline[j]) > total(best))
         best = r.Timeline[j];
     cols.push_back(best);
   }
@@ -144,8 +159,9 @@ void headroom::printReportSvg(const Plan &plan, llvm::StringRef title,
       {"state (weights, accumulators, optimizer)", "#9e9e9e"},
       {"activations", "#4e79a7"},
       {"gradients", "#e15759"},
-      {"temporaries", "#f28e2b"}};
-  for (int layer = 3; layer >= 0; --layer) {
+      {"temporaries", "#f28e2b"},
+      {"recomputed", "#59a14f"}};
+  for (int layer = 4; layer >= 0; --layer) {
     // The polygon of the cumulative sum up to this layer.
     os << "<polygon fill=\"" << layers[layer].Color << "\" points=\"";
     os << x(0) << "," << y(0) << " ";
@@ -196,7 +212,7 @@ void headroom::printReportSvg(const Plan &plan, llvm::StringRef title,
      << "<text transform=\"translate(20," << top + ph / 2
      << ") rotate(-90)\" text-anchor=\"middle\">bytes</text>\n";
   // Legend.
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < 5; ++k) {
     double ly = top + 60 + k * 22;
     os << "<rect x=\"" << left + pw + 10 << "\" y=\"" << ly - 11
        << "\" width=\"14\" height=\"14\" fill=\"" << layers[k].Color

@@ -1,0 +1,445 @@
+//===- Recompute.cpp - Keep some activations, recompute the rest ----------===//
+//
+// The backward reads forward values ("saved activations"); keeping them all
+// is what makes training memory grow with depth. This pass keeps some and
+// recomputes the others in the backward: every backward use of a value that
+// is not kept is rewritten to a clone of the forward nodes that compute it
+// from kept values, placed just before the first backward node that needs
+// it (so the clones of a segment appear when the backward reaches that
+// segment, and die with it: Chen et al. 2016). Clones carry `recomputed = 1`
+// (the memory report counts them) and their originals' locations; a
+// Dropout's clone keeps its `stream`, so it draws the same mask.
+//
+// Always kept: data arguments, Reads and Constants (a Read is never cloned:
+// with LOMO an update may already have written its slot), side inputs (values
+// that depend on no argument, or live outside the repeated blocks and feed
+// several of them: masks, RoPE tables), values the function returns, and the
+// tail after the last kept cut point (the backward needs it at once). Which
+// of the rest are kept is the policy's (Recompute.h): cut points, block
+// outputs, or everything but attention score chains.
+//
+// Requires: autodiff has run (the loss is the first returned value; the
+// forward is the nodes up to it); runs after optimizer/accumulate, on every
+// function (they make the same decisions: their forwards are the same), and
+// before schedule. Guarantees: the same results bit for bit (clones compute
+// what their originals did, from the same values).
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Recompute.h"
+
+#include "passes/Passes.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallSet.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+
+using namespace headroom;
+
+namespace {
+
+/// The first scope component of the form `name.N` (`/h.3/attn/MatMul` ->
+/// family "h", index 3; `/bert/encoder/layer.2/...` -> "bert/encoder/layer").
+bool scopeBlock(llvm::StringRef loc, std::string &family, int &index) {
+  llvm::SmallVector<llvm::StringRef, 8> parts;
+  loc.split(parts, '/', -1, /*KeepEmpty=*/false);
+  std::string prefix;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) { // the last is the op's own
+    auto [name, number] = parts[i].rsplit('.');
+    unsigned n = 0;
+    if (!name.empty() && name != parts[i] && !number.getAsInteger(10, n)) {
+      family = prefix + name.str();
+      index = static_cast<int>(n);
+      return true;
+    }
+    prefix += parts[i].str() + "/";
+  }
+  return false;
+}
+
+/// The forward of `f` with what recomputation needs to know about it.
+struct ForwardInfo {
+  std::vector<Node *> Nodes; // up to and including the loss
+  llvm::DenseMap<const Node *, int> Pos;
+  llvm::DenseMap<const Node *, int> Block; // -1 outside the repeated blocks
+  unsigned NumBlocks = 0;
+  llvm::DenseSet<const Value *> Side;
+  ForwardChain Chain;
+
+  explicit ForwardInfo(const Function &f);
+  bool isForward(const Value *v) const {
+    return v->definingNode() && Pos.count(v->definingNode());
+  }
+};
+
+ForwardInfo::ForwardInfo(const Function &f) {
+  if (f.returnValues().empty() || !f.returnValues()[0]->definingNode())
+    return;
+  const Node *loss = f.returnValues()[0]->definingNode();
+  for (const Node &n : f.nodes()) {
+    Pos[&n] = Nodes.size();
+    Nodes.push_back(const_cast<Node *>(&n));
+    if (&n == loss)
+      break;
+  }
+  // The repeated family: the one whose scopes name the most indices.
+  std::map<std::string, std::map<int, int>> families; // family -> index -> id
+  for (Node *n : Nodes) {
+    std::string family;
+    int index = 0;
+    if (scopeBlock(n->loc(), family, index))
+      families[family].emplace(index, 0);
+  }
+  const std::map<int, int> *blocks = nullptr;
+  std::string chosen;
+  for (auto &[family, indices] : families)
+    if (indices.size() >= 2 && (!blocks || indices.size() > blocks->size())) {
+      blocks = &indices;
+      chosen = family;
+    }
+  std::map<int, int> dense; // index -> 0..NumBlocks-1 in index order
+  if (blocks)
+    for (const auto &kv : *blocks)
+      dense.emplace(kv.first, dense.size());
+  NumBlocks = dense.size();
+  for (Node *n : Nodes) {
+    std::string family;
+    int index = 0;
+    Block[n] = scopeBlock(n->loc(), family, index) && family == chosen
+                   ? dense[index]
+                   : -1;
+  }
+
+  // Side inputs.
+  llvm::DenseSet<const Value *> fromArgument;
+  for (Value *a : f.arguments())
+    fromArgument.insert(a);
+  for (Node *n : Nodes)
+    for (Value *v : n->operands())
+      if (v && fromArgument.count(v)) {
+        for (Value *r : n->results())
+          fromArgument.insert(r);
+        break;
+      }
+  for (Value *a : f.arguments())
+    Side.insert(a);
+  for (Node *n : Nodes)
+    for (Value *r : n->results()) {
+      if (!fromArgument.count(r)) {
+        Side.insert(r);
+        continue;
+      }
+      if (Block.lookup(n) >= 0)
+        continue;
+      llvm::SmallSet<int, 4> usedBy;
+      for (const Node *u : r->users())
+        if (Pos.count(u) && Block.lookup(u) >= 0)
+          usedBy.insert(Block.lookup(u));
+      if (usedBy.size() >= 2)
+        Side.insert(r);
+    }
+
+  // Cut points: the one non-side value live in the forward after its
+  // definition.
+  std::vector<int> delta(Nodes.size() + 1, 0);
+  llvm::DenseMap<const Value *, int> lastUse;
+  for (Node *n : Nodes)
+    for (Value *r : n->results()) {
+      if (Side.count(r))
+        continue;
+      int last = -1;
+      for (const Node *u : r->users())
+        if (Pos.count(u))
+          last = std::max(last, Pos.lookup(u));
+      int def = Pos.lookup(n);
+      if (last <= def)
+        continue;
+      lastUse[r] = last;
+      ++delta[def];
+      --delta[last];
+    }
+  int live = 0;
+  for (Node *n : Nodes) {
+    int p = Pos.lookup(n);
+    live += delta[p];
+    if (live == 1 && n->numResults() == 1 && lastUse.count(n->result(0))) {
+      Chain.CutPoints.push_back(n->result(0));
+      Chain.CutBlock.push_back(Block.lookup(n));
+    }
+  }
+  Chain.NumBlocks = NumBlocks;
+}
+
+class Recompute : public Pass {
+public:
+  explicit Recompute(RecomputeOptions o) : O(std::move(o)) {}
+  llvm::StringRef name() const override { return "recompute"; }
+  llvm::Expected<bool> run(Module &m) override {
+    bool changed = false;
+    if (O.Kind == RecomputeOptions::Policy::None)
+      return false;
+    for (const auto &f : m.functions())
+      changed |= recomputeFunction(*f);
+    return changed;
+  }
+
+private:
+  bool recomputeFunction(Function &f);
+  /// The values of the forward that are kept, by the policy.
+  llvm::DenseSet<const Value *> keptByPolicy(const ForwardInfo &fw) const;
+  RecomputeOptions O;
+};
+
+/// Attention score chains: the values between a MatMul and a Softmax and
+/// between the Softmax and the next MatMul (scale, mask, softmax, dropout),
+/// not the matmul outputs themselves (Korthikanti et al. 2022).
+llvm::DenseSet<const Value *> scoreChains(const ForwardInfo &fw) {
+  llvm::DenseSet<const Value *> chain;
+  auto isMatmul = [](const Node *n) {
+    return n->is(OpKind::MatMul) || n->is(OpKind::Gemm);
+  };
+  for (Node *n : fw.Nodes) {
+    if (!n->is(OpKind::Softmax))
+      continue;
+    llvm::SmallVector<Node *, 8> work = {n};
+    while (!work.empty()) { // back to the scores' matmul
+      Node *w = work.pop_back_val();
+      for (Value *r : w->results())
+        chain.insert(r);
+      for (Value *v : w->operands())
+        if (v && fw.isForward(v) && !fw.Side.count(v) &&
+            !isMatmul(v->definingNode()) && !chain.count(v))
+          work.push_back(v->definingNode());
+    }
+    work = {n};
+    while (!work.empty()) { // on to the matmul with V
+      Node *w = work.pop_back_val();
+      for (Value *r : w->results())
+        for (Node *u : r->users())
+          if (fw.Pos.count(u) && !isMatmul(u) && !chain.count(u->result(0))) {
+            for (Value *ur : u->results())
+              chain.insert(ur);
+            work.push_back(u);
+          }
+    }
+  }
+  return chain;
+}
+
+llvm::DenseSet<const Value *>
+Recompute::keptByPolicy(const ForwardInfo &fw) const {
+  using P = RecomputeOptions::Policy;
+  llvm::DenseSet<const Value *> kept;
+  const ForwardChain &c = fw.Chain;
+  if (O.Kind == P::Selective) {
+    llvm::DenseSet<const Value *> chain = scoreChains(fw);
+    for (Node *n : fw.Nodes)
+      for (Value *r : n->results())
+        if (!chain.count(r))
+          kept.insert(r);
+    return kept;
+  }
+  // Cut points kept, by policy; then everything after the last of them.
+  std::vector<const Value *> cuts;
+  if (O.Kind == P::All)
+    cuts = c.CutPoints;
+  // Every stride-th cut point, and the last.
+  auto strided = [&](size_t stride) {
+    for (size_t i = 0; i < c.CutPoints.size(); ++i)
+      if (i % stride == stride - 1 || i + 1 == c.CutPoints.size())
+        cuts.push_back(c.CutPoints[i]);
+  };
+  if (O.Kind == P::Sqrt)
+    strided(std::max<size_t>(
+        1, static_cast<size_t>(std::lround(std::sqrt(c.CutPoints.size())))));
+  // Without repeated blocks in the scopes, every N-th cut point.
+  if (O.Kind == P::Every && c.NumBlocks == 0)
+    strided(O.N);
+  if (O.Kind == P::Every && c.NumBlocks > 0) {
+    // The input of the first block, and the output of every N-th block (the
+    // last cut point of each block).
+    for (size_t i = 0; i < c.CutPoints.size(); ++i) {
+      int b = c.CutBlock[i];
+      bool lastOfBlock =
+          b >= 0 && (i + 1 == c.CutPoints.size() || c.CutBlock[i + 1] != b);
+      bool beforeBlocks =
+          b < 0 && i + 1 < c.CutPoints.size() && c.CutBlock[i + 1] == 0;
+      if (beforeBlocks || (lastOfBlock && (unsigned(b) + 1) % O.N == 0))
+        cuts.push_back(c.CutPoints[i]);
+      if (lastOfBlock && unsigned(b) + 1 == c.NumBlocks)
+        cuts.push_back(c.CutPoints[i]); // the last block's output
+    }
+  }
+  for (const Value *v : cuts)
+    kept.insert(v);
+  int lastCut = -1;
+  for (const Value *v : cuts)
+    lastCut = std::max(lastCut, fw.Pos.lookup(v->definingNode()));
+  for (Node *n : fw.Nodes)
+    if (fw.Pos.lookup(n) > lastCut)
+      for (Value *r : n->results())
+        kept.insert(r);
+  // Blocks kept whole (the budget search's knob).
+  for (Node *n : fw.Nodes) {
+    int b = fw.Block.lookup(n);
+    if (b >= 0 && llvm::is_contained(O.KeepBlocks, unsigned(b)))
+      for (Value *r : n->results())
+        kept.insert(r);
+  }
+  return kept;
+}
+
+bool Recompute::recomputeFunction(Function &f) {
+  ForwardInfo fw(f);
+  if (fw.Nodes.empty())
+    return false;
+  llvm::DenseSet<const Value *> kept = keptByPolicy(fw);
+  for (Node *n : fw.Nodes)
+    for (Value *r : n->results())
+      if (llvm::is_contained(O.Keep, r->name()))
+        kept.insert(r);
+  for (Value *v : f.returnValues())
+    kept.insert(v);
+  auto mustKeep = [&](const Value *v) {
+    if (!fw.isForward(v) || fw.Side.count(v) || kept.count(v))
+      return true;
+    const Node *d = v->definingNode();
+    // Never clone a Read (an update may have written its slot since), a
+    // Constant (free), or anything with effects.
+    return d->is(OpKind::Read) || d->is(OpKind::Constant) ||
+           d->info()->hasSideEffects();
+  };
+
+  llvm::DenseMap<const Value *, Value *> clones;
+  std::function<Value *(Value *, Node *)> materialize = [&](Value *v,
+                                                            Node *before) {
+    if (mustKeep(v))
+      return v;
+    if (Value *c = clones.lookup(v))
+      return c;
+    Node *d = v->definingNode();
+    llvm::SmallVector<Value *, 4> operands;
+    for (Value *u : d->operands())
+      operands.push_back(u ? materialize(u, before) : nullptr);
+    llvm::SmallVector<TensorType, 2> types;
+    for (Value *r : d->results())
+      types.push_back(r->type());
+    AttributeMap attrs = d->attrs();
+    attrs["recomputed"] = Attribute::getInt(1);
+    Node *c = f.createNode(d->op(), operands, types, std::move(attrs),
+                           d->state(), before);
+    c->setLoc(d->loc());
+    for (unsigned i = 0; i < d->numResults(); ++i) {
+      c->result(i)->setName(d->result(i)->name());
+      clones[d->result(i)] = c->result(i);
+    }
+    return clones.lookup(v);
+  };
+
+  std::vector<Node *> backward;
+  bool after = false;
+  for (Node &n : f.nodes()) {
+    if (after && !n.info()->has(opflags::Terminator))
+      backward.push_back(&n);
+    after |= &n == fw.Nodes.back();
+  }
+  bool changed = false;
+  for (Node *n : backward)
+    for (unsigned i = 0; i < n->numOperands(); ++i) {
+      Value *v = n->operand(i);
+      if (!v || mustKeep(v))
+        continue;
+      n->setOperand(i, materialize(v, n));
+      changed = true;
+    }
+  return changed;
+}
+
+} // namespace
+
+ForwardChain headroom::analyzeForwardChain(const Function &f) {
+  return ForwardInfo(f).Chain;
+}
+
+std::string RecomputeOptions::text() const {
+  const char *names[] = {"none", "all", "every", "sqrt", "selective"};
+  std::string s = std::string("policy=") + names[static_cast<int>(Kind)];
+  if (Kind == Policy::Every)
+    s += " n=" + std::to_string(N);
+  if (!Keep.empty())
+    s += " keep=" + llvm::join(Keep, ";");
+  if (!KeepBlocks.empty()) {
+    std::vector<std::string> blocks;
+    for (unsigned b : KeepBlocks)
+      blocks.push_back(std::to_string(b));
+    s += " keep_blocks=" + llvm::join(blocks, ";");
+  }
+  return s;
+}
+
+llvm::Expected<RecomputeOptions>
+headroom::parseRecomputeOptions(llvm::StringRef text) {
+  auto items = parsePassOptions("recompute", text);
+  if (!items)
+    return items.takeError();
+  RecomputeOptions o;
+  using P = RecomputeOptions::Policy;
+  for (const auto &[key, value] : *items) {
+    auto bad = [&, key = key, value = value](const char *what) {
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "recompute: %s=%s: expected %s",
+                                     key.c_str(), value.c_str(), what);
+    };
+    llvm::SmallVector<llvm::StringRef, 8> list;
+    llvm::StringRef(value).split(list, ';', -1, /*KeepEmpty=*/false);
+    if (key == "policy") {
+      auto p = llvm::StringSwitch<llvm::Optional<P>>(value)
+                   .Case("none", P::None)
+                   .Case("all", P::All)
+                   .Case("every", P::Every)
+                   .Case("sqrt", P::Sqrt)
+                   .Case("selective", P::Selective)
+                   .Default(llvm::None);
+      if (!p)
+        return bad("none, all, every, sqrt or selective");
+      o.Kind = *p;
+    } else if (key == "n") {
+      if (llvm::StringRef(value).getAsInteger(10, o.N) || o.N == 0)
+        return bad("a number of blocks >= 1");
+    } else if (key == "keep") {
+      for (llvm::StringRef name : list)
+        o.Keep.push_back(name.str());
+    } else if (key == "keep_blocks") {
+      for (llvm::StringRef b : list) {
+        unsigned index = 0;
+        if (b.getAsInteger(10, index))
+          return bad("block indices separated by ';'");
+        o.KeepBlocks.push_back(index);
+      }
+    } else {
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "recompute: unknown option '%s' (policy, n, keep, keep_blocks)",
+          key.c_str());
+    }
+  }
+  return o;
+}
+
+std::unique_ptr<Pass>
+headroom::createRecomputePass(const RecomputeOptions &options) {
+  return std::make_unique<Recompute>(options);
+}
+
+llvm::Expected<std::unique_ptr<Pass>>
+headroom::createRecomputePassFromOptions(llvm::StringRef options) {
+  auto o = parseRecomputeOptions(options);
+  if (!o)
+    return o.takeError();
+  return createRecomputePass(*o);
+}
