@@ -32,8 +32,8 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallSet.h"
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
 
 #include <cmath>
 #include <functional>
@@ -195,9 +195,10 @@ private:
   RecomputeOptions O;
 };
 
-/// Attention score chains: the values between a MatMul and a Softmax and
-/// between the Softmax and the next MatMul (scale, mask, softmax, dropout),
-/// not the matmul outputs themselves (Korthikanti et al. 2022).
+/// Attention score chains (Korthikanti et al. 2022): the scores' matmul
+/// QK^T and what follows it up to the Softmax (scale, mask), the Softmax,
+/// and what follows it up to the matmul with V (dropout). Q, K, V and every
+/// other matmul output stay kept.
 llvm::DenseSet<const Value *> scoreChains(const ForwardInfo &fw) {
   llvm::DenseSet<const Value *> chain;
   auto isMatmul = [](const Node *n) {
@@ -207,13 +208,14 @@ llvm::DenseSet<const Value *> scoreChains(const ForwardInfo &fw) {
     if (!n->is(OpKind::Softmax))
       continue;
     llvm::SmallVector<Node *, 8> work = {n};
-    while (!work.empty()) { // back to the scores' matmul
+    while (!work.empty()) { // back to the scores' matmul, QK^T, included
       Node *w = work.pop_back_val();
       for (Value *r : w->results())
         chain.insert(r);
+      if (isMatmul(w))
+        continue;
       for (Value *v : w->operands())
-        if (v && fw.isForward(v) && !fw.Side.count(v) &&
-            !isMatmul(v->definingNode()) && !chain.count(v))
+        if (v && fw.isForward(v) && !fw.Side.count(v) && !chain.count(v))
           work.push_back(v->definingNode());
     }
     work = {n};

@@ -1,6 +1,7 @@
 //===- Compile.cpp - Model + options -> module and plan -------------------===//
 #include "pipeline/Compile.h"
 
+#include "compiler/ByteSize.h"
 #include "kernels/cpu/CpuTarget.h"
 #include "kernels/cuda/CudaTarget.h"
 #include "passes/PassManager.h"
@@ -186,10 +187,10 @@ static llvm::Expected<Compiled> fitBudget(std::unique_ptr<Module> built,
   if (best < 0)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
-        "--recompute budget=%llu: no recomputation fits; the smallest peak "
-        "reachable is %llu bytes (--recompute %s)",
-        (unsigned long long)options.RecomputeBudget,
-        (unsigned long long)(*compiled)[lowest].ThePlan.Report.PeakBytes(),
+        "--recompute budget=%s: no recomputation fits; the smallest peak "
+        "reachable is %s (--recompute %s)",
+        formatBytes(options.RecomputeBudget).c_str(),
+        formatBytes((*compiled)[lowest].ThePlan.Report.PeakBytes()).c_str(),
         choices[lowest].Label.c_str());
   return std::move((*compiled)[best]);
 }

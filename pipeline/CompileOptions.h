@@ -94,10 +94,6 @@ compileOptionsFromFlags(const FlagList &flags,
 /// Only the import flags (`headroom opt`); others are an error.
 llvm::Expected<ImportOptions> importOptionsFromFlags(const FlagList &flags);
 
-/// Parses a byte count: `123`, `512KiB`, `1.5GiB`, `24GB` (GB and G are
-/// taken as GiB: memory is counted in powers of two here).
-llvm::Expected<uint64_t> parseByteSize(llvm::StringRef text);
-
 /// Splits a command line as flags() writes it ("--batch 8 --nesterov ...").
 llvm::Expected<FlagList> splitFlags(llvm::StringRef text);
 

@@ -9,20 +9,6 @@
 
 using namespace headroom;
 
-std::string headroom::formatBytes(uint64_t b) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << llvm::format(u ? "%.2f %s" : "%.0f %s", v, units[u]);
-  return os.str();
-}
-
 namespace {
 struct Row {
   const char *Name;
@@ -220,4 +206,128 @@ void headroom::printReportSvg(const Plan &plan, llvm::StringRef title,
        << layers[k].Name << "</text>\n";
   }
   os << "</svg>\n";
+}
+
+/// Recomputed FLOPs as a share of the step without them.
+static double extraFlops(const MemoryReport &r) {
+  return r.StepFlops > r.RecomputeFlops
+             ? double(r.RecomputeFlops) / double(r.StepFlops - r.RecomputeFlops)
+             : 0.0;
+}
+
+std::vector<bool> headroom::frontierOf(llvm::ArrayRef<SweepPoint> points) {
+  std::vector<bool> out(points.size(), true);
+  for (size_t i = 0; i < points.size(); ++i)
+    for (size_t j = 0; j < points.size(); ++j) {
+      const MemoryReport &a = *points[i].Report, &b = *points[j].Report;
+      if (b.PeakBytes() <= a.PeakBytes() &&
+          b.RecomputeFlops <= a.RecomputeFlops &&
+          (b.PeakBytes() < a.PeakBytes() ||
+           b.RecomputeFlops < a.RecomputeFlops))
+        out[i] = false;
+    }
+  return out;
+}
+
+void headroom::printSweepTable(llvm::ArrayRef<SweepPoint> points,
+                               llvm::StringRef title, llvm::raw_ostream &os) {
+  os << "recomputation: " << title << "\n";
+  os << "  policy                                               peak "
+        "saved+recomputed   lower bound   FLOPs +\n";
+  std::vector<bool> frontier = frontierOf(points);
+  for (size_t i = 0; i < points.size(); ++i) {
+    const MemoryReport &r = *points[i].Report;
+    os << llvm::format(
+        "%c %-44s %12s %16s %13s %8.1f%%\n", frontier[i] ? '*' : ' ',
+        points[i].Label.c_str(), formatBytes(r.PeakBytes()).c_str(),
+        formatBytes(r.Activations + r.Recomputed).c_str(),
+        formatBytes(r.LowerBoundBytes()).c_str(), 100 * extraFlops(r));
+  }
+  os << "  (* on the frontier: no policy has both a lower peak and fewer "
+        "recomputed FLOPs; FLOPs + is recomputed FLOPs over the step without "
+        "them; saved+recomputed is at the peak)\n";
+}
+
+void headroom::printSweepJson(llvm::ArrayRef<SweepPoint> points,
+                              llvm::raw_ostream &os) {
+  std::vector<bool> frontier = frontierOf(points);
+  llvm::json::Array rows;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const MemoryReport &r = *points[i].Report;
+    rows.push_back(llvm::json::Object{
+        {"policy", points[i].Label},
+        {"peak_bytes", int64_t(r.PeakBytes())},
+        {"activations", int64_t(r.Activations)},
+        {"recomputed", int64_t(r.Recomputed)},
+        {"step_flops", int64_t(r.StepFlops)},
+        {"recompute_flops", int64_t(r.RecomputeFlops)},
+        {"frontier", bool(frontier[i])},
+    });
+  }
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(rows))) << "\n";
+}
+
+void headroom::printSweepSvg(llvm::ArrayRef<SweepPoint> points,
+                             llvm::StringRef title, llvm::raw_ostream &os) {
+  const double W = 960, H = 540, left = 90, right = 260, top = 50, bottom = 60;
+  const double pw = W - left - right, ph = H - top - bottom;
+  uint64_t ymaxBytes = 1;
+  double xmax = 0.01;
+  for (const SweepPoint &p : points) {
+    ymaxBytes = std::max(ymaxBytes, p.Report->PeakBytes());
+    xmax = std::max(xmax, extraFlops(*p.Report));
+  }
+  double ymax = double(ymaxBytes) * 1.05, xm = xmax * 1.1;
+  auto x = [&](double f) { return left + pw * f / xm; };
+  auto y = [&](double b) { return top + ph - ph * b / ymax; };
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W
+     << "\" height=\"" << H
+     << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+     << "<text x=\"" << left << "\" y=\"28\" font-size=\"16\">Peak memory "
+     << "over recomputed FLOPs: " << title << "</text>\n";
+  // The frontier, by extra FLOPs.
+  std::vector<bool> frontier = frontierOf(points);
+  std::vector<size_t> order;
+  for (size_t i = 0; i < points.size(); ++i)
+    if (frontier[i])
+      order.push_back(i);
+  llvm::sort(order, [&](size_t a, size_t b) {
+    return points[a].Report->RecomputeFlops < points[b].Report->RecomputeFlops;
+  });
+  os << "<polyline fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"2\" "
+        "points=\"";
+  for (size_t i : order)
+    os << x(extraFlops(*points[i].Report)) << ","
+       << y(double(points[i].Report->PeakBytes())) << " ";
+  os << "\"/>\n";
+  for (size_t i = 0; i < points.size(); ++i) {
+    double px = x(extraFlops(*points[i].Report)),
+           py = y(double(points[i].Report->PeakBytes()));
+    os << "<circle cx=\"" << px << "\" cy=\"" << py << "\" r=\"4\" fill=\""
+       << (frontier[i] ? "#4e79a7" : "#bbbbbb") << "\"><title>"
+       << points[i].Label << ": " << formatBytes(points[i].Report->PeakBytes())
+       << "</title></circle>\n";
+    if (frontier[i])
+      os << "<text x=\"" << px + 7 << "\" y=\"" << py - 5 << "\">"
+         << points[i].Label << "</text>\n";
+  }
+  os << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left
+     << "\" y2=\"" << top + ph << "\" stroke=\"black\"/>\n"
+     << "<line x1=\"" << left << "\" y1=\"" << top + ph << "\" x2=\""
+     << left + pw << "\" y2=\"" << top + ph << "\" stroke=\"black\"/>\n";
+  for (int t = 0; t <= 5; ++t) {
+    double b = ymax * t / 5, f = xm * t / 5;
+    os << "<text x=\"" << left - 6 << "\" y=\"" << y(b) + 4
+       << "\" text-anchor=\"end\">" << formatBytes(uint64_t(b)) << "</text>\n"
+       << "<text x=\"" << x(f) << "\" y=\"" << top + ph + 18
+       << "\" text-anchor=\"middle\">" << llvm::format("%.0f%%", 100 * f)
+       << "</text>\n";
+  }
+  os << "<text x=\"" << left + pw / 2 << "\" y=\"" << H - 18
+     << "\" text-anchor=\"middle\">recomputed FLOPs over the step without "
+        "them</text>\n"
+     << "<text transform=\"translate(20," << top + ph / 2
+     << ") rotate(-90)\" text-anchor=\"middle\">planned peak</text>\n"
+     << "</svg>\n";
 }

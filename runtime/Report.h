@@ -8,14 +8,12 @@
 #ifndef HEADROOM_RUNTIME_REPORT_H
 #define HEADROOM_RUNTIME_REPORT_H
 
+#include "compiler/ByteSize.h"
 #include "compiler/Plan.h"
 
 #include "llvm/Support/raw_ostream.h"
 
 namespace headroom {
-
-/// "1.25 GiB" and friends.
-std::string formatBytes(uint64_t bytes);
 
 void printReportTable(const Plan &plan, llvm::StringRef title,
                       llvm::raw_ostream &os);
@@ -26,6 +24,24 @@ void printReportJson(const Plan &plan, llvm::raw_ostream &os);
 /// Memory over the schedule, stacked by category, with axes and a legend.
 void printReportSvg(const Plan &plan, llvm::StringRef title,
                     llvm::raw_ostream &os);
+
+/// One compile of a step with a recomputation policy: how the policy is
+/// named and its plan's report.
+struct SweepPoint {
+  std::string Label;
+  const MemoryReport *Report = nullptr;
+};
+/// Whether no other point has a peak and recomputed FLOPs both at most its
+/// own, one of them lower: the memory/FLOPs frontier.
+std::vector<bool> frontierOf(llvm::ArrayRef<SweepPoint> points);
+/// `headroom report --recompute sweep`: peak, activations and extra FLOPs
+/// per policy, the frontier marked.
+void printSweepTable(llvm::ArrayRef<SweepPoint> points, llvm::StringRef title,
+                     llvm::raw_ostream &os);
+void printSweepJson(llvm::ArrayRef<SweepPoint> points, llvm::raw_ostream &os);
+/// Peak over extra FLOPs, each policy a dot, the frontier joined.
+void printSweepSvg(llvm::ArrayRef<SweepPoint> points, llvm::StringRef title,
+                   llvm::raw_ostream &os);
 
 } // namespace headroom
 

@@ -239,6 +239,34 @@ int runReport(const CompileOptions &options) {
   return printReport(compiled->ThePlan, reportTitle(options));
 }
 
+/// `headroom report --recompute sweep`: every recomputation candidate of
+/// the step, compiled, as a table (or JSON) and, with --svg, the frontier.
+int runRecomputeSweep(const CompileOptions &options) {
+  auto built = buildStep(Model, options);
+  if (!built)
+    return reportError(built.takeError());
+  std::vector<RecomputeChoice> choices = recomputeCandidates(**built);
+  auto compiled = compileRecomputeCandidates(**built, options, choices);
+  if (!compiled)
+    return reportError(compiled.takeError());
+  std::vector<SweepPoint> points;
+  for (size_t i = 0; i < choices.size(); ++i)
+    points.push_back({choices[i].Label, &(*compiled)[i].ThePlan.Report});
+  std::string title = reportTitle(options);
+  if (Json)
+    printSweepJson(points, llvm::outs());
+  else
+    printSweepTable(points, title, llvm::outs());
+  if (!Svg.empty()) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    printSweepSvg(points, title, os);
+    if (auto e = writeFileAtomically(Svg, os.str()))
+      return reportError(std::move(e));
+  }
+  return 0;
+}
+
 int runCompile(const CompileOptions &options) {
   if (PlanOut.empty())
     return reportError("-o PLAN is required: the plan file to write");

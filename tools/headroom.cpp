@@ -97,13 +97,14 @@ static cl::opt<bool> CompileStep(
              "flags (instead of --passes), after its pass pipeline"),
     cl::sub(OptCmd), cl::cat(Category));
 
-int runTrain(const CompileOptions &options);   // tools/Train.cpp
-int runZoo();                                  // tools/Zoo.cpp
-int runReport(const CompileOptions &options);  // tools/Train.cpp
-int runReportOfPlan();                         // tools/Train.cpp
-bool modelIsPlan();                            // tools/Train.cpp
-int runCompile(const CompileOptions &options); // tools/Train.cpp
-int runRun();                                  // tools/Train.cpp
+int runTrain(const CompileOptions &options);          // tools/Train.cpp
+int runZoo();                                         // tools/Zoo.cpp
+int runReport(const CompileOptions &options);         // tools/Train.cpp
+int runRecomputeSweep(const CompileOptions &options); // tools/Train.cpp
+int runReportOfPlan();                                // tools/Train.cpp
+bool modelIsPlan();                                   // tools/Train.cpp
+int runCompile(const CompileOptions &options);        // tools/Train.cpp
+int runRun();                                         // tools/Train.cpp
 
 /// The import options the flags give (`headroom opt` without --compile).
 static llvm::Expected<ImportOptions> importOptionsGiven() {
@@ -113,9 +114,21 @@ static llvm::Expected<ImportOptions> importOptionsGiven() {
   return options;
 }
 
+/// Whether `--recompute sweep` was given (report's frontier, not a policy).
+static bool recomputeSweep() {
+  for (const auto &[name, value] : givenCompileFlags())
+    if (name == "recompute" && value == "sweep")
+      return true;
+  return false;
+}
+
 /// The compile options the flags give; --device auto is this machine's.
 static llvm::Expected<CompileOptions> compileOptionsGiven() {
-  auto options = compileOptionsFromFlags(givenCompileFlags(), defaultDevice());
+  FlagList flags = givenCompileFlags();
+  llvm::erase_if(flags, [](const auto &f) {
+    return f.first == "recompute" && f.second == "sweep";
+  });
+  auto options = compileOptionsFromFlags(flags, defaultDevice());
   if (options)
     options->Import.AllOutputs = AllOutputs;
   return options;
@@ -331,6 +344,11 @@ int main(int argc, char **argv) {
     auto options = compileOptionsGiven();
     if (!options)
       return reportError(options.takeError());
+    if (recomputeSweep() && !ReportCmd)
+      return reportError("--recompute sweep is for headroom report: it "
+                         "compiles every policy and prints the frontier");
+    if (recomputeSweep())
+      return runRecomputeSweep(*options);
     return CompileCmd  ? runCompile(*options)
            : ReportCmd ? runReport(*options)
                        : runTrain(*options);
