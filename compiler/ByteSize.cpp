@@ -55,4 +55,3 @@ llvm::Expected<uint64_t> headroom::parseByteSize(llvm::StringRef text) {
                                  "'%s' is not a byte count",
                                  text.str().c_str());
 }
-

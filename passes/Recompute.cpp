@@ -167,8 +167,14 @@ ForwardInfo::ForwardInfo(const Function &f) {
   for (Node *n : Nodes) {
     int p = Pos.lookup(n);
     live += delta[p];
-    if (live == 1 && n->numResults() == 1 && lastUse.count(n->result(0))) {
-      Chain.CutPoints.push_back(n->result(0));
+    // The one value live is a result of n (of a Dropout, its output; the
+    // mask only feeds the backward).
+    const Value *cut = nullptr;
+    for (Value *r : n->results())
+      if (lastUse.count(r))
+        cut = cut ? nullptr : r;
+    if (live == 1 && cut) {
+      Chain.CutPoints.push_back(cut);
       Chain.CutBlock.push_back(Block.lookup(n));
     }
   }

@@ -631,3 +631,72 @@ TEST(PlannedMemory, InPlaceReuseKeepsResultsIdentical) {
 }
 
 } // namespace
+
+namespace {
+
+/// Recomputation changes where values live, never what they are: every
+/// policy trains every test model to bit-identical weights (dropout on: the
+/// clones draw the same masks), with sgd, adamw, lomo (clipped too) and
+/// accumulation, and the policies that recompute report the FLOPs.
+TEST(Recompute, TrainsToBitIdenticalWeights) {
+  using K = enum OptimizerOptions::Kind;
+  using P = RecomputeOptions::Policy;
+  struct Opt {
+    K Kind;
+    double Clip;
+    unsigned Accum;
+  };
+  const Opt opts[] = {{K::Sgd, 0, 1},
+                      {K::AdamW, 0, 1},
+                      {K::Lomo, 0, 1},
+                      {K::Lomo, 1.0, 1},
+                      {K::Sgd, 0, 4}};
+  const std::pair<P, unsigned> policies[] = {{P::All, 1},
+                                             {P::Sqrt, 1},
+                                             {P::Every, 1},
+                                             {P::Every, 2},
+                                             {P::Selective, 1}};
+  for (const char *model : {"mlp", "lenet", "gpt", "llama"}) {
+    std::string path = modelPath(std::string(model) + ".onnx");
+    auto data =
+        takeOrFail(loadDataset(modelPath(std::string(model) + ".train.npz")));
+    std::vector<int64_t> order = identityOrder(data.Samples);
+    for (const Opt &opt : opts) {
+      CompileOptions o;
+      o.Import.Batch = 8;
+      o.Optimizer.Kind = opt.Kind;
+      o.Optimizer.ClipGradNorm = opt.Clip;
+      o.Accumulate = opt.Accum;
+      auto train = [&](const CompileOptions &c) {
+        auto t = takeOrFail(compileTrainer(path, c, /*seed=*/3));
+        for (int64_t s = 0; t && s < 2; ++s)
+          EXPECT_TRUE(static_cast<bool>(t->step(data, order, s * 8)));
+        return t;
+      };
+      auto base = train(o);
+      ASSERT_TRUE(base) << model;
+      for (const auto &[policy, n] : policies) {
+        CompileOptions r = o;
+        r.Recompute.Kind = policy;
+        r.Recompute.N = n;
+        auto t = train(r);
+        ASSERT_TRUE(t) << model;
+        std::string what = std::string(model) + " " + r.flags();
+        for (const PlanState &s : base->executor().plan().States)
+          EXPECT_TRUE(*base->executor().readState(s.Name) ==
+                      *t->executor().readState(s.Name))
+              << what << ": " << s.Name;
+        // The transformers' blocks are recomputed, for a lower peak.
+        const MemoryReport &rep = t->executor().plan().Report;
+        if (policy == P::Every && n == 1 &&
+            (std::string(model) == "gpt" || std::string(model) == "llama")) {
+          EXPECT_GT(rep.RecomputeFlops, 0u) << what;
+          EXPECT_LT(rep.PeakBytes(), base->executor().plan().Report.PeakBytes())
+              << what;
+        }
+      }
+    }
+  }
+}
+
+} // namespace

@@ -10,6 +10,7 @@
 #include "pipeline/Compile.h"
 
 #include "CompileUtil.h"
+#include "compiler/ByteSize.h"
 #include "compiler/Parser.h"
 #include "kernels/cpu/CpuTarget.h"
 #include "kernels/cuda/CudaTarget.h"
@@ -39,7 +40,10 @@ TEST(CompileOptionsTest, FlagsRoundTrip) {
         "--shape x=4x16 --shape y=4 --freeze fc1.weight,fc1.bias --optimizer "
         "lomo --schedule always --disable-dropout --device cuda",
         "--batch 2 --optimizer none --schedule never",
-        "--batch 2 --freeze \"a name\" --optimizer adalomo"}) {
+        "--batch 2 --freeze \"a name\" --optimizer adalomo",
+        "--batch 8 --recompute every=2 --recompute-keep h.0.attn.Softmax,x",
+        "--batch 8 --recompute budget=1.5MiB --optimizer lomo",
+        "--batch 8 --recompute selective --accum 2"}) {
     CompileOptions o = fromText(text);
     std::string printed = o.flags();
     CompileOptions again = fromText(printed);
@@ -161,6 +165,62 @@ TEST(CompileTest, AutoScheduleKeepsTheLowerPeak) {
               .Report.PeakBytes();
     EXPECT_EQ(peak[0], std::min(peak[1], peak[2])) << model;
   }
+}
+
+TEST(CompileOptionsTest, RecomputeFlags) {
+  CompileOptions o = fromText("--batch 8 --recompute every=3");
+  EXPECT_EQ(o.Recompute.Kind, RecomputeOptions::Policy::Every);
+  EXPECT_EQ(o.Recompute.N, 3u);
+  EXPECT_EQ(o.passPipeline(true),
+            "canonicalize,autodiff,optimizer{kind=sgd lr=0.01 "
+            "weight_decay=0},canonicalize,recompute{policy=every n=3},"
+            "schedule");
+  EXPECT_EQ(fromText("--batch 8 --recompute budget=2GiB").RecomputeBudget,
+            2ull << 30);
+  EXPECT_EQ(flagError("--batch 8 --recompute every=0"),
+            "--recompute every=0: expected none, all, sqrt, selective, "
+            "every=N or budget=SIZE");
+  EXPECT_EQ(flagError("--batch 8 --recompute budget=lots"),
+            "--recompute budget=lots: expected budget=SIZE such as 24GiB");
+  EXPECT_EQ(takeOrFail(parseByteSize("1.5 KiB")), 1536u);
+  EXPECT_EQ(takeOrFail(parseByteSize("24GB")), 24ull << 30);
+  EXPECT_EQ(errorOf(parseByteSize("12 parsecs")),
+            "'12 parsecs' is not a byte count");
+}
+
+/// budget=SIZE keeps the candidate with the fewest recomputed FLOPs among
+/// those that fit; a budget nothing fits names the smallest peak and how.
+TEST(CompileTest, RecomputeBudgetPicksTheCheapestFit) {
+  std::string path = modelPath("gpt.onnx");
+  CompileOptions o = fromText("--batch 8 --optimizer adamw");
+  auto built = takeOrFail(buildStep(path, o));
+  ASSERT_TRUE(built);
+  std::vector<RecomputeChoice> choices = recomputeCandidates(*built);
+  auto all = takeOrFail(compileRecomputeCandidates(*built, o, choices));
+  ASSERT_EQ(all.size(), choices.size());
+  EXPECT_EQ(choices.front().Label, "none");
+  uint64_t none = all.front().ThePlan.Report.PeakBytes(), lowest = none;
+  for (const Compiled &c : all)
+    lowest = std::min(lowest, c.ThePlan.Report.PeakBytes());
+  ASSERT_LT(lowest, none);
+  for (uint64_t budget : {none, (none + lowest) / 2, lowest}) {
+    CompileOptions b = o;
+    b.RecomputeBudget = budget;
+    Plan plan = compilePlan(path, b);
+    EXPECT_LE(plan.Report.PeakBytes(), budget);
+    for (const Compiled &c : all)
+      if (c.ThePlan.Report.PeakBytes() <= budget)
+        EXPECT_LE(plan.Report.RecomputeFlops, c.ThePlan.Report.RecomputeFlops)
+            << budget;
+  }
+  CompileOptions tight = o;
+  tight.RecomputeBudget = lowest - 1;
+  std::string error = errorOf(compile(path, tight));
+  EXPECT_NE(error.find("no recomputation fits; the smallest peak reachable "
+                       "is " +
+                       formatBytes(lowest)),
+            std::string::npos)
+      << error;
 }
 
 TEST(TargetTest, PlansRecordTheirTarget) {
