@@ -64,6 +64,8 @@ public:
   std::vector<int> Categories;
   /// FLOPs of the function, and of its recomputed nodes.
   uint64_t Flops = 0, RecomputeFlops = 0;
+  /// Schedule position of the loss (-1: none).
+  int LossPos = -1;
 
 private:
   bool readNeedsCopy(const Node &read) const;
@@ -121,6 +123,7 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
   int lossPos = -1;
   if (!F.returnValues().empty() && F.returnValues()[0]->definingNode())
     lossPos = Position.lookup(F.returnValues()[0]->definingNode());
+  LossPos = lossPos;
   UpdateAnalysis updates(F);
 
   llvm::DenseMap<int, int> arenaSlot; // buffer id -> index in ArenaBuffers
@@ -280,6 +283,9 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
             (fl.Lives[i].Size + plan.Alignment - 1) & ~(plan.Alignment - 1);
     for (const auto &t : timeline)
       r.GradientsMaxLive = std::max(r.GradientsMaxLive, t[1]);
+    if (fl.LossPos >= 0 && size_t(fl.LossPos) < timeline.size())
+      r.SavedActivations =
+          std::max(r.SavedActivations, timeline[fl.LossPos][0]);
     // Functions run one at a time: they share the arena.
     if (a.ArenaBytes < plan.ArenaBytes)
       continue;

@@ -85,6 +85,9 @@ struct MemoryReport {
   uint64_t Activations = 0, Gradients = 0, Temporaries = 0;
   /// Values the backward recomputes (clones of the `recompute` pass).
   uint64_t Recomputed = 0;
+  /// The forward values kept for the backward, live when the loss is
+  /// computed (the most over the functions): what recomputation reduces.
+  uint64_t SavedActivations = 0;
   /// Floating-point operations of one optimizer step (every call of the
   /// driver, compiler/Cost.h), and those of recomputed values among them.
   uint64_t StepFlops = 0, RecomputeFlops = 0;

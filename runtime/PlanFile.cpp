@@ -132,6 +132,7 @@ static void toProto(const MemoryReport &r, pb::MemoryReport &p) {
   p.set_recomputed(r.Recomputed);
   p.set_step_flops(r.StepFlops);
   p.set_recompute_flops(r.RecomputeFlops);
+  p.set_saved_activations(r.SavedActivations);
   for (const auto &point : r.Timeline) {
     pb::TimelinePoint *t = p.add_timeline();
     t->set_activations(point[0]);
@@ -642,6 +643,7 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
   r.Recomputed = pr.recomputed();
   r.StepFlops = pr.step_flops();
   r.RecomputeFlops = pr.recompute_flops();
+  r.SavedActivations = pr.saved_activations();
   for (const pb::TimelinePoint &t : pr.timeline())
     r.Timeline.push_back(
         {t.activations(), t.gradients(), t.temporaries(), t.recomputed()});

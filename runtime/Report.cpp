@@ -51,6 +51,7 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
       "  %-34s %20.4f\n", static_cast<const char *>("peak / lower bound"),
       r.LowerBoundBytes() ? double(r.PeakBytes()) / double(r.LowerBoundBytes())
                           : 1.0);
+  line("activations kept at the loss", r.SavedActivations);
   line("gradients, most live at once", r.GradientsMaxLive);
   line("largest parameter", r.LargestParameter);
   os << llvm::format("  %-34s %20llu\n",
@@ -99,6 +100,7 @@ void headroom::printReportJson(const Plan &plan, llvm::raw_ostream &os) {
       {"gradients_max_live_bytes", int64_t(r.GradientsMaxLive)},
       {"largest_parameter_bytes", int64_t(r.LargestParameter)},
       {"passes_per_step", int64_t(r.PassesPerStep)},
+      {"saved_activations_bytes", int64_t(r.SavedActivations)},
       {"step_flops", int64_t(r.StepFlops)},
       {"recompute_flops", int64_t(r.RecomputeFlops)},
       {"breakdown", std::move(breakdown)},
@@ -233,7 +235,7 @@ void headroom::printSweepTable(llvm::ArrayRef<SweepPoint> points,
                                llvm::StringRef title, llvm::raw_ostream &os) {
   os << "recomputation: " << title << "\n";
   os << "  policy                                               peak "
-        "saved+recomputed   lower bound   FLOPs +\n";
+        "kept at the loss   lower bound   FLOPs +\n";
   std::vector<bool> frontier = frontierOf(points);
   for (size_t i = 0; i < points.size(); ++i) {
     const MemoryReport &r = *points[i].Report;
@@ -245,7 +247,7 @@ void headroom::printSweepTable(llvm::ArrayRef<SweepPoint> points,
   }
   os << "  (* on the frontier: no policy has both a lower peak and fewer "
         "recomputed FLOPs; FLOPs + is recomputed FLOPs over the step without "
-        "them; saved+recomputed is at the peak)\n";
+        "them; kept at the loss: the forward values the backward reads)\n";
 }
 
 void headroom::printSweepJson(llvm::ArrayRef<SweepPoint> points,
@@ -257,8 +259,9 @@ void headroom::printSweepJson(llvm::ArrayRef<SweepPoint> points,
     rows.push_back(llvm::json::Object{
         {"policy", points[i].Label},
         {"peak_bytes", int64_t(r.PeakBytes())},
-        {"activations", int64_t(r.Activations)},
+        {"saved_activations_bytes", int64_t(r.SavedActivations)},
         {"recomputed", int64_t(r.Recomputed)},
+        {"saved_activations_bytes", int64_t(r.SavedActivations)},
         {"step_flops", int64_t(r.StepFlops)},
         {"recompute_flops", int64_t(r.RecomputeFlops)},
         {"frontier", bool(frontier[i])},
