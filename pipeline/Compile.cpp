@@ -59,12 +59,18 @@ static llvm::Error runPasses(Module &m, llvm::StringRef pipeline) {
   return pm.run(m);
 }
 
-llvm::Expected<Compiled> headroom::compile(llvm::StringRef modelPath,
-                                           const CompileOptions &options) {
+/// The model imported at the micro-batch size.
+static llvm::Expected<std::unique_ptr<Module>>
+importStep(llvm::StringRef modelPath, const CompileOptions &options) {
   auto import = microBatchImport(options);
   if (!import)
     return import.takeError();
-  auto m = importOnnxFile(modelPath, *import);
+  return importOnnxFile(modelPath, *import);
+}
+
+llvm::Expected<Compiled> headroom::compile(llvm::StringRef modelPath,
+                                           const CompileOptions &options) {
+  auto m = importStep(modelPath, options);
   if (!m)
     return m.takeError();
   return compileModule(std::move(*m), options);
@@ -197,10 +203,7 @@ static llvm::Expected<Compiled> fitBudget(std::unique_ptr<Module> built,
 
 llvm::Expected<std::unique_ptr<Module>>
 headroom::buildStep(llvm::StringRef modelPath, const CompileOptions &options) {
-  auto import = microBatchImport(options);
-  if (!import)
-    return import.takeError();
-  auto m = importOnnxFile(modelPath, *import);
+  auto m = importStep(modelPath, options);
   if (!m)
     return m.takeError();
   if (auto e = runPasses(**m, options.basePipeline()))

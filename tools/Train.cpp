@@ -203,19 +203,25 @@ static std::string reportTitle(const CompileOptions &o) {
          (o.ApplyOptimizer ? o.Optimizer.kindName().str() : "no optimizer");
 }
 
+/// With --svg, writes what `draw` prints to that file (atomically).
+static int writeSvg(llvm::function_ref<void(llvm::raw_ostream &)> draw) {
+  if (Svg.empty())
+    return 0;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  draw(os);
+  if (auto e = writeFileAtomically(Svg, os.str()))
+    return reportError(std::move(e));
+  return 0;
+}
+
 static int printReport(const Plan &plan, llvm::StringRef title) {
   if (Json)
     printReportJson(plan, llvm::outs());
   else
     printReportTable(plan, title, llvm::outs());
-  if (!Svg.empty()) {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    printReportSvg(plan, title, os);
-    if (auto e = writeFileAtomically(Svg, os.str()))
-      return reportError(std::move(e));
-  }
-  return 0;
+  return writeSvg(
+      [&](llvm::raw_ostream &os) { printReportSvg(plan, title, os); });
 }
 
 /// Whether the positional model is a plan file (`headroom report x.plan`).
@@ -257,14 +263,8 @@ int runRecomputeSweep(const CompileOptions &options) {
     printSweepJson(points, llvm::outs());
   else
     printSweepTable(points, title, llvm::outs());
-  if (!Svg.empty()) {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    printSweepSvg(points, title, os);
-    if (auto e = writeFileAtomically(Svg, os.str()))
-      return reportError(std::move(e));
-  }
-  return 0;
+  return writeSvg(
+      [&](llvm::raw_ostream &os) { printSweepSvg(points, title, os); });
 }
 
 int runCompile(const CompileOptions &options) {
