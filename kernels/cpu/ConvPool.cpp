@@ -1018,9 +1018,9 @@ uint64_t averagePoolGradWorkspaceQuery(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerConvPoolKernels() {
-  registerKernel("Conv", convKernel, FloatTypes::F32F64);
-  registerKernel("ConvGradInput", convGradInputKernel, FloatTypes::F32F64);
-  registerKernel("ConvGradWeight", convGradWeightKernel, FloatTypes::F32F64);
+  registerKernel("Conv", convKernel, FloatSupport::F32F64);
+  registerKernel("ConvGradInput", convGradInputKernel, FloatSupport::F32F64);
+  registerKernel("ConvGradWeight", convGradWeightKernel, FloatSupport::F32F64);
   registerWorkspace("Conv", convWorkspaceQuery);
   registerWorkspace("ConvGradInput", convGradInputWorkspaceQuery);
   registerWorkspace("ConvGradWeight", convGradWeightWorkspaceQuery);
@@ -1028,10 +1028,11 @@ void headroom::cpu::registerConvPoolKernels() {
   registerWorkspace("MaxPoolGrad", maxPoolGradWorkspaceQuery);
   registerWorkspace("AveragePool", averagePoolWorkspaceQuery);
   registerWorkspace("AveragePoolGrad", averagePoolGradWorkspaceQuery);
-  registerKernel("MaxPool", maxPoolKernel, FloatTypes::F32F64);
-  registerKernel("MaxPoolGrad", maxPoolGradKernel, FloatTypes::F32F64);
-  registerKernel("AveragePool", averagePoolKernel, FloatTypes::F32F64);
-  registerKernel("AveragePoolGrad", averagePoolGradKernel, FloatTypes::F32F64);
+  registerKernel("MaxPool", maxPoolKernel, FloatSupport::F32F64);
+  registerKernel("MaxPoolGrad", maxPoolGradKernel, FloatSupport::F32F64);
+  registerKernel("AveragePool", averagePoolKernel, FloatSupport::F32F64);
+  registerKernel("AveragePoolGrad", averagePoolGradKernel,
+                 FloatSupport::F32F64);
   registerKernel("GlobalAveragePool", globalAveragePoolKernel,
-                 FloatTypes::F32F64);
+                 FloatSupport::F32F64);
 }

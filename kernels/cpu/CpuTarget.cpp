@@ -34,17 +34,22 @@ public:
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "has no kernel for op '%s'",
                                      n.op().c_str());
-    if (cpu::kernelFloatTypes(n.op()) == cpu::FloatTypes::All)
-      return llvm::Error::success();
-    return checkFloatTypes(n, {DType::F32, DType::F64});
+    // Every float type: f16/bf16 are widened for f32-only kernels
+    // (cpu::runKernel).
+    return llvm::Error::success();
   }
 
   uint64_t workspaceBytes(const Node &n) const override {
-    cpu::WorkspaceFn query = cpu::lookupWorkspace(n.op());
-    if (!query)
-      return 0;
     auto ins = typeViews(n.operands()), outs = typeViews(n.results());
-    return query(cpu::KernelContext{n.op(), ins, outs, n.attrs()});
+    // An update op's last output is its state slot (the executor's call).
+    if (n.info()->has(opflags::WritesState) && n.state()) {
+      cpu::TensorView slot;
+      slot.Type = n.state()->type().dtype();
+      slot.Shape = n.state()->type().shape();
+      outs.push_back(slot);
+    }
+    return cpu::kernelWorkspaceBytes(
+        cpu::KernelContext{n.op(), ins, outs, n.attrs()});
   }
 };
 

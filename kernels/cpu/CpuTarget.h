@@ -8,7 +8,7 @@ namespace headroom {
 
 /// kernels/cpu: 64-byte alignment (a cache line, AVX-512's vector), the
 /// scratch the kernels' workspace queries declare, a kernel for every op,
-/// floats in the types each kernel registered (cpu::FloatTypes).
+/// floats in the types each kernel registered (cpu::FloatSupport).
 const Target &cpuTarget();
 
 } // namespace headroom

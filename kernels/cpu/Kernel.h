@@ -77,16 +77,18 @@ using KernelFn = llvm::Error (*)(const KernelContext &ctx);
 
 /// The float element types a kernel computes in: every storage type (the
 /// elementwise math through Elem<T>, data movement byte for byte), or f32
-/// and f64 only (the kernels behind HR_DISPATCH_FLOAT). The cpu target
-/// refuses other floats at compile time (kernels/cpu/CpuTarget.h).
-enum class FloatTypes { All, F32F64 };
+/// and f64 only (the kernels behind HR_DISPATCH_FLOAT). runKernel gives the
+/// latter f16 and bf16 too: it widens those operands to f32 in the call's
+/// workspace, runs the f32 kernel (f32 accumulation), and rounds each result
+/// once, to nearest even, into its buffer.
+enum class FloatSupport { Any, F32F64 };
 
 /// The kernel for `op`, or null.
 KernelFn lookupKernel(llvm::StringRef op);
-/// What the kernel of `op` computes in (All for an op with no kernel).
-FloatTypes kernelFloatTypes(llvm::StringRef op);
+/// What the kernel of `op` computes in (Any for an op with no kernel).
+FloatSupport kernelFloatSupport(llvm::StringRef op);
 void registerKernel(llvm::StringRef op, KernelFn fn,
-                    FloatTypes floats = FloatTypes::All);
+                    FloatSupport floats = FloatSupport::Any);
 
 /// The scratch bytes a kernel needs for the call described by `ctx`, whose
 /// views have their types and shapes but null Data (it is asked at plan
@@ -97,6 +99,13 @@ using WorkspaceFn = uint64_t (*)(const KernelContext &ctx);
 /// The workspace query of `op`, or null when its kernel needs no scratch.
 WorkspaceFn lookupWorkspace(llvm::StringRef op);
 void registerWorkspace(llvm::StringRef op, WorkspaceFn fn);
+
+/// Runs the kernel of ctx.Op (an error when there is none), widening f16 and
+/// bf16 for an f32/f64-only kernel (FloatSupport).
+llvm::Error runKernel(const KernelContext &ctx);
+/// The whole scratch a runKernel call needs: the kernel's own (its workspace
+/// query), plus the widened copies when it widens.
+uint64_t kernelWorkspaceBytes(const KernelContext &ctx);
 
 // One registration function per family file (kernels/cpu/<Family>.cpp).
 void registerElementwiseKernels();

@@ -4,6 +4,7 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <mutex>
+#include <vector>
 
 using namespace headroom;
 using namespace headroom::cpu;
@@ -11,7 +12,7 @@ using namespace headroom::cpu;
 namespace {
 struct Registered {
   KernelFn Fn = nullptr;
-  FloatTypes Floats = FloatTypes::All;
+  FloatSupport Floats = FloatSupport::Any;
 };
 } // namespace
 
@@ -26,7 +27,7 @@ static llvm::StringMap<WorkspaceFn> &workspaceRegistry() {
 }
 
 void headroom::cpu::registerKernel(llvm::StringRef op, KernelFn fn,
-                                   FloatTypes floats) {
+                                   FloatSupport floats) {
   registry()[op] = Registered{fn, floats};
 }
 
@@ -55,16 +56,138 @@ KernelFn headroom::cpu::lookupKernel(llvm::StringRef op) {
   return it == registry().end() ? nullptr : it->second.Fn;
 }
 
-FloatTypes headroom::cpu::kernelFloatTypes(llvm::StringRef op) {
+FloatSupport headroom::cpu::kernelFloatSupport(llvm::StringRef op) {
   registerAll();
   auto it = registry().find(op);
-  return it == registry().end() ? FloatTypes::All : it->second.Floats;
+  return it == registry().end() ? FloatSupport::Any : it->second.Floats;
 }
 
 WorkspaceFn headroom::cpu::lookupWorkspace(llvm::StringRef op) {
   registerAll();
   auto it = workspaceRegistry().find(op);
   return it == workspaceRegistry().end() ? nullptr : it->second;
+}
+
+//===----------------------------------------------------------------------===//
+// Widening f16/bf16 for f32-only kernels
+//===----------------------------------------------------------------------===//
+
+static bool isNarrowFloat(DType t) {
+  return t == DType::F16 || t == DType::BF16;
+}
+
+static uint64_t widenedBytes(const TensorView &v) {
+  return (uint64_t(v.numElements()) * 4 + 63) & ~uint64_t(63);
+}
+
+/// Whether the call has f16/bf16 operands or results its kernel cannot
+/// compute in.
+static bool widens(const Registered &r, const KernelContext &ctx) {
+  if (r.Floats != FloatSupport::F32F64)
+    return false;
+  for (auto views : {ctx.Inputs, ctx.Outputs})
+    for (const TensorView &v : views)
+      if (isNarrowFloat(v.Type))
+        return true;
+  return false;
+}
+
+/// `views` with every f16/bf16 view made f32 (shape and data unchanged).
+static llvm::SmallVector<TensorView, 4>
+widenedTypes(llvm::ArrayRef<TensorView> views) {
+  llvm::SmallVector<TensorView, 4> out(views.begin(), views.end());
+  for (TensorView &v : out)
+    if (isNarrowFloat(v.Type))
+      v.Type = DType::F32;
+  return out;
+}
+
+static uint64_t ownWorkspace(const KernelContext &ctx) {
+  WorkspaceFn query = lookupWorkspace(ctx.Op);
+  return query ? query(ctx) : 0;
+}
+
+uint64_t headroom::cpu::kernelWorkspaceBytes(const KernelContext &ctx) {
+  registerAll();
+  auto it = registry().find(ctx.Op);
+  if (it == registry().end() || !widens(it->second, ctx))
+    return ownWorkspace(ctx);
+  uint64_t bytes = 0;
+  for (auto views : {ctx.Inputs, ctx.Outputs})
+    for (const TensorView &v : views)
+      if (isNarrowFloat(v.Type))
+        bytes += widenedBytes(v);
+  auto ins = widenedTypes(ctx.Inputs), outs = widenedTypes(ctx.Outputs);
+  return bytes + ownWorkspace(KernelContext{ctx.Op, ins, outs, ctx.Attrs});
+}
+
+/// Loads a view's elements as f32, or stores f32 elements into it (rounding
+/// to nearest even).
+static void toF32(const TensorView &v, float *out) {
+  int64_t n = v.numElements();
+  const uint16_t *bits = v.as<uint16_t>();
+  if (v.Type == DType::BF16)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = bf16ToFloat(bits[i]);
+  else
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = halfToFloat(bits[i]);
+}
+
+static void fromF32(const float *in, const TensorView &v) {
+  int64_t n = v.numElements();
+  uint16_t *bits = v.as<uint16_t>();
+  if (v.Type == DType::BF16)
+    for (int64_t i = 0; i < n; ++i)
+      bits[i] = floatToBf16(in[i]);
+  else
+    for (int64_t i = 0; i < n; ++i)
+      bits[i] = floatToHalf(in[i]);
+}
+
+llvm::Error headroom::cpu::runKernel(const KernelContext &ctx) {
+  registerAll();
+  auto it = registry().find(ctx.Op);
+  if (it == registry().end())
+    return ctx.unsupported("no CPU kernel");
+  if (!widens(it->second, ctx))
+    return it->second.Fn(ctx);
+  // Widened copies in the workspace (own memory when it is too small: unit
+  // tests call kernels without one), then the kernel's own scratch.
+  uint64_t need = kernelWorkspaceBytes(ctx);
+  std::vector<uint8_t> own;
+  uint8_t *scratch = static_cast<uint8_t *>(ctx.Workspace);
+  if (!scratch || ctx.WorkspaceBytes < need) {
+    own.resize(need);
+    scratch = own.data();
+  }
+  uint8_t *at = scratch;
+  auto widen = [&](llvm::ArrayRef<TensorView> views) {
+    llvm::SmallVector<TensorView, 4> out(views.begin(), views.end());
+    for (TensorView &v : out) {
+      if (!isNarrowFloat(v.Type) || !v.present())
+        continue;
+      float *copy = reinterpret_cast<float *>(at);
+      toF32(v, copy); // outputs too: update ops read their state
+      at += widenedBytes(v);
+      v = TensorView{DType::F32, v.Shape, copy};
+    }
+    return out;
+  };
+  auto ins = widen(ctx.Inputs), outs = widen(ctx.Outputs);
+  KernelContext wide{ctx.Op,
+                     ins,
+                     outs,
+                     ctx.Attrs,
+                     ctx.Seed,
+                     at,
+                     need - uint64_t(at - scratch)};
+  if (auto e = it->second.Fn(wide))
+    return e;
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (isNarrowFloat(ctx.Outputs[i].Type) && ctx.Outputs[i].present())
+      fromF32(outs[i].as<float>(), ctx.Outputs[i]);
+  return llvm::Error::success();
 }
 
 const Attribute *KernelContext::attr(llvm::StringRef name) const {

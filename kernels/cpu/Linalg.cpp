@@ -195,6 +195,6 @@ Error matMulKernel(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerLinalgKernels() {
-  registerKernel("Gemm", gemmKernel, FloatTypes::F32F64);
-  registerKernel("MatMul", matMulKernel, FloatTypes::F32F64);
+  registerKernel("Gemm", gemmKernel, FloatSupport::F32F64);
+  registerKernel("MatMul", matMulKernel, FloatSupport::F32F64);
 }

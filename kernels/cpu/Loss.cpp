@@ -280,9 +280,9 @@ Error softmaxCrossEntropyGradKernel(const KernelContext &ctx) {
 
 void headroom::cpu::registerLossKernels() {
   registerKernel("NegativeLogLikelihoodLoss", nllLossKernel,
-                 FloatTypes::F32F64);
+                 FloatSupport::F32F64);
   registerKernel("SoftmaxCrossEntropyLoss", softmaxCrossEntropyKernel,
-                 FloatTypes::F32F64);
+                 FloatSupport::F32F64);
   registerKernel("SoftmaxCrossEntropyLossGrad", softmaxCrossEntropyGradKernel,
-                 FloatTypes::F32F64);
+                 FloatSupport::F32F64);
 }

@@ -392,10 +392,10 @@ llvm::Error batchNormGradKernel(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerNormKernels() {
-  registerKernel("LayerNormalization", layerNormKernel, FloatTypes::F32F64);
+  registerKernel("LayerNormalization", layerNormKernel, FloatSupport::F32F64);
   registerKernel("LayerNormalizationGrad", layerNormGradKernel,
-                 FloatTypes::F32F64);
-  registerKernel("BatchNormalization", batchNormKernel, FloatTypes::F32F64);
+                 FloatSupport::F32F64);
+  registerKernel("BatchNormalization", batchNormKernel, FloatSupport::F32F64);
   registerKernel("BatchNormalizationGrad", batchNormGradKernel,
-                 FloatTypes::F32F64);
+                 FloatSupport::F32F64);
 }

@@ -356,16 +356,16 @@ Error logSoftmaxKernel(const KernelContext &ctx) {
 
 void headroom::cpu::registerReduceKernels() {
   registerKernel("ReduceSum", reduceKernel<ReduceKind::Sum>,
-                 FloatTypes::F32F64);
+                 FloatSupport::F32F64);
   registerKernel("ReduceMean", reduceKernel<ReduceKind::Mean>,
-                 FloatTypes::F32F64);
+                 FloatSupport::F32F64);
   registerKernel("ReduceMax", reduceKernel<ReduceKind::Max>,
-                 FloatTypes::F32F64);
+                 FloatSupport::F32F64);
   registerKernel("ReduceMin", reduceKernel<ReduceKind::Min>,
-                 FloatTypes::F32F64);
+                 FloatSupport::F32F64);
   registerKernel("ReduceProd", reduceKernel<ReduceKind::Prod>,
-                 FloatTypes::F32F64);
-  registerKernel("ArgMax", argMaxKernel, FloatTypes::F32F64);
-  registerKernel("Softmax", softmaxKernel, FloatTypes::F32F64);
-  registerKernel("LogSoftmax", logSoftmaxKernel, FloatTypes::F32F64);
+                 FloatSupport::F32F64);
+  registerKernel("ArgMax", argMaxKernel, FloatSupport::F32F64);
+  registerKernel("Softmax", softmaxKernel, FloatSupport::F32F64);
+  registerKernel("LogSoftmax", logSoftmaxKernel, FloatSupport::F32F64);
 }

@@ -980,7 +980,7 @@ void headroom::cpu::registerShapeKernels() {
   registerKernel("Slice", sliceKernel);
   registerKernel("SliceGrad", sliceGradKernel);
   registerKernel("Gather", gatherKernel);
-  registerKernel("GatherGrad", gatherGradKernel, FloatTypes::F32F64);
+  registerKernel("GatherGrad", gatherGradKernel, FloatSupport::F32F64);
   registerKernel("Expand", expandKernel);
   registerKernel("Tile", tileKernel);
   registerKernel("Pad", padKernel);

@@ -89,6 +89,6 @@ llvm::Error accumulateKernel(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerUpdateKernels() {
-  registerKernel("SgdUpdate", sgdUpdateKernel, FloatTypes::F32F64);
-  registerKernel("Accumulate", accumulateKernel, FloatTypes::F32F64);
+  registerKernel("SgdUpdate", sgdUpdateKernel, FloatSupport::F32F64);
+  registerKernel("Accumulate", accumulateKernel, FloatSupport::F32F64);
 }

@@ -158,11 +158,6 @@ llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
   default:
     break;
   }
-  KernelFn fn = lookupKernel(c.Op);
-  if (!fn)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "@%s call %u: no CPU kernel for op '%s'",
-                                   f.Name.c_str(), c.Id, c.Op.c_str());
   llvm::SmallVector<TensorView, 4> ins, outs;
   for (int b : c.Inputs)
     ins.push_back(view(b));
@@ -180,7 +175,7 @@ llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
                     mixSeed(Options.Seed, Step, randomStream(c)),
                     Workspace,
                     ThePlan.WorkspaceBytes};
-  if (auto e = fn(ctx))
+  if (auto e = runKernel(ctx))
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "@%s call %u: %s", f.Name.c_str(), c.Id,
                                    llvm::toString(std::move(e)).c_str());

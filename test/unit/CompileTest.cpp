@@ -15,6 +15,7 @@
 #include "kernels/cpu/CpuTarget.h"
 #include "kernels/cuda/CudaTarget.h"
 #include "passes/PassManager.h"
+#include "runtime/Executor.h"
 
 using namespace headroom;
 
@@ -263,9 +264,7 @@ TEST(TargetTest, WhatTheBackendLacksIsRefusedAtCompileTime) {
   const char *bf16MatMul = "func @f(%a: bf16[2, 3], %b: bf16[3, 4]) {\n"
                            "  %c = MatMul(%a, %b) : bf16[2, 4] loc(\"/mm\")\n"
                            "  return %c\n}\n";
-  EXPECT_EQ(lowerError(bf16MatMul, cpuTarget()),
-            "in @f, node 0 ('MatMul' defining %c from '/mm'): the cpu target "
-            "computes no bf16 (f32, f64 only)");
+  EXPECT_EQ(lowerError(bf16MatMul, cpuTarget()), "");
   EXPECT_EQ(lowerError(bf16MatMul, cudaTarget()),
             "in @f, node 0 ('MatMul' defining %c from '/mm'): the cuda "
             "target computes no bf16 (f32, f64 only)");
@@ -284,6 +283,43 @@ TEST(TargetTest, WhatTheBackendLacksIsRefusedAtCompileTime) {
   EXPECT_EQ(lowerError(range, cudaTarget()),
             "in @f, node 3 ('Range' defining %r): the cuda target has no "
             "kernel for op 'Range'");
+}
+
+/// The CPU runs bf16 and f16 through its f32 kernels: operands widened in
+/// the planned workspace, f32 accumulation, each result rounded once.
+TEST(TargetTest, CpuWidensNarrowFloatsInThePlannedWorkspace) {
+  for (const char *type : {"bf16", "f16"}) {
+    std::string text = std::string("func @f(%a: ") + type +
+                       "[3, 5], %b: " + type +
+                       "[5, 2]) {\n  %c = MatMul(%a, %b) : " + type +
+                       "[3, 2]\n  return %c\n}\n";
+    auto m = takeOrFail(parseModule(text));
+    ASSERT_TRUE(m);
+    Plan plan = takeOrFail(lowerModule(*m, cpuTarget()));
+    // a, b and c widened: 64-byte rounded f32 copies.
+    EXPECT_EQ(plan.WorkspaceBytes, 64u + 64u + 64u) << type;
+    auto exec = takeOrFail(createCpuExecutor(std::move(plan)));
+    ASSERT_TRUE(exec);
+    DType t = std::string(type) == "bf16" ? DType::BF16 : DType::F16;
+    std::vector<double> av, bv;
+    for (int i = 0; i < 15; ++i)
+      av.push_back(0.1 * i - 0.7);
+    for (int i = 0; i < 10; ++i)
+      bv.push_back(0.3 * i - 1.1);
+    Tensor a = Tensor::fromDoubles(t, {3, 5}, av);
+    Tensor b = Tensor::fromDoubles(t, {5, 2}, bv);
+    auto r = takeOrFail(exec->run("f", {&a, &b}));
+    ASSERT_EQ(r.size(), 1u);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 2; ++j) {
+        float sum = 0; // the stored (rounded) inputs, summed in f32
+        for (int k = 0; k < 5; ++k)
+          sum += float(a.getDouble(i * 5 + k)) * float(b.getDouble(k * 2 + j));
+        Tensor want = Tensor::fromDoubles(t, {}, {sum}); // one rounding
+        EXPECT_EQ(r[0].getDouble(i * 2 + j), want.getDouble(0))
+            << type << " [" << i << ", " << j << "]";
+      }
+  }
 }
 
 TEST(TargetTest, InPlaceIsTheTargetsChoice) {
