@@ -53,6 +53,9 @@ public:
       : Name(std::move(name)), Type(std::move(type)), Kind(kind) {}
   const std::string &name() const { return Name; }
   const TensorType &type() const { return Type; }
+  /// Changes what the slot holds (mixed precision stores parameters in
+  /// bf16); its Reads and updates must follow.
+  void setType(TensorType t) { Type = std::move(t); }
   StateKind kind() const { return Kind; }
   void setKind(StateKind k) { Kind = k; }
 

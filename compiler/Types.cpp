@@ -360,3 +360,12 @@ Tensor Tensor::fromDoubles(DType t, llvm::ArrayRef<int64_t> shape,
     r.setDouble(i, values[i]);
   return r;
 }
+
+Tensor Tensor::convertedTo(DType t) const {
+  if (t == Type.dtype())
+    return *this;
+  Tensor out(Type.withDType(t));
+  for (int64_t i = 0; i < numElements(); ++i)
+    out.setDouble(i, getDouble(i));
+  return out;
+}

@@ -112,6 +112,9 @@ public:
   /// double -> int64 with saturation (NaN -> 0), never undefined behaviour.
   static int64_t getIntFromDouble(double v);
 
+  /// The same values in element type `t` (floats rounded to nearest even).
+  Tensor convertedTo(DType t) const;
+
   /// All elements as int64 (for shape tensors and index lists).
   std::vector<int64_t> toInts() const;
   /// True when every element equals the first one (printed as a splat).

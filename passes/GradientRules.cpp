@@ -315,7 +315,16 @@ static llvm::Error gradDropout(GradContext &c) {
   Value *ratio = c.N.numOperands() > 1 && c.x(1) ? c.x(1) : nullptr;
   if (!ratio) // default ratio 0.5
     ratio = c.scalar(0.5, c.dy());
-  c.DIn[0] = c.div(kept, c.sub(c.scalar(1.0, ratio), ratio));
+  // ONNX lets the ratio have its own float type (mixed precision keeps it
+  // f32 on bf16 data): 1 - ratio in its type, then in dy's.
+  Value *keep = c.sub(c.scalar(1.0, ratio), ratio);
+  if (keep->type().dtype() != c.dy()->type().dtype()) {
+    AttributeMap a;
+    a["to"] = Attribute::getType(c.dy()->type().dtype());
+    keep = c.B.createValue("Cast", {keep},
+                           keep->type().withDType(c.dy()->type().dtype()), a);
+  }
+  c.DIn[0] = c.div(kept, keep);
   return ok();
 }
 

@@ -115,6 +115,10 @@ clipCoefficient(Builder &b, llvm::ArrayRef<Value *> gs, double maxNorm) {
   };
   Value *total = nullptr;
   for (Value *g : gs) {
+    // Squares summed in f32 whatever the gradient's type (mixed precision
+    // without master weights has bf16 gradients).
+    if (g->type().dtype() == DType::BF16 || g->type().dtype() == DType::F16)
+      g = cast(b, g, DType::F32);
     // Pow(g, 2), not Mul(g, g): the constant exponent makes it part of the
     // update (compiler/UpdateAnalysis.h), so `schedule` squares each gradient
     // where it is complete.
@@ -399,7 +403,21 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
   for (size_t i = 0; i < grads.size(); ++i) {
     Value *g = gs[i];
     StateSlot *s = grads[i]->state();
-    if (O.Kind == OptimizerOptions::Kind::Lomo) {
+    // A parameter stored in bf16/f16 (mixed precision, no master weights) is
+    // updated in f32 and rounded once: SgdUpdate's kernel, for sgd as for
+    // lomo (so the two give the same weights). The other optimizers'
+    // arithmetic would round at every op: refused.
+    DType pt = s->type().dtype();
+    bool narrow = pt == DType::BF16 || pt == DType::F16;
+    if (narrow && O.Kind != OptimizerOptions::Kind::Lomo &&
+        O.Kind != OptimizerOptions::Kind::Sgd)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "optimizer: @%s is stored in %s (--master-weights none): %s "
+          "needs fp32 master weights; sgd and lomo update narrow weights",
+          s->name().c_str(), dtypeName(pt).str().c_str(),
+          O.kindName().str().c_str());
+    if (O.Kind == OptimizerOptions::Kind::Lomo || narrow) {
       AttributeMap a;
       a["lr"] = Attribute::getFloat(O.Lr);
       a["weight_decay"] = Attribute::getFloat(O.WeightDecay);

@@ -30,6 +30,12 @@ static const FlagInfo kFlags[] = {
     {"schedule", "auto|always|never",
      "Order of the step: auto (the lower peak of PyTorch's order and updates "
      "fused into the backward), always, never (PyTorch's order)"},
+    {"precision", "fp32|bf16|fp16",
+     "Compute matmuls and convolutions in bf16 (f32 where it is needed; "
+     "default fp32)"},
+    {"master-weights", "fp32|none",
+     "With --precision bf16: keep f32 master weights (default) or store the "
+     "parameters in bf16 (sgd, lomo)"},
     {"recompute", "none|all|sqrt|selective|every=N|budget=SIZE",
      "Activation recomputation: which saved activations are recomputed in "
      "the backward (default none; budget=SIZE: the fewest recomputed FLOPs "
@@ -240,6 +246,31 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
     for (llvm::StringRef n : names)
       o.Recompute.Keep.push_back(n.trim().str());
   }
+  if (has("precision")) {
+    llvm::StringRef p = get("precision");
+    if (p == "fp32")
+      o.Precision = DType::F32;
+    else if (p == "bf16")
+      o.Precision = DType::BF16;
+    else if (p == "fp16")
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--precision fp16 needs dynamic loss scaling, which headroom does "
+          "not have yet; use --precision bf16 (same memory, f32's range)");
+    else
+      return flagError("precision", p, "fp32, bf16 or fp16");
+  }
+  if (has("master-weights")) {
+    llvm::StringRef w = get("master-weights");
+    if (w != "fp32" && w != "none")
+      return flagError("master-weights", w, "fp32 or none");
+    if (o.Precision == DType::F32 && w == "none")
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--master-weights none needs --precision bf16: in fp32 the "
+          "weights are their own master copy");
+    o.MasterWeights = w == "fp32";
+  }
   o.DisableDropout = sw("disable-dropout");
   o.Target = has("device") ? get("device").str() : "auto";
   if (o.Target == "auto")
@@ -314,6 +345,10 @@ std::string CompileOptions::flags() const {
     if (o.ClipGradNorm > 0)
       add("clip-grad-norm", shortestDecimal(o.ClipGradNorm));
   }
+  if (Precision != DType::F32) {
+    add("precision", Precision == DType::BF16 ? "bf16" : "fp16");
+    add("master-weights", MasterWeights ? "fp32" : "none");
+  }
   if (Accumulate > 1)
     add("accum", std::to_string(Accumulate));
   if (RecomputeBudget)
@@ -336,6 +371,10 @@ std::string CompileOptions::basePipeline() const {
   std::vector<std::string> passes;
   if (DisableDropout)
     passes.push_back("disable-dropout");
+  if (Precision != DType::F32)
+    passes.push_back(std::string("mixed-precision{precision=") +
+                     (Precision == DType::BF16 ? "bf16" : "fp16") +
+                     " master=" + (MasterWeights ? "fp32" : "none") + "}");
   passes.push_back("canonicalize");
   passes.push_back("autodiff");
   if (Accumulate > 1)

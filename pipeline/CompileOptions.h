@@ -42,6 +42,11 @@ struct CompileOptions {
   bool ApplyOptimizer = true;
   OptimizerOptions Optimizer;
   ScheduleMode Schedule = ScheduleMode::Auto;
+  /// Mixed precision (the `mixed-precision` pass): the float type the
+  /// matmuls compute in (F32: none), and whether parameters keep an f32
+  /// master copy (false: stored in Precision, updated with one rounding).
+  DType Precision = DType::F32;
+  bool MasterWeights = true;
   /// Activation recomputation (the `recompute` pass). With RecomputeBudget
   /// set, compile() searches the policies for the fewest recomputed FLOPs
   /// whose planned peak fits the budget instead (`--recompute budget=SIZE`).

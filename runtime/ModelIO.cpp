@@ -46,11 +46,17 @@ llvm::Expected<unsigned> headroom::loadInitialState(Executor &exec,
     return model.takeError();
   unsigned loaded = 0;
   for (const auto &init : model->graph().initializer()) {
-    if (exec.plan().stateIndex(init.name()) < 0)
+    int slot = exec.plan().stateIndex(init.name());
+    if (slot < 0)
       continue;
     auto t = tensorFromProto(init, dirOf(modelPath));
     if (!t)
       return err(modelPath + ": " + llvm::toString(t.takeError()));
+    // A weight the plan stores in another float type (mixed precision
+    // without master weights) is converted, rounding to nearest even.
+    DType stored = exec.plan().States[slot].Type.dtype();
+    if (isFloat(stored) && isFloat(t->type().dtype()))
+      *t = t->convertedTo(stored);
     if (auto e = exec.writeState(init.name(), *t))
       return e;
     ++loaded;
@@ -107,6 +113,12 @@ llvm::Error headroom::saveTrainedModel(const Executor &exec,
       total += init.ByteSizeLong();
       continue;
     }
+    // Saved in the model's own type (a bf16-stored weight widens back).
+    auto type = tensorProtoType(init);
+    if (type && isFloat(type->dtype()) && isFloat(value->type().dtype()))
+      *value = value->convertedTo(type->dtype());
+    else if (!type)
+      llvm::consumeError(type.takeError());
     init = tensorToProto(*value, init.name());
     total += value->bytes().size();
   }
