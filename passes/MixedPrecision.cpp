@@ -108,7 +108,8 @@ Value *MixedPrecision::as(Value *v, DType t, Function &f, Node *before) {
     for (int64_t i = 0; i < value.numElements(); ++i)
       elems.push_back(value.getDouble(i));
     out = b.constant(Tensor::fromDoubles(t, value.type().shape(), elems));
-  } else if (def && def->is(OpKind::Cast) && def->operand(0)->type().dtype() == t &&
+  } else if (def && def->is(OpKind::Cast) &&
+             def->operand(0)->type().dtype() == t &&
              isFloat(def->operand(0)->type().dtype())) {
     // Cast(Cast(x: t -> wide) -> t) is x: widening is exact.
     out = def->operand(0);

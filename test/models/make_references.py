@@ -100,7 +100,16 @@ CONFIGS = collections.OrderedDict([
         [("lr", 0.01), ("weight_decay", 0.0)] + list(ADALOMO_DEFAULTS.items())), None, 1)),
     ("adalomo_wd", ("AdaLomo", collections.OrderedDict(
         [("lr", 0.01), ("weight_decay", 0.1)] + list(ADALOMO_DEFAULTS.items())), None, 1)),
+    # Mixed precision: the forward under torch.autocast("cpu", bfloat16),
+    # fp32 master weights (the parameters stay float32).
+    ("sgd_bf16", ("SGD", dict(lr=0.05), None, 1)),
+    ("adamw_bf16", ("AdamW", dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                                  weight_decay=0.01), None, 1)),
 ])
+BF16_NOTE = ("configs ending in _bf16: every forward runs under "
+             "torch.autocast(device_type='cpu', dtype=torch.bfloat16) (torch 1.13's "
+             "CPU op lists: linear/matmul/conv in bf16, the rest in its inputs' type), "
+             "parameters and optimizer in float32, backward outside the context")
 
 OPTIMIZER_NOTES = {
     "SGD": "torch.optim.SGD (torch 1.13, foreach=False, dampening=0): "
@@ -401,8 +410,10 @@ def train(base, data, names, config):
     for s in range(STEPS):
         opt.zero_grad(set_to_none=True)
         if accum == 1:
-            loss = model(*batch(data, names, s))
-            loss.backward()
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16,
+                                enabled=config.endswith("_bf16")):
+                loss = model(*batch(data, names, s))
+            loss.float().backward()
             losses.append(float(loss))
         else:
             micro = []
@@ -556,6 +567,7 @@ def make(name, outdir, quiet):
     ref["optimizer_notes"] = OPTIMIZER_NOTES
     ref["clip_note"] = CLIP_NOTE
     ref["accum_note"] = ACCUM_NOTE
+    ref["bf16_note"] = BF16_NOTE
     ref["configs"] = collections.OrderedDict()
     summary = {}
     for config, (opt_name, kw, clip, accum) in CONFIGS.items():
