@@ -838,8 +838,9 @@ TEST(MixedPrecision, LomoEqualsSgdWithoutMasterWeights) {
       auto lomo = train(OptimizerOptions::Kind::Lomo);
       ASSERT_TRUE(sgd && lomo) << model;
       for (const PlanState &s : sgd->executor().plan().States) {
-        if (s.Kind == StateKind::Param)
+        if (s.Kind == StateKind::Param) {
           EXPECT_EQ(s.Type.dtype(), DType::BF16) << model << " " << s.Name;
+        }
         EXPECT_TRUE(*sgd->executor().readState(s.Name) ==
                     *lomo->executor().readState(s.Name))
             << model << " clip " << clip << ": " << s.Name;
