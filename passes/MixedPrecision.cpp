@@ -8,7 +8,8 @@
 // activation input is f32, low when all are). Weights (values computed from
 // parameters and constants alone) do not vote: they take the type of the
 // activations they meet, as a bias does inside autocast's low-precision
-// linear, which ONNX splits into MatMul + Add. A Cast is inserted where
+// linear, which ONNX splits into MatMul + Add; an op on weights alone (an
+// embedding's Gather) follows the weights. A Cast is inserted where
 // a value crosses into another precision, once per value (a weight's low
 // copy is made once per step, not per use); a Cast of a Cast back to the
 // type it came from is the value itself. The kernels accumulate in f32
@@ -153,12 +154,18 @@ llvm::Expected<bool> MixedPrecision::run(Module &m) {
     if (n->is(OpKind::Constant) || n->is(OpKind::Cast) ||
         n->info()->hasSideEffects())
       continue;
-    // The type the node computes in.
-    bool anyF32 = false, anyLow = false;
+    // The type the node computes in: its activations' (its weights' when it
+    // has no float activation: a Gather of a bf16 embedding is bf16).
+    bool anyF32 = false, anyLow = false, anyActivation = false;
+    for (unsigned i = 0; i < n->numOperands(); ++i) {
+      Value *v = n->operand(i);
+      anyActivation |= v && isDataOperand(*n, i) &&
+                       isFloat(v->type().dtype()) && activation.count(v);
+    }
     for (unsigned i = 0; i < n->numOperands(); ++i) {
       Value *v = n->operand(i);
       if (!v || !isDataOperand(*n, i) || !isFloat(v->type().dtype()) ||
-          !activation.count(v))
+          (anyActivation && !activation.count(v)))
         continue;
       anyF32 |= v->type().dtype() != Low;
       anyLow |= v->type().dtype() == Low;

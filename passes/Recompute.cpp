@@ -14,7 +14,10 @@
 // with LOMO an update may already have written its slot), side inputs (values
 // that depend on no argument, or live outside the repeated blocks and feed
 // several of them: masks, RoPE tables), values the function returns, and the
-// tail after the last kept cut point (the backward needs it at once). Which
+// tail after the last kept cut point (the backward needs it at once). Casts
+// and transposes of weights (mixed precision's bf16 copies) are side inputs
+// that are recomputed: one cast per use in the backward instead of a second
+// copy of the parameters kept through the step. Which
 // of the rest are kept is the policy's (Recompute.h): cut points, block
 // outputs, or everything but attention score chains.
 //
@@ -69,6 +72,9 @@ struct ForwardInfo {
   llvm::DenseMap<const Node *, int> Block; // -1 outside the repeated blocks
   unsigned NumBlocks = 0;
   llvm::DenseSet<const Value *> Side;
+  /// Side values that only move or cast parameters (mixed precision's bf16
+  /// copies of the weights): free to recompute from the Read.
+  llvm::DenseSet<const Value *> WeightCopies;
   ForwardChain Chain;
 
   explicit ForwardInfo(const Function &f);
@@ -143,6 +149,17 @@ ForwardInfo::ForwardInfo(const Function &f) {
       if (usedBy.size() >= 2)
         Side.insert(r);
     }
+
+  for (Node *n : Nodes) {
+    bool copy = n->is(OpKind::Cast) || n->is(OpKind::Transpose) ||
+                n->is(OpKind::Reshape);
+    for (Value *v : n->operands())
+      copy &= v && v->definingNode() &&
+              (v->definingNode()->is(OpKind::Read) || WeightCopies.count(v) ||
+               v->definingNode()->is(OpKind::Constant));
+    if (copy && n->numResults() == 1 && Side.count(n->result(0)))
+      WeightCopies.insert(n->result(0));
+  }
 
   // Cut points: the one non-side value live in the forward after its
   // definition.
@@ -314,7 +331,9 @@ bool Recompute::recomputeFunction(Function &f) {
   for (Value *v : f.returnValues())
     kept.insert(v);
   auto mustKeep = [&](const Value *v) {
-    if (!fw.isForward(v) || fw.Side.count(v) || kept.count(v))
+    if (!fw.isForward(v) || kept.count(v))
+      return true;
+    if (fw.Side.count(v) && !fw.WeightCopies.count(v))
       return true;
     const Node *d = v->definingNode();
     // Never clone a Read (an update may have written its slot since), a

@@ -242,7 +242,7 @@ void headroom::printSweepTable(llvm::ArrayRef<SweepPoint> points,
     os << llvm::format(
         "%c %-44s %12s %16s %13s %8.1f%%\n", frontier[i] ? '*' : ' ',
         points[i].Label.c_str(), formatBytes(r.PeakBytes()).c_str(),
-        formatBytes(r.Activations + r.Recomputed).c_str(),
+        formatBytes(r.SavedActivations).c_str(),
         formatBytes(r.LowerBoundBytes()).c_str(), 100 * extraFlops(r));
   }
   os << "  (* on the frontier: no policy has both a lower peak and fewer "

@@ -43,6 +43,9 @@ constexpr OpKind kCudaOps[] = {
     OpKind::Flatten, OpKind::Concat, OpKind::Split, OpKind::Slice,
     OpKind::SliceGrad, OpKind::Gather, OpKind::GatherGrad, OpKind::Expand,
     OpKind::Tile, OpKind::Pad, OpKind::Trilu,
+    // Fills (a causal mask's ones, position ids) canonicalize leaves when
+    // they are large.
+    OpKind::ConstantOfShape, OpKind::Range,
     // Updates.
     OpKind::SgdUpdate, OpKind::Accumulate};
 
@@ -59,7 +62,12 @@ public:
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "has no kernel for op '%s'",
                                      n.op().c_str());
-    return checkFloatTypes(n, {DType::F32, DType::F64});
+    // f32, bf16 and f16 everywhere; f64 only elementwise (the optimizers'
+    // step counters and bias corrections).
+    if (n.info()->has(opflags::Elementwise) || n.is(OpKind::Cast))
+      return checkFloatTypes(n,
+                             {DType::F32, DType::BF16, DType::F16, DType::F64});
+    return checkFloatTypes(n, {DType::F32, DType::BF16, DType::F16});
   }
 };
 
