@@ -110,9 +110,10 @@ Value *MixedPrecision::as(Value *v, DType t, Function &f, Node *before) {
       elems.push_back(value.getDouble(i));
     out = b.constant(Tensor::fromDoubles(t, value.type().shape(), elems));
   } else if (def && def->is(OpKind::Cast) &&
-             def->operand(0)->type().dtype() == t &&
-             isFloat(def->operand(0)->type().dtype())) {
-    // Cast(Cast(x: t -> wide) -> t) is x: widening is exact.
+             def->operand(0)->type().dtype() == t && isFloat(t) &&
+             dtypeSize(t) < dtypeSize(v->type().dtype())) {
+    // Cast(Cast(x: t -> wider) -> t) is x: widening is exact (narrowing is
+    // not: a model's own rounding stays).
     out = def->operand(0);
   } else {
     AttributeMap attrs;

@@ -246,7 +246,8 @@ llvm::DenseSet<const Value *> scoreChains(const ForwardInfo &fw) {
       Node *w = work.pop_back_val();
       for (Value *r : w->results())
         for (Node *u : r->users())
-          if (fw.Pos.count(u) && !isMatmul(u) && !chain.count(u->result(0))) {
+          if (fw.Pos.count(u) && !isMatmul(u) && u->numResults() &&
+              !u->info()->hasSideEffects() && !chain.count(u->result(0))) {
             for (Value *ur : u->results())
               chain.insert(ur);
             work.push_back(u);

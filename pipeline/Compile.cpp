@@ -82,9 +82,18 @@ static llvm::Expected<Compiled> finish(std::unique_ptr<Module> m,
                                        const CompileOptions &options,
                                        const Target &target) {
   bool fused = options.ApplyOptimizer && options.Optimizer.fused();
-  if (options.Recompute.Kind != RecomputeOptions::Policy::None)
-    if (auto e = runPasses(*m, "recompute{" + options.Recompute.text() + "}"))
+  if (fused && options.Schedule == ScheduleMode::Never)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--schedule never contradicts --optimizer %s, whose updates are "
+        "scheduled into the backward",
+        options.Optimizer.kindName().str().c_str());
+  if (options.Recompute.Kind != RecomputeOptions::Policy::None) {
+    PassManager pm;
+    pm.add(createRecomputePass(options.Recompute));
+    if (auto e = pm.run(*m))
       return e;
+  }
   Compiled asBuilt;
   if (options.Schedule == ScheduleMode::Never ||
       (!fused && options.Schedule == ScheduleMode::Auto)) {
@@ -217,13 +226,9 @@ headroom::compileModule(std::unique_ptr<Module> m,
   auto target = lookupTarget(options.Target);
   if (!target)
     return target.takeError();
-  bool fused = options.ApplyOptimizer && options.Optimizer.fused();
-  if (fused && options.Schedule == ScheduleMode::Never)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "--schedule never contradicts --optimizer %s, whose updates are "
-        "scheduled into the backward",
-        options.Optimizer.kindName().str().c_str());
+  if (options.ApplyOptimizer && options.Optimizer.fused() &&
+      options.Schedule == ScheduleMode::Never)
+    return finish(std::move(m), options, **target); // its error, at once
   if (auto e = runPasses(*m, options.basePipeline()))
     return e;
   if (options.RecomputeBudget)

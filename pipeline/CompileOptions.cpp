@@ -230,8 +230,11 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
       rc.Kind = P::Every;
     else if (policy == "budget") {
       auto bytes = parseByteSize(arg);
-      if (!bytes)
+      if (!bytes || *bytes == 0) {
+        if (!bytes)
+          llvm::consumeError(bytes.takeError());
         return flagError("recompute", r, "budget=SIZE such as 24GiB");
+      }
       o.RecomputeBudget = *bytes;
     } else {
       return flagError("recompute", r,

@@ -438,6 +438,18 @@ llvm::Error PlanReader::checkCall(const PlanFunction &f,
   if (c.Kind != OpKind::ParamGrad && P.Buffers[value] != state)
     return fail("buffer " + llvm::Twine(value) + " is " +
                 P.Buffers[value].str() + ", the state is " + state.str());
+  // A Read is its slot, or a copy of it in the arena.
+  if (c.Kind == OpKind::Read) {
+    const Placement &place = P.Placements[value];
+    bool copy = c.Attrs.count("copy");
+    // (An index out of range is checkPlacements' to report.)
+    bool inRange = place.Index >= 0 && size_t(place.Index) < P.States.size();
+    if (copy ? place.Where != Placement::Kind::Arena
+             : place.Where != Placement::Kind::State ||
+                   (inRange && place.Index != c.State))
+      return fail(copy ? "a copying Read must write an arena buffer"
+                       : "a Read's result must be its own state slot");
+  }
   return llvm::Error::success();
 }
 
@@ -583,6 +595,17 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
     return invalid("the workspace of " + llvm::Twine(p.workspace_bytes()) +
                    " bytes is too large");
   P.WorkspaceBytes = p.workspace_bytes();
+  // The executor's one allocation: every state slot at the alignment, the
+  // arena, the workspaces. Each part is bounded; their sum must be too.
+  uint64_t total = P.ArenaBytes + P.WorkspaceBytes + P.LibraryBytes;
+  for (const PlanState &st : P.States) {
+    total += (st.Type.sizeInBytes() + P.Alignment - 1) & ~(P.Alignment - 1);
+    if (total > kMaxBytes)
+      break;
+  }
+  if (total > kMaxBytes)
+    return invalid("state, arena and workspace together exceed " +
+                   llvm::Twine(kMaxBytes) + " bytes");
   for (const pb::Buffer &pbuf : p.buffers()) {
     std::string where = "buffer " + std::to_string(P.Buffers.size());
     auto type = readType(pbuf.type(), where);

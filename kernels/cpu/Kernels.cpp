@@ -152,12 +152,18 @@ llvm::Error headroom::cpu::runKernel(const KernelContext &ctx) {
     return ctx.unsupported("no CPU kernel");
   if (!widens(it->second, ctx))
     return it->second.Fn(ctx);
-  // Widened copies in the workspace (own memory when it is too small: unit
-  // tests call kernels without one), then the kernel's own scratch.
+  // Widened copies in the workspace, then the kernel's own scratch. A call
+  // without a workspace (unit tests call kernels directly) allocates its
+  // own; a planned one that is too small is the plan's error.
   uint64_t need = kernelWorkspaceBytes(ctx);
   std::vector<uint8_t> own;
   uint8_t *scratch = static_cast<uint8_t *>(ctx.Workspace);
-  if (!scratch || ctx.WorkspaceBytes < need) {
+  if (scratch && ctx.WorkspaceBytes < need)
+    return ctx.unsupported("the planned workspace of " +
+                           llvm::Twine(ctx.WorkspaceBytes) +
+                           " bytes is smaller than the " + llvm::Twine(need) +
+                           " bytes this call needs");
+  if (!scratch) {
     own.resize(need);
     scratch = own.data();
   }

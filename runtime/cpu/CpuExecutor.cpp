@@ -112,8 +112,9 @@ llvm::Error CpuExecutor::allocate() {
   for (size_t i = 0; i < ThePlan.States.size(); ++i)
     StateData.push_back(Block.get() + stateOffsets[i]);
   Arena = Block.get() + arenaOffset;
-  if (ThePlan.WorkspaceBytes)
-    Workspace = Block.get() + workspaceOffset;
+  // Always an address: runKernel tells a planned workspace (even of 0
+  // bytes) from none.
+  Workspace = Block.get() + workspaceOffset;
   Pointers.resize(ThePlan.Buffers.size(), nullptr);
   for (size_t i = 0; i < ThePlan.Buffers.size(); ++i) {
     const Placement &p = ThePlan.Placements[i];

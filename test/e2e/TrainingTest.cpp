@@ -657,46 +657,59 @@ TEST(Recompute, TrainsToBitIdenticalWeights) {
                                              {P::Every, 1},
                                              {P::Every, 2},
                                              {P::Selective, 1}};
+  // bf16 too: the bf16 weight copies are recomputed from their Reads.
+  struct Precision {
+    DType Type;
+    bool Master;
+  };
+  const Precision precisions[] = {
+      {DType::F32, true}, {DType::BF16, true}, {DType::BF16, false}};
   for (const char *model : {"mlp", "lenet", "gpt", "llama"}) {
     std::string path = modelPath(std::string(model) + ".onnx");
     auto data =
         takeOrFail(loadDataset(modelPath(std::string(model) + ".train.npz")));
     std::vector<int64_t> order = identityOrder(data.Samples);
-    for (const Opt &opt : opts) {
-      CompileOptions o;
-      o.Import.Batch = 8;
-      o.Optimizer.Kind = opt.Kind;
-      o.Optimizer.ClipGradNorm = opt.Clip;
-      o.Accumulate = opt.Accum;
-      auto train = [&](const CompileOptions &c) {
-        auto t = takeOrFail(compileTrainer(path, c, /*seed=*/3));
-        for (int64_t s = 0; t && s < 2; ++s)
-          EXPECT_TRUE(static_cast<bool>(t->step(data, order, s * 8)));
-        return t;
-      };
-      auto base = train(o);
-      ASSERT_TRUE(base) << model;
-      for (const auto &[policy, n] : policies) {
-        CompileOptions r = o;
-        r.Recompute.Kind = policy;
-        r.Recompute.N = n;
-        auto t = train(r);
-        ASSERT_TRUE(t) << model;
-        std::string what = std::string(model) + " " + r.flags();
-        for (const PlanState &s : base->executor().plan().States)
-          EXPECT_TRUE(*base->executor().readState(s.Name) ==
-                      *t->executor().readState(s.Name))
-              << what << ": " << s.Name;
-        // The transformers' blocks are recomputed, for a lower peak.
-        const MemoryReport &rep = t->executor().plan().Report;
-        if (policy == P::Every && n == 1 &&
-            (std::string(model) == "gpt" || std::string(model) == "llama")) {
-          EXPECT_GT(rep.RecomputeFlops, 0u) << what;
-          EXPECT_LT(rep.PeakBytes(), base->executor().plan().Report.PeakBytes())
-              << what;
+    for (const Precision &pr : precisions)
+      for (const Opt &opt : opts) {
+        if (!pr.Master && opt.Kind == K::AdamW)
+          continue; // AdamW needs master weights
+        CompileOptions o;
+        o.Import.Batch = 8;
+        o.Precision = pr.Type;
+        o.MasterWeights = pr.Master;
+        o.Optimizer.Kind = opt.Kind;
+        o.Optimizer.ClipGradNorm = opt.Clip;
+        o.Accumulate = opt.Accum;
+        auto train = [&](const CompileOptions &c) {
+          auto t = takeOrFail(compileTrainer(path, c, /*seed=*/3));
+          for (int64_t s = 0; t && s < 2; ++s)
+            EXPECT_TRUE(static_cast<bool>(t->step(data, order, s * 8)));
+          return t;
+        };
+        auto base = train(o);
+        ASSERT_TRUE(base) << model;
+        for (const auto &[policy, n] : policies) {
+          CompileOptions r = o;
+          r.Recompute.Kind = policy;
+          r.Recompute.N = n;
+          auto t = train(r);
+          ASSERT_TRUE(t) << model;
+          std::string what = std::string(model) + " " + r.flags();
+          for (const PlanState &s : base->executor().plan().States)
+            EXPECT_TRUE(*base->executor().readState(s.Name) ==
+                        *t->executor().readState(s.Name))
+                << what << ": " << s.Name;
+          // The transformers' blocks are recomputed, for a lower peak.
+          const MemoryReport &rep = t->executor().plan().Report;
+          if (policy == P::Every && n == 1 &&
+              (std::string(model) == "gpt" || std::string(model) == "llama")) {
+            EXPECT_GT(rep.RecomputeFlops, 0u) << what;
+            EXPECT_LT(rep.PeakBytes(),
+                      base->executor().plan().Report.PeakBytes())
+                << what;
+          }
         }
       }
-    }
   }
 }
 

@@ -303,6 +303,19 @@ TEST(TargetTest, CpuWidensNarrowFloatsInThePlannedWorkspace) {
     Plan plan = takeOrFail(lowerModule(*m, cpuTarget()));
     // a, b and c widened: 64-byte rounded f32 copies.
     EXPECT_EQ(plan.WorkspaceBytes, 64u + 64u + 64u) << type;
+    // A plan that understates it is refused at the call, never overrun.
+    Plan understated = plan;
+    understated.WorkspaceBytes = 64;
+    understated.Report.Workspace = 64;
+    auto small = takeOrFail(createCpuExecutor(std::move(understated)));
+    ASSERT_TRUE(small);
+    DType st = std::string(type) == "bf16" ? DType::BF16 : DType::F16;
+    Tensor za(TensorType(st, {3, 5})), zb(TensorType(st, {5, 2}));
+    std::string error = errorOf(small->run("f", {&za, &zb}));
+    EXPECT_NE(error.find("MatMul: the planned workspace of 64 bytes is "
+                         "smaller than the 192 bytes this call needs"),
+              std::string::npos)
+        << error;
     auto exec = takeOrFail(createCpuExecutor(std::move(plan)));
     ASSERT_TRUE(exec);
     DType t = std::string(type) == "bf16" ? DType::BF16 : DType::F16;

@@ -369,6 +369,23 @@ TEST(PlanFileTest, InvalidContentsAreRefused) {
       },
       "lie outside the");
   check(
+      "read elsewhere",
+      [&](pb::Plan &p) {
+        int out = p.functions(0).calls(readCall).outputs(0);
+        p.mutable_buffers(out)->set_arena_offset(0);
+      },
+      "a Read's result must be its own state slot");
+  check(
+      "too large together",
+      [&](pb::Plan &p) {
+        // Two slots of 2^49 bytes each: each within bounds, not together.
+        for (int i = 0; i < 2; ++i) {
+          p.mutable_states(i)->mutable_type()->clear_dims();
+          p.mutable_states(i)->mutable_type()->add_dims(int64_t(1) << 47);
+        }
+      },
+      "state, arena and workspace together exceed");
+  check(
       "placed state",
       [&](pb::Plan &p) { p.mutable_buffers(stateBuffer)->set_state(-2); },
       "state -2 is out of range");
