@@ -91,7 +91,10 @@ llvm::Error Verifier::verifyNode(const Node &n) {
     return fail(n, "updates @" + n.state()->name() + " of type " +
                        n.state()->type().str() + " with " +
                        n.operand(0)->type().str());
-  if (n.is(OpKind::SgdUpdate) && n.numOperands() == 2 &&
+  if (n.is(OpKind::SgdUpdate) && n.numOperands() == 3 &&
+      (!n.operand(2) || n.operand(2)->type() != TensorType(DType::Bool, {})))
+    return fail(n, "enabled must be a bool scalar");
+  if (n.is(OpKind::SgdUpdate) && n.numOperands() >= 2 &&
       (!n.operand(1) || n.operand(1)->type().rank() != 0 ||
        n.operand(1)->type().dtype() != n.state()->type().dtype()))
     return fail(n, "scale must be a " +

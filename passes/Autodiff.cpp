@@ -97,8 +97,10 @@ llvm::Error Autodiff::differentiate(Function &f) {
   if (loss->definingNode())
     b.setLoc(loss->definingNode()->loc());
   llvm::DenseMap<const Value *, Value *> grads;
+  // The seed, marked: loss scaling (the optimizer's loss_scale) replaces it.
   grads[loss] = b.constant(
       Tensor::fromDoubles(loss->type().dtype(), loss->type().shape(), {1.0}));
+  grads[loss]->definingNode()->setAttr("loss_seed", Attribute::getInt(1));
   auto accumulate = [&](Value *v, Value *g) {
     auto [it, inserted] = grads.try_emplace(v, g);
     if (!inserted)

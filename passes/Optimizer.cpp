@@ -46,6 +46,7 @@
 
 #include <algorithm>
 
+#include <limits>
 #include <map>
 
 using namespace headroom;
@@ -77,6 +78,8 @@ private:
     return b.constant(Tensor::fromDoubles(t, {}, {v}));
   }
   llvm::Error updateFunction(Module &m, Function &f);
+  /// The loss scale 2^(16 + offset), f32.
+  Value *scaleValue(Builder &b, StateSlot *offset);
   void update(Module &m, Builder &b, StateSlot *w, Value *g, Value *step);
   void adalomo(Module &m, Builder &b, StateSlot *w, Value *g, Value *step);
   /// lr / (1 - b1^t) and sqrt(1 - b2^t), computed in f64 from the step count
@@ -105,19 +108,16 @@ private:
   OptimizerOptions O;
 };
 
-/// The global L2 norm of `gs` in f32 (torch's clip_grad_norm_) and the clip
-/// coefficient min(1, maxNorm / (norm + 1e-6)).
-std::pair<Value *, Value *>
-clipCoefficient(Builder &b, llvm::ArrayRef<Value *> gs, double maxNorm) {
+/// The sum of the squares of every element of `gs`, in f32 whatever their
+/// type: the square of the global L2 norm, and not finite when any element is
+/// not.
+Value *sumOfSquares(Builder &b, llvm::ArrayRef<Value *> gs) {
   TensorType f32(DType::F32, {});
-  auto k = [&](double v) {
-    return b.constant(Tensor::fromDoubles(DType::F32, {}, {v}));
-  };
   Value *total = nullptr;
   for (Value *g : gs) {
     // Squares summed in f32 whatever the gradient's type (mixed precision
     // without master weights has bf16 gradients).
-    if (g->type().dtype() == DType::BF16 || g->type().dtype() == DType::F16)
+    if (g->type().dtype() != DType::F32 && g->type().dtype() != DType::F64)
       g = cast(b, g, DType::F32);
     // Pow(g, 2), not Mul(g, g): the constant exponent makes it part of the
     // update (compiler/UpdateAnalysis.h), so `schedule` squares each gradient
@@ -133,11 +133,33 @@ clipCoefficient(Builder &b, llvm::ArrayRef<Value *> gs, double maxNorm) {
                     DType::F32);
     total = total ? b.createValue("Add", {total, s}, f32) : s;
   }
+  return total;
+}
+
+/// The global L2 norm (torch's clip_grad_norm_) from the sum of squares of
+/// gradients scaled by `scale` (null: 1), and the clip coefficient
+/// min(1, maxNorm / (norm + 1e-6)).
+std::pair<Value *, Value *> clipCoefficient(Builder &b, Value *total,
+                                            Value *scale, double maxNorm) {
+  TensorType f32(DType::F32, {});
+  auto k = [&](double v) {
+    return b.constant(Tensor::fromDoubles(DType::F32, {}, {v}));
+  };
   Value *norm = b.createValue("Sqrt", {total}, f32);
+  if (scale)
+    norm = b.createValue("Div", {norm, scale}, f32);
   Value *coef = b.createValue(
       "Div", {k(maxNorm), b.createValue("Add", {norm, k(1e-6)}, f32)}, f32);
   coef = b.createValue("Min", {coef, k(1.0)}, f32);
   return {norm, coef};
+}
+
+/// Whether `total` (a sum of squares) is finite: a NaN or an infinity in any
+/// gradient makes it not.
+Value *isFinite(Builder &b, Value *total) {
+  Value *inf = b.constant(Tensor::fromDoubles(
+      DType::F32, {}, {std::numeric_limits<double>::infinity()}));
+  return b.createValue("Less", {total, inf}, TensorType(DType::Bool, {}));
 }
 
 /// The ParamGrad nodes of `f`, in the order their gradients are complete
@@ -345,12 +367,22 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
             def->state()->kind() == StateKind::Gradient;
   }
   Builder b(f, f.returnNode());
-  Value *coef = nullptr; // f32
-  if (O.ClipGradNorm > 0 && O.fused() && !kept) {
-    // The norm-only pass: a copy of f that stores the clip coefficient.
+  Value *coef = nullptr;   // f32: what each gradient is multiplied by
+  Value *finite = nullptr; // bool: with loss scaling, whether to update
+  Value *lossScale = nullptr;
+  StateSlot *offset = nullptr, *good = nullptr;
+  TensorType f32s(DType::F32, {});
+  if (O.LossScale) {
+    offset = slot(m, "loss_scale.log2_offset", f32s);
+    good = slot(m, "loss_scale.good_steps", f32s);
+    lossScale = scaleValue(b, offset);
+  }
+  bool prePass = (O.ClipGradNorm > 0 || O.LossScale) && O.fused() && !kept;
+  if (prePass) {
+    // The norm-only pass: a copy of f that stores the clip coefficient (and
+    // with loss scaling whether the gradients are finite) before any update.
     stampRandomStreams(f);
     Function *normPass = m.cloneFunction(f, freshFunctionName(m, "grad_norm"));
-    StateSlot *scale = slot(m, "clip.scale", TensorType(DType::F32, {}));
     std::vector<Node *> normGrads = paramGrads(*normPass);
     llvm::SmallVector<Value *, 16> ngs;
     for (Node *n : normGrads)
@@ -364,10 +396,20 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
     for (Node *n : writes)
       n->erase();
     Builder nb(*normPass, normPass->returnNode());
-    auto [norm, c] = clipCoefficient(nb, ngs, O.ClipGradNorm);
-    nb.create("Assign", {c}, {}, {}, scale);
-    appendResult(*normPass, norm);
-    coef = b.read(scale);
+    Value *total = sumOfSquares(nb, ngs);
+    Value *normScale = O.LossScale ? scaleValue(nb, offset) : nullptr;
+    if (O.LossScale) {
+      StateSlot *ok = slot(m, "loss_scale.finite", TensorType(DType::Bool, {}));
+      nb.create("Assign", {isFinite(nb, total)}, {}, {}, ok);
+      finite = b.read(ok);
+    }
+    if (O.ClipGradNorm > 0) {
+      StateSlot *scale = slot(m, "clip.scale", f32s);
+      auto [norm, c] = clipCoefficient(nb, total, normScale, O.ClipGradNorm);
+      nb.create("Assign", {c}, {}, {}, scale);
+      appendResult(*normPass, norm); // replaces the return: nb is done
+      coef = b.read(scale);
+    }
     // The driver: the norm pass, then this function on the same batch.
     std::vector<DriverStep> driver(m.driver().begin(), m.driver().end());
     if (driver.empty())
@@ -377,18 +419,33 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
     if (it == driver.end() || it->Repeat != 1)
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
-          "optimizer: clipping with %s needs @%s called once per step",
+          "optimizer: clipping or loss scaling with %s needs @%s called once "
+          "per step",
           O.kindName().str().c_str(), f.name().c_str());
     DriverStep normStep{normPass, 1, it->SameBatch};
     it->SameBatch = true;
     driver.insert(it, normStep);
     m.setDriver(std::move(driver));
-  } else if (O.ClipGradNorm > 0) {
-    auto [norm, c] = clipCoefficient(b, gs, O.ClipGradNorm);
-    coef = c;
-    appendResult(f, norm);
-    b.setInsertionPoint(f.returnNode());
+  } else if (O.ClipGradNorm > 0 || O.LossScale) {
+    Value *total = sumOfSquares(b, gs);
+    if (O.ClipGradNorm > 0) {
+      auto [norm, c] = clipCoefficient(b, total, lossScale, O.ClipGradNorm);
+      coef = c;
+      appendResult(f, norm);
+      b.setInsertionPoint(f.returnNode());
+    }
+    if (O.LossScale)
+      finite = isFinite(b, total);
   }
+  if (O.LossScale) {
+    // Unscaled in the coefficient the update applies anyway.
+    Value *inv =
+        b.createValue("Div", {scalar(b, 1.0, DType::F32), lossScale}, f32s);
+    coef = coef ? b.createValue("Mul", {coef, inv}, f32s) : inv;
+  }
+  // Every state write after this point is an update: kept back on a
+  // skipped step.
+  Node *beforeUpdates = &*std::prev(f.returnNode()->getIterator());
   Value *step = nullptr;
   Corrections.clear();
   if (O.Kind == OptimizerOptions::Kind::AdamW ||
@@ -421,9 +478,12 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
       AttributeMap a;
       a["lr"] = Attribute::getFloat(O.Lr);
       a["weight_decay"] = Attribute::getFloat(O.WeightDecay);
-      llvm::SmallVector<Value *, 2> operands = {g};
-      if (coef)
-        operands.push_back(cast(b, coef, g->type().dtype()));
+      llvm::SmallVector<Value *, 3> operands = {g};
+      if (coef || finite)
+        operands.push_back(coef ? cast(b, coef, g->type().dtype())
+                                : scalar(b, 1.0, g->type().dtype()));
+      if (finite)
+        operands.push_back(finite);
       b.create("SgdUpdate", operands, {}, a, s);
       continue;
     }
@@ -434,7 +494,42 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
   }
   for (Node *n : grads)
     n->erase();
+  if (!finite)
+    return llvm::Error::success();
+  // A skipped step writes every slot with its old value.
+  std::vector<Node *> assigns;
+  for (auto it = std::next(beforeUpdates->getIterator()); it != f.nodes().end();
+       ++it)
+    if (it->is(OpKind::Assign))
+      assigns.push_back(&*it);
+  for (Node *n : assigns) {
+    Builder wb(f, n);
+    Value *now = n->operand(0);
+    n->setOperand(0, wb.createValue("Where", {finite, now, wb.read(n->state())},
+                                    now->type()));
+  }
+  // The scale: halved on a skipped step, doubled after 2000 finite ones.
+  auto k = [&](double v) { return scalar(b, v, DType::F32); };
+  Value *run = b.createValue(
+      "Where", {finite, b.createValue("Add", {b.read(good), k(1)}, f32s), k(0)},
+      f32s);
+  Value *grow = b.createValue("GreaterOrEqual", {run, k(2000)},
+                              TensorType(DType::Bool, {}));
+  Value *delta = b.createValue(
+      "Where",
+      {grow, k(1), b.createValue("Where", {finite, k(0), k(-1)}, f32s)}, f32s);
+  b.create("Assign", {b.createValue("Add", {b.read(offset), delta}, f32s)}, {},
+           {}, offset);
+  b.create("Assign", {b.createValue("Where", {grow, k(0), run}, f32s)}, {}, {},
+           good);
   return llvm::Error::success();
+}
+
+Value *Optimizer::scaleValue(Builder &b, StateSlot *offset) {
+  TensorType f32s(DType::F32, {});
+  Value *exponent =
+      b.createValue("Add", {b.read(offset), scalar(b, 16.0, DType::F32)}, f32s);
+  return b.createValue("Pow", {scalar(b, 2.0, DType::F32), exponent}, f32s);
 }
 
 llvm::Expected<bool> Optimizer::run(Module &m) {
@@ -443,6 +538,25 @@ llvm::Expected<bool> Optimizer::run(Module &m) {
   for (const auto &f : m.functions())
     functions.push_back(f.get());
   bool changed = false;
+  // Loss scaling seeds every backward (micro-steps too) with the scale.
+  if (O.LossScale)
+    for (Function *f : functions) {
+      Node *seed = nullptr;
+      for (Node &n : f->nodes())
+        if (n.is(OpKind::Constant) && n.attr("loss_seed"))
+          seed = &n;
+      if (!seed)
+        continue;
+      Builder b(*f, seed);
+      b.setLoc(seed->loc());
+      StateSlot *offset =
+          slot(m, "loss_scale.log2_offset", TensorType(DType::F32, {}));
+      Value *scale =
+          cast(b, scaleValue(b, offset), seed->result(0)->type().dtype());
+      seed->result(0)->replaceAllUsesWith(scale);
+      seed->erase();
+      changed = true;
+    }
   for (Function *f : functions) {
     if (llvm::none_of(f->nodes(),
                       [](const Node &n) { return n.is(OpKind::ParamGrad); }))
@@ -513,6 +627,8 @@ std::string headroom::optimizerOptionsText(const OptimizerOptions &o) {
   }
   if (o.ClipGradNorm > 0)
     add("clip_grad_norm", o.ClipGradNorm);
+  if (o.LossScale)
+    s += " loss_scale=dynamic";
   return s;
 }
 
@@ -539,6 +655,10 @@ headroom::parseOptimizerOptions(llvm::StringRef text) {
       if (!kind)
         return bad("sgd, momentum, adamw, lomo or adalomo");
       o.Kind = *kind;
+    } else if (key == "loss_scale") {
+      if (value != "dynamic" && value != "none")
+        return bad("dynamic or none");
+      o.LossScale = value == "dynamic";
     } else if (key == "nesterov") {
       if (value != "0" && value != "1")
         return bad("0 or 1");
@@ -572,7 +692,7 @@ headroom::parseOptimizerOptions(llvm::StringRef text) {
           llvm::inconvertibleErrorCode(),
           "optimizer: unknown option '%s' (kind, lr, momentum, nesterov, "
           "weight_decay, beta1, beta2, eps, clip_grad_norm, eps1, eps2, "
-          "clip_threshold, decay_rate)",
+          "clip_threshold, decay_rate, loss_scale)",
           key.c_str());
     }
   }

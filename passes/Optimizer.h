@@ -30,6 +30,15 @@ struct OptimizerOptions {
   /// accumulators holding the gradients, a norm-only pass over the batch
   /// (@grad_norm) runs first, so the step costs two forward + backward passes.
   double ClipGradNorm = 0.0;
+  /// Dynamic loss scaling (fp16), torch.cuda.amp.GradScaler's rule: the
+  /// backward is seeded with scale = 2^(16 + offset) (state
+  /// `loss_scale.log2_offset`, starting at 0); gradients are unscaled in
+  /// the coefficient the update applies; a step whose gradients are not all
+  /// finite changes no parameter or moment and halves the scale; 2000
+  /// finite steps in a row double it (`loss_scale.good_steps`). With lomo
+  /// and adalomo the check runs before any update: in the norm pass, or on
+  /// the accumulators in the last micro-step.
+  bool LossScale = false;
 
   /// Updates fused into the backward, one parameter at a time (lomo,
   /// adalomo): no gradient outlives its update.

@@ -31,8 +31,8 @@ static const FlagInfo kFlags[] = {
      "Order of the step: auto (the lower peak of PyTorch's order and updates "
      "fused into the backward), always, never (PyTorch's order)"},
     {"precision", "fp32|bf16|fp16",
-     "Compute matmuls and convolutions in bf16 (f32 where it is needed; "
-     "default fp32)"},
+     "Compute matmuls and convolutions in bf16 or fp16 (f32 where it is "
+     "needed; fp16 scales the loss dynamically; default fp32)"},
     {"master-weights", "fp32|none",
      "With --precision bf16: keep f32 master weights (default) or store the "
      "parameters in bf16 (sgd, lomo)"},
@@ -256,10 +256,7 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
     else if (p == "bf16")
       o.Precision = DType::BF16;
     else if (p == "fp16")
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(),
-          "--precision fp16 needs dynamic loss scaling, which headroom does "
-          "not have yet; use --precision bf16 (same memory, f32's range)");
+      o.Precision = DType::F16;
     else
       return flagError("precision", p, "fp32, bf16 or fp16");
   }
@@ -273,7 +270,14 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
           "--master-weights none needs --precision bf16: in fp32 the "
           "weights are their own master copy");
     o.MasterWeights = w == "fp32";
+    if (o.Precision == DType::F16 && !o.MasterWeights)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--master-weights none needs --precision bf16: fp16 weights cannot "
+          "hold updates unscaled from the loss scale");
   }
+  // fp16's range needs the loss scaled (torch's GradScaler).
+  o.Optimizer.LossScale = o.Precision == DType::F16;
   o.DisableDropout = sw("disable-dropout");
   o.Target = has("device") ? get("device").str() : "auto";
   if (o.Target == "auto")

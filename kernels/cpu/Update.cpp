@@ -2,7 +2,8 @@
 //
 // Kernels of the update ops, which write a state slot in place: the executor
 // passes the slot as Outputs[0] and the kernel reads its old value there.
-//   SgdUpdate   w -= lr * (scale * g + weight_decay * w)
+//   SgdUpdate   w -= lr * (scale * g + weight_decay * w), unless `enabled`
+//               (operand 2) is false
 //   Accumulate  acc += scale * g   (acc = scale * g when first = 1)
 // SgdUpdate rounds exactly as the `optimizer` pass's sgd ops do (one rounding
 // per operation, in torch.optim.SGD's order), so LOMO's weights are SGD's
@@ -63,6 +64,12 @@ llvm::Error sgdUpdateKernel(const KernelContext &ctx) {
   if (ctx.hasInput(1) && (ctx.Inputs[1].numElements() != 1 ||
                           ctx.Inputs[1].Type != ctx.Outputs[0].Type))
     return ctx.unsupported("scale must be a scalar of the state's type");
+  if (ctx.hasInput(2)) {
+    if (ctx.Inputs[2].Type != DType::Bool || ctx.Inputs[2].numElements() != 1)
+      return ctx.unsupported("enabled must be a bool scalar");
+    if (!*ctx.Inputs[2].as<uint8_t>())
+      return llvm::Error::success(); // a skipped step: w stays as it is
+  }
   return HR_DISPATCH_FLOAT(ctx, ctx.Outputs[0].Type, sgdUpdate, ctx);
 }
 

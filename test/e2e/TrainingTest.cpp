@@ -897,3 +897,78 @@ TEST(MixedPrecision, Bf16KeepsFewerActivationBytes) {
 }
 
 } // namespace
+
+namespace {
+
+/// fp16 loss scaling (torch's GradScaler rule): an overflowing step changes
+/// no parameter, moment or step count and halves the scale; 2000 finite
+/// steps double it; with lomo the check runs before any update (its norm
+/// pass, or the accumulators in the last micro-step).
+TEST(MixedPrecision, Fp16OverflowSkipsTheStepAndHalvesTheScale) {
+  using K = enum OptimizerOptions::Kind;
+  struct Case {
+    const char *Model;
+    K Kind;
+    unsigned Accum;
+  };
+  for (const Case &c : {Case{"gpt", K::Sgd, 1}, Case{"gpt", K::AdamW, 1},
+                        Case{"llama", K::Lomo, 1}, Case{"llama", K::Lomo, 2},
+                        Case{"lenet", K::Momentum, 1}}) {
+    CompileOptions o;
+    o.Import.Batch = 8;
+    o.Precision = DType::F16;
+    o.Optimizer.LossScale = true; // what --precision fp16 sets
+    o.Optimizer.Kind = c.Kind;
+    o.Accumulate = c.Accum;
+    std::string what = std::string(c.Model) + " " + o.flags();
+    auto t = takeOrFail(
+        compileTrainer(modelPath(std::string(c.Model) + ".onnx"), o));
+    ASSERT_TRUE(t) << what;
+    auto data =
+        takeOrFail(loadDataset(modelPath(std::string(c.Model) + ".train.npz")));
+    std::vector<int64_t> order = identityOrder(data.Samples);
+    Executor &e = t->executor();
+    auto scalarState = [&](const char *name) {
+      return e.readState(name)->getDouble(0);
+    };
+    auto setScalar = [&](const char *name, double v) {
+      ASSERT_EQ(
+          errorOf(e.writeState(name, Tensor::fromDoubles(DType::F32, {}, {v}))),
+          "");
+    };
+    // A finite step first: the scale starts at 2^16 (offset 0).
+    ASSERT_TRUE(static_cast<bool>(t->step(data, order, 0))) << what;
+    EXPECT_EQ(scalarState("loss_scale.log2_offset"), 0) << what;
+    EXPECT_EQ(scalarState("loss_scale.good_steps"), 1) << what;
+    // 2^(16 + 200) is infinite in f32: every gradient overflows.
+    setScalar("loss_scale.log2_offset", 200);
+    std::map<std::string, Tensor> before;
+    for (const PlanState &s : e.plan().States)
+      before[s.Name] = *e.readState(s.Name);
+    ASSERT_TRUE(static_cast<bool>(t->step(data, order, 8))) << what;
+    for (const PlanState &s : e.plan().States) {
+      if (llvm::StringRef(s.Name).startswith("loss_scale.") ||
+          s.Kind == StateKind::Gradient || s.Name == "clip.scale")
+        continue;
+      if (s.Kind == StateKind::Buffer)
+        continue; // BatchNorm statistics advance with the forward, as torch's
+      EXPECT_TRUE(*e.readState(s.Name) == before[s.Name])
+          << what << ": the skipped step changed " << s.Name;
+    }
+    EXPECT_EQ(scalarState("loss_scale.log2_offset"), 199) << what;
+    EXPECT_EQ(scalarState("loss_scale.good_steps"), 0) << what;
+    // Back to a finite scale, one step short of growing it: it doubles.
+    setScalar("loss_scale.log2_offset", 0);
+    setScalar("loss_scale.good_steps", 1999);
+    ASSERT_TRUE(static_cast<bool>(t->step(data, order, 16))) << what;
+    EXPECT_EQ(scalarState("loss_scale.log2_offset"), 1) << what;
+    EXPECT_EQ(scalarState("loss_scale.good_steps"), 0) << what;
+    bool moved = false;
+    for (const PlanState &s : e.plan().States)
+      moved |= s.Kind == StateKind::Param &&
+               !(*e.readState(s.Name) == before[s.Name]);
+    EXPECT_TRUE(moved) << what << ": a finite step must update";
+  }
+}
+
+} // namespace

@@ -44,7 +44,9 @@ TEST(CompileOptionsTest, FlagsRoundTrip) {
         "--batch 2 --freeze \"a name\" --optimizer adalomo",
         "--batch 8 --recompute every=2 --recompute-keep h.0.attn.Softmax,x",
         "--batch 8 --recompute budget=1.5MiB --optimizer lomo",
-        "--batch 8 --recompute selective --accum 2"}) {
+        "--batch 8 --recompute selective --accum 2",
+        "--batch 8 --precision fp16 --optimizer lomo --clip-grad-norm 1",
+        "--batch 8 --precision bf16 --master-weights none"}) {
     CompileOptions o = fromText(text);
     std::string printed = o.flags();
     CompileOptions again = fromText(printed);
@@ -183,6 +185,17 @@ TEST(CompileOptionsTest, RecomputeFlags) {
             "every=N or budget=SIZE");
   EXPECT_EQ(flagError("--batch 8 --recompute budget=lots"),
             "--recompute budget=lots: expected budget=SIZE such as 24GiB");
+  CompileOptions fp16 = fromText("--batch 8 --precision fp16");
+  EXPECT_TRUE(fp16.Optimizer.LossScale);
+  EXPECT_NE(fp16.passPipeline(false).find("loss_scale=dynamic"),
+            std::string::npos);
+  EXPECT_FALSE(fromText("--batch 8 --precision bf16").Optimizer.LossScale);
+  EXPECT_EQ(flagError("--batch 8 --precision fp16 --master-weights none"),
+            "--master-weights none needs --precision bf16: fp16 weights "
+            "cannot hold updates unscaled from the loss scale");
+  EXPECT_EQ(flagError("--batch 8 --master-weights none"),
+            "--master-weights none needs --precision bf16: in fp32 the "
+            "weights are their own master copy");
   EXPECT_EQ(takeOrFail(parseByteSize("1.5 KiB")), 1536u);
   EXPECT_EQ(takeOrFail(parseByteSize("24GB")), 24ull << 30);
   EXPECT_EQ(errorOf(parseByteSize("12 parsecs")),
