@@ -5,6 +5,7 @@
 #include "kernels/cpu/CpuTarget.h"
 #include "kernels/cuda/CudaTarget.h"
 #include "passes/PassManager.h"
+#include "pipeline/AutoFit.h"
 
 using namespace headroom;
 
@@ -70,6 +71,12 @@ importStep(llvm::StringRef modelPath, const CompileOptions &options) {
 
 llvm::Expected<Compiled> headroom::compile(llvm::StringRef modelPath,
                                            const CompileOptions &options) {
+  if (options.MemoryBudget) {
+    auto fit = autoFit(modelPath, options);
+    if (!fit)
+      return fit.takeError();
+    return std::move(fit->Best);
+  }
   auto m = importStep(modelPath, options);
   if (!m)
     return m.takeError();

@@ -42,6 +42,11 @@ static const FlagInfo kFlags[] = {
      "whose peak fits SIZE)"},
     {"recompute-keep", "NAME,...",
      "Values never recomputed (their names in the IR)", true},
+    {"memory-budget", "SIZE",
+     "Search precision, accumulation, recomputation (and with "
+     "--allow-optimizer the optimizer) for the cheapest step that fits SIZE"},
+    {"allow-optimizer", "NAME,...",
+     "With --memory-budget: optimizers it may switch to (lomo, adalomo)"},
     {"disable-dropout", nullptr,
      "Train with every Dropout ratio set to 0 (to reproduce references "
      "computed without dropout)"},
@@ -278,6 +283,37 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
   }
   // fp16's range needs the loss scaled (torch's GradScaler).
   o.Optimizer.LossScale = o.Precision == DType::F16;
+  if (has("memory-budget")) {
+    auto bytes = parseByteSize(get("memory-budget"));
+    if (!bytes || *bytes == 0) {
+      if (!bytes)
+        llvm::consumeError(bytes.takeError());
+      return flagError("memory-budget", get("memory-budget"),
+                       "a size such as 24GiB");
+    }
+    o.MemoryBudget = *bytes;
+    for (const char *technique :
+         {"precision", "master-weights", "recompute", "accum"})
+      if (has(technique))
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            "--memory-budget chooses --%s itself: give one or the other",
+            technique);
+  }
+  if (has("allow-optimizer")) {
+    if (!o.MemoryBudget)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "--allow-optimizer needs --memory-budget");
+    llvm::SmallVector<llvm::StringRef, 4> names;
+    get("allow-optimizer").split(names, ',', -1, /*KeepEmpty=*/false);
+    for (llvm::StringRef n : names) {
+      auto kind = parseOptimizerKind(n.trim());
+      if (!kind)
+        return flagError("allow-optimizer", n,
+                         "sgd, momentum, adamw, lomo or adalomo");
+      o.AllowOptimizers.push_back(*kind);
+    }
+  }
   o.DisableDropout = sw("disable-dropout");
   o.Target = has("device") ? get("device").str() : "auto";
   if (o.Target == "auto")
@@ -368,6 +404,17 @@ std::string CompileOptions::flags() const {
     add("schedule", "always");
   if (Schedule == ScheduleMode::Never)
     add("schedule", "never");
+  if (MemoryBudget)
+    add("memory-budget", std::to_string(MemoryBudget));
+  if (!AllowOptimizers.empty()) {
+    std::vector<std::string> names;
+    for (auto k : AllowOptimizers) {
+      OptimizerOptions n;
+      n.Kind = k;
+      names.push_back(n.kindName().str());
+    }
+    add("allow-optimizer", llvm::join(names, ","));
+  }
   if (DisableDropout)
     add("disable-dropout", "");
   add("device", Target);

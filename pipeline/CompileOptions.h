@@ -52,6 +52,11 @@ struct CompileOptions {
   /// whose planned peak fits the budget instead (`--recompute budget=SIZE`).
   RecomputeOptions Recompute;
   uint64_t RecomputeBudget = 0;
+  /// Auto-fit (pipeline/AutoFit.h): compile() searches the techniques for
+  /// the cheapest mix whose peak fits; the optimizer may change only to
+  /// these.
+  uint64_t MemoryBudget = 0;
+  std::vector<enum OptimizerOptions::Kind> AllowOptimizers;
   /// Sets every Dropout's ratio to 0 (to reproduce references computed
   /// without dropout; the trained model is then not the one described).
   bool DisableDropout = false;

@@ -74,6 +74,10 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
 }
 
 void headroom::printReportJson(const Plan &plan, llvm::raw_ostream &os) {
+  os << llvm::formatv("{0:2}", reportJson(plan)) << "\n";
+}
+
+llvm::json::Value headroom::reportJson(const Plan &plan) {
   const MemoryReport &r = plan.Report;
   llvm::json::Object breakdown{
       {"parameters", int64_t(r.Parameters)},
@@ -105,7 +109,7 @@ void headroom::printReportJson(const Plan &plan, llvm::raw_ostream &os) {
       {"recompute_flops", int64_t(r.RecomputeFlops)},
       {"breakdown", std::move(breakdown)},
   };
-  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+  return llvm::json::Value(std::move(root));
 }
 
 void headroom::printReportSvg(const Plan &plan, llvm::StringRef title,

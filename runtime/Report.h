@@ -11,6 +11,7 @@
 #include "compiler/ByteSize.h"
 #include "compiler/Plan.h"
 
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace headroom {
@@ -21,6 +22,8 @@ void printReportTable(const Plan &plan, llvm::StringRef title,
 /// breakdown.{parameters, gradients, optimizer_state, activations,
 /// workspace}.
 void printReportJson(const Plan &plan, llvm::raw_ostream &os);
+/// The object printReportJson prints.
+llvm::json::Value reportJson(const Plan &plan);
 /// Memory over the schedule, stacked by category, with axes and a legend.
 void printReportSvg(const Plan &plan, llvm::StringRef title,
                     llvm::raw_ostream &os);

@@ -9,6 +9,7 @@
 // that compile + run gives the same weights as train.
 //
 //===----------------------------------------------------------------------===//
+#include "pipeline/AutoFit.h"
 #include "pipeline/Compile.h"
 #include "runtime/ModelIO.h"
 #include "runtime/PlanFile.h"
@@ -20,6 +21,8 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/WithColor.h"
@@ -238,7 +241,73 @@ int runReportOfPlan() {
   return printReport(loaded->ThePlan, title);
 }
 
+/// `headroom report --memory-budget SIZE`: the candidates the search
+/// compiled, best first, why the winner won, then the winner's report.
+static int runAutoFitReport(const CompileOptions &options) {
+  auto start = std::chrono::steady_clock::now();
+  auto fit = autoFit(Model, options);
+  if (!fit)
+    return reportError(fit.takeError());
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  auto extra = [](const FitCandidate &c) {
+    return c.StepFlops > c.RecomputeFlops
+               ? 100.0 * double(c.RecomputeFlops) /
+                     double(c.StepFlops - c.RecomputeFlops)
+               : 0.0;
+  };
+  if (Json) {
+    llvm::json::Array rows;
+    for (const FitCandidate &c : fit->Tried)
+      rows.push_back(
+          llvm::json::Object{{"candidate", c.Label},
+                             {"flags", c.Options.flags()},
+                             {"rank", c.Rank},
+                             {"peak_bytes", int64_t(c.PeakBytes)},
+                             {"recompute_flops", int64_t(c.RecomputeFlops)},
+                             {"micro_steps", int64_t(c.Options.Accumulate)},
+                             {"fits", c.Fits}});
+    llvm::json::Object root{
+        {"memory_budget_bytes", int64_t(options.MemoryBudget)},
+        {"winner", fit->Tried.front().Label},
+        {"why", fit->Why},
+        {"search_seconds", seconds},
+        {"candidates", std::move(rows)},
+        {"report", reportJson(fit->Best.ThePlan)}};
+    llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
+                 << "\n";
+    return 0;
+  }
+  llvm::outs() << "auto-fit: " << llvm::sys::path::filename(Model) << ", batch "
+               << options.Import.Batch << ", budget "
+               << formatBytes(options.MemoryBudget) << ": " << fit->Tried.size()
+               << " candidates compiled in " << llvm::format("%.2f", seconds)
+               << " s\n";
+  llvm::outs() << "       candidate" << std::string(64, ' ')
+               << "peak  FLOPs +  rank\n";
+  size_t shown = 0;
+  for (const FitCandidate &c : fit->Tried) {
+    if (shown++ == 12) {
+      llvm::outs() << "  ... " << fit->Tried.size() - 12
+                   << " more (--json lists them all)\n";
+      break;
+    }
+    const char *mark = shown == 1 ? "=>" : c.Fits ? "fits" : "";
+    llvm::outs() << llvm::format(
+        "  %-4s %-72s %11s %7.1f%% %5d\n", mark, c.Label.c_str(),
+        formatBytes(c.PeakBytes).c_str(), extra(c), c.Rank);
+  }
+  llvm::outs() << "  (rank: 0 exact techniques, 1 bf16, 2 bf16 without master "
+                  "weights, 3-5 the same with another optimizer)\n"
+               << "  chosen: " << fit->Why << "\n\n";
+  return printReport(fit->Best.ThePlan,
+                     reportTitle(options) + ", " + fit->Tried.front().Label);
+}
+
 int runReport(const CompileOptions &options) {
+  if (options.MemoryBudget)
+    return runAutoFitReport(options);
   auto compiled = compile(Model, options);
   if (!compiled)
     return reportError(compiled.takeError());

@@ -8,10 +8,12 @@
 //
 //===----------------------------------------------------------------------===//
 #include "pipeline/Compile.h"
+#include "pipeline/AutoFit.h"
 
 #include "CompileUtil.h"
 #include "compiler/ByteSize.h"
 #include "compiler/Parser.h"
+#include "compiler/Zoo.h"
 #include "kernels/cpu/CpuTarget.h"
 #include "kernels/cuda/CudaTarget.h"
 #include "passes/PassManager.h"
@@ -237,6 +239,85 @@ TEST(CompileTest, RecomputeBudgetPicksTheCheapestFit) {
                        formatBytes(lowest)),
             std::string::npos)
       << error;
+}
+
+/// --memory-budget: the cheapest candidate that fits, exact techniques
+/// first, fewest recomputed FLOPs, then fewest micro-steps; an impossible
+/// budget names the smallest peak reached.
+TEST(AutoFitTest, PicksTheCheapestFit) {
+  std::string path = modelPath("gpt.onnx");
+  CompileOptions o = fromText("--batch 8 --optimizer adamw");
+  uint64_t plain = compilePlan(path, o).Report.PeakBytes();
+  // Room for the plain step: it is the winner, nothing recomputed.
+  o.MemoryBudget = plain;
+  auto fit = takeOrFail(autoFit(path, o));
+  ASSERT_FALSE(fit.Tried.empty());
+  EXPECT_TRUE(fit.Tried.front().Fits);
+  EXPECT_EQ(fit.Tried.front().Rank, 0);
+  EXPECT_EQ(fit.Tried.front().RecomputeFlops, 0u);
+  EXPECT_EQ(fit.Tried.front().Options.Accumulate, 1u);
+  EXPECT_EQ(fit.Best.ThePlan.Report.PeakBytes(), plain);
+  // Less room: still exact (recomputation or accumulation), within budget,
+  // and no fitting exact candidate recomputes fewer FLOPs.
+  o.MemoryBudget = plain * 3 / 4;
+  fit = takeOrFail(autoFit(path, o));
+  const FitCandidate &w = fit.Tried.front();
+  EXPECT_TRUE(w.Fits);
+  EXPECT_EQ(w.Rank, 0);
+  EXPECT_LE(fit.Best.ThePlan.Report.PeakBytes(), o.MemoryBudget);
+  for (const FitCandidate &c : fit.Tried)
+    if (c.Fits && c.Rank == 0) {
+      EXPECT_LE(w.RecomputeFlops, c.RecomputeFlops) << c.Label;
+      if (w.RecomputeFlops == c.RecomputeFlops) {
+        EXPECT_LE(w.Options.Accumulate, c.Options.Accumulate) << c.Label;
+      }
+    }
+  EXPECT_FALSE(fit.Why.empty());
+  // compile() takes the same winner.
+  EXPECT_EQ(compilePlan(path, o).Report.PeakBytes(),
+            fit.Best.ThePlan.Report.PeakBytes());
+  // Below the state itself: nothing fits, and the error says how close.
+  o.MemoryBudget = 1024;
+  std::string error = errorOf(autoFit(path, o));
+  EXPECT_NE(error.find("--memory-budget 1.00 KiB: nothing fits; the smallest "
+                       "peak reached is "),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("--allow-optimizer lomo"), std::string::npos) << error;
+  EXPECT_EQ(flagError("--batch 8 --memory-budget 1GiB --recompute all"),
+            "--memory-budget chooses --recompute itself: give one or the "
+            "other");
+  EXPECT_EQ(flagError("--batch 8 --allow-optimizer lomo"),
+            "--allow-optimizer needs --memory-budget");
+}
+
+/// With an optimizer allowed, a budget only a fused optimizer meets is met
+/// by it: a wide, shallow model whose AdamW state alone exceeds the budget.
+TEST(AutoFitTest, ChangesTheOptimizerOnlyWhenAllowed) {
+  ZooConfig z;
+  z.Arch = "llama";
+  z.Layers = 2, z.DModel = 128, z.Heads = 4, z.Ffn = 256, z.Vocab = 2000;
+  z.Seq = 8;
+  z.Weights = ZooConfig::Weights::None;
+  std::string path = testing::TempDir() + "/autofit_llama.onnx";
+  ASSERT_TRUE(static_cast<bool>(writeZooModel(z, path)));
+  CompileOptions o = fromText("--batch 2 --optimizer adamw");
+  uint64_t adamwState = compilePlan(path, o).Report.StateBytes();
+  uint64_t lean =
+      compilePlan(path, fromText("--batch 2 --optimizer lomo --precision bf16 "
+                                 "--master-weights none --recompute every=1"))
+          .Report.PeakBytes();
+  ASSERT_LT(lean, adamwState);
+  o.MemoryBudget = adamwState - 1; // AdamW's state alone does not fit
+  std::string error = errorOf(autoFit(path, o));
+  EXPECT_NE(error.find("nothing fits"), std::string::npos) << error;
+  o.AllowOptimizers = {OptimizerOptions::Kind::Lomo};
+  auto fit = takeOrFail(autoFit(path, o));
+  ASSERT_FALSE(fit.Tried.empty());
+  EXPECT_EQ(fit.Tried.front().Options.Optimizer.Kind,
+            OptimizerOptions::Kind::Lomo);
+  EXPECT_GE(fit.Tried.front().Rank, 3);
+  EXPECT_LE(fit.Best.ThePlan.Report.PeakBytes(), o.MemoryBudget);
 }
 
 TEST(TargetTest, PlansRecordTheirTarget) {

@@ -11,7 +11,7 @@ import sys
 
 expr = sys.argv[1]
 r = [json.load(open(path)) for path in sys.argv[2:]]
-b = [x["breakdown"] for x in r]
+b = [x.get("breakdown", {}) for x in r]
 if not eval(expr, {"r": r, "b": b}):
     print("false: " + expr)
     for path, x in zip(sys.argv[2:], r):

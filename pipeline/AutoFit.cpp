@@ -1,0 +1,264 @@
+//===- AutoFit.cpp - The cheapest mix of techniques that fits a budget ----===//
+#include "pipeline/AutoFit.h"
+
+#include "compiler/ByteSize.h"
+
+#include "llvm/ADT/STLExtras.h"
+
+#include <algorithm>
+#include <deque>
+#include <tuple>
+
+using namespace headroom;
+
+namespace {
+
+using Kind = enum OptimizerOptions::Kind;
+using Policy = RecomputeOptions::Policy;
+
+/// One precision/optimizer setting the search tries, in rank order.
+struct Setting {
+  DType Precision;
+  bool Master;
+  Kind Optimizer;
+  int Rank;
+};
+
+std::string settingLabel(const CompileOptions &o) {
+  std::string s = o.Precision == DType::F32    ? "fp32"
+                  : o.Precision == DType::BF16 ? "bf16"
+                                               : "fp16";
+  if (o.Precision != DType::F32)
+    s += o.MasterWeights ? " (master fp32)" : " (no master weights)";
+  s += ", " + o.Optimizer.kindName().str();
+  if (o.Accumulate > 1)
+    s += ", --accum " + std::to_string(o.Accumulate);
+  return s;
+}
+
+class Search {
+public:
+  Search(llvm::StringRef model, const CompileOptions &base)
+      : Model(model), Base(base) {}
+  llvm::Expected<FitResult> run();
+
+private:
+  /// Compiles `o`; records it as a candidate labelled `recompute`.
+  llvm::Expected<const FitCandidate *> tryCompile(CompileOptions o, int rank,
+                                                  const std::string &recompute);
+  /// The fewest recomputed FLOPs that fit with these settings and K, or
+  /// null when none does.
+  llvm::Expected<const FitCandidate *> bestRecompute(const CompileOptions &o,
+                                                     int rank);
+
+  llvm::StringRef Model;
+  CompileOptions Base;
+  unsigned Blocks = 0;
+  // Deques: candidates are pointed to while more are added.
+  std::deque<FitCandidate> Tried;
+  std::deque<Compiled> Compiles; // parallel to Tried
+};
+
+llvm::Expected<const FitCandidate *>
+Search::tryCompile(CompileOptions o, int rank, const std::string &recompute) {
+  o.MemoryBudget = 0;
+  auto c = compile(Model, o);
+  if (!c)
+    return c.takeError();
+  FitCandidate f;
+  f.Options = o;
+  f.Rank = rank;
+  f.Label = settingLabel(o) + ", --recompute " + recompute;
+  const MemoryReport &r = c->ThePlan.Report;
+  f.PeakBytes = r.PeakBytes();
+  f.RecomputeFlops = r.RecomputeFlops;
+  f.StepFlops = r.StepFlops;
+  f.Fits = f.PeakBytes <= Base.MemoryBudget;
+  Tried.push_back(std::move(f));
+  Compiles.push_back(std::move(*c));
+  return &Tried.back();
+}
+
+llvm::Expected<const FitCandidate *>
+Search::bestRecompute(const CompileOptions &o, int rank) {
+  const FitCandidate *best = nullptr;
+  auto consider = [&](const FitCandidate *c) {
+    if (c->Fits && (!best || c->RecomputeFlops < best->RecomputeFlops))
+      best = c;
+  };
+  auto with = [&](Policy p, unsigned n, std::vector<unsigned> keep,
+                  const std::string &label) {
+    CompileOptions r = o;
+    r.Recompute.Kind = p;
+    r.Recompute.N = n;
+    r.Recompute.KeepBlocks = std::move(keep);
+    return tryCompile(r, rank, label);
+  };
+  // The leanest policies first: when none of them fits, nothing does.
+  bool any = false;
+  for (auto [p, label] : {std::make_pair(Policy::Every, "every=1"),
+                          std::make_pair(Policy::All, "all"),
+                          std::make_pair(Policy::Sqrt, "sqrt")}) {
+    auto c = with(p, 1, {}, label);
+    if (!c)
+      return c.takeError();
+    consider(*c);
+    any |= (*c)->Fits;
+  }
+  if (!any)
+    return nullptr;
+  auto sel = with(Policy::Selective, 1, {}, "selective");
+  if (!sel)
+    return sel.takeError();
+  consider(*sel);
+  // The block chain: keeping more blocks whole costs fewer FLOPs and more
+  // memory, so the most that still fits is found by bisection.
+  unsigned lo = 1, hi = Blocks ? Blocks - 1 : 0;
+  while (lo <= hi) {
+    unsigned k = (lo + hi) / 2;
+    std::vector<unsigned> keep;
+    for (unsigned b = Blocks - k; b < Blocks; ++b)
+      keep.push_back(b);
+    auto c = with(Policy::Every, 1, keep,
+                  "every=1 keeping the last " + std::to_string(k) + " of " +
+                      std::to_string(Blocks) + " blocks");
+    if (!c)
+      return c.takeError();
+    consider(*c);
+    if ((*c)->Fits)
+      lo = k + 1;
+    else
+      hi = k - 1;
+  }
+  return best;
+}
+
+llvm::Expected<FitResult> Search::run() {
+  // The repeated blocks, for the block chain.
+  {
+    CompileOptions o = Base;
+    o.MemoryBudget = 0;
+    auto built = buildStep(Model, o);
+    if (!built)
+      return built.takeError();
+    if (!(*built)->functions().empty())
+      Blocks = analyzeForwardChain(*(*built)->functions().front()).NumBlocks;
+  }
+  Kind user = Base.Optimizer.Kind;
+  std::vector<Setting> settings = {{DType::F32, true, user, 0},
+                                   {DType::BF16, true, user, 1}};
+  if (user == Kind::Sgd || user == Kind::Lomo)
+    settings.push_back({DType::BF16, false, user, 2});
+  for (Kind alt : Base.AllowOptimizers) {
+    if (alt == user)
+      continue;
+    settings.push_back({DType::F32, true, alt, 3});
+    settings.push_back({DType::BF16, true, alt, 4});
+    if (alt == Kind::Lomo)
+      settings.push_back({DType::BF16, false, alt, 5});
+  }
+  std::stable_sort(settings.begin(), settings.end(),
+                   [](const Setting &a, const Setting &b) {
+                     return a.Rank < b.Rank;
+                   });
+  // Micro-batch counts: the divisors of the batch, fewest first.
+  std::vector<unsigned> accums;
+  int64_t batch = Base.Import.Batch;
+  for (int64_t k = 1; k <= std::max<int64_t>(batch, 1); ++k)
+    if (batch <= 0 ? k == 1 : batch % k == 0)
+      accums.push_back(unsigned(k));
+
+  const FitCandidate *winner = nullptr;
+  for (const Setting &s : settings) {
+    if (winner && s.Rank > winner->Rank)
+      break;
+    CompileOptions o = Base;
+    o.Precision = s.Precision;
+    o.MasterWeights = s.Master;
+    o.Optimizer.Kind = s.Optimizer;
+    o.Optimizer.LossScale = false;
+    if (s.Optimizer != user) { // the new optimizer's defaults
+      o.Optimizer.Lr = s.Optimizer == Kind::AdaLomo ? 1e-3 : Base.Optimizer.Lr;
+      o.Optimizer.WeightDecay = 0;
+    }
+    const FitCandidate *best = nullptr;
+    for (unsigned k : accums) {
+      o.Accumulate = k;
+      o.Recompute = RecomputeOptions();
+      auto none = tryCompile(o, s.Rank, "none");
+      if (!none)
+        return none.takeError();
+      // State alone (more with accumulators) over the budget: no K helps.
+      const MemoryReport &r = Compiles.back().ThePlan.Report;
+      if (r.StateBytes() + r.StatePadding > Base.MemoryBudget)
+        break;
+      const FitCandidate *here = (*none)->Fits ? *none : nullptr;
+      if (!here) {
+        auto rc = bestRecompute(o, s.Rank);
+        if (!rc)
+          return rc.takeError();
+        here = *rc;
+      }
+      if (here && (!best || here->RecomputeFlops < best->RecomputeFlops))
+        best = here;
+      if (best && best->RecomputeFlops == 0)
+        break; // fewer FLOPs are impossible, more micro-steps only cost
+    }
+    if (best)
+      winner = best;
+  }
+
+  FitResult out;
+  if (!winner) {
+    auto lowest = std::min_element(
+        Tried.begin(), Tried.end(), [](const auto &a, const auto &b) {
+          return a.PeakBytes < b.PeakBytes;
+        });
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--memory-budget %s: nothing fits; the smallest peak reached is %s "
+        "(%s)%s",
+        formatBytes(Base.MemoryBudget).c_str(),
+        formatBytes(lowest->PeakBytes).c_str(), lowest->Label.c_str(),
+        Base.AllowOptimizers.empty()
+            ? "; --allow-optimizer lomo lets it change the optimizer"
+            : "");
+  }
+  size_t w = 0;
+  while (&Tried[w] != winner)
+    ++w;
+  out.Best = std::move(Compiles[w]);
+  out.Why = winner->Label + " fits in " + formatBytes(winner->PeakBytes) +
+            (winner->Rank == 0   ? ", with the user's precision and optimizer"
+             : winner->Rank <= 2 ? ": no exact technique fits"
+                                 : ": no technique with the user's "
+                                   "optimizer fits") +
+            (winner->RecomputeFlops
+                 ? ", at the fewest recomputed FLOPs of its kind"
+                 : ", recomputing nothing");
+  // Best first: fitting by cost, then the rest by peak.
+  std::vector<size_t> order(Tried.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const FitCandidate &x = Tried[a], &y = Tried[b];
+    if (x.Fits != y.Fits)
+      return x.Fits;
+    if (!x.Fits)
+      return x.PeakBytes < y.PeakBytes;
+    return std::make_tuple(a != w, x.Rank, x.RecomputeFlops,
+                           x.Options.Accumulate) <
+           std::make_tuple(b != w, y.Rank, y.RecomputeFlops,
+                           y.Options.Accumulate);
+  });
+  for (size_t i : order)
+    out.Tried.push_back(Tried[i]);
+  return out;
+}
+
+} // namespace
+
+llvm::Expected<FitResult> headroom::autoFit(llvm::StringRef modelPath,
+                                            const CompileOptions &options) {
+  return Search(modelPath, options).run();
+}
