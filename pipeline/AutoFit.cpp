@@ -157,10 +157,9 @@ llvm::Expected<FitResult> Search::run() {
     if (alt == Kind::Lomo)
       settings.push_back({DType::BF16, false, alt, 5});
   }
-  std::stable_sort(settings.begin(), settings.end(),
-                   [](const Setting &a, const Setting &b) {
-                     return a.Rank < b.Rank;
-                   });
+  std::stable_sort(
+      settings.begin(), settings.end(),
+      [](const Setting &a, const Setting &b) { return a.Rank < b.Rank; });
   // Micro-batch counts: the divisors of the batch, fewest first.
   std::vector<unsigned> accums;
   int64_t batch = Base.Import.Batch;
@@ -211,9 +210,8 @@ llvm::Expected<FitResult> Search::run() {
   FitResult out;
   if (!winner) {
     auto lowest = std::min_element(
-        Tried.begin(), Tried.end(), [](const auto &a, const auto &b) {
-          return a.PeakBytes < b.PeakBytes;
-        });
+        Tried.begin(), Tried.end(),
+        [](const auto &a, const auto &b) { return a.PeakBytes < b.PeakBytes; });
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         "--memory-budget %s: nothing fits; the smallest peak reached is %s "
@@ -228,14 +226,14 @@ llvm::Expected<FitResult> Search::run() {
   while (&Tried[w] != winner)
     ++w;
   out.Best = std::move(Compiles[w]);
-  out.Why = winner->Label + " fits in " + formatBytes(winner->PeakBytes) +
-            (winner->Rank == 0   ? ", with the user's precision and optimizer"
-             : winner->Rank <= 2 ? ": no exact technique fits"
-                                 : ": no technique with the user's "
-                                   "optimizer fits") +
-            (winner->RecomputeFlops
-                 ? ", at the fewest recomputed FLOPs of its kind"
-                 : ", recomputing nothing");
+  out.Why =
+      winner->Label + " fits in " + formatBytes(winner->PeakBytes) +
+      (winner->Rank == 0   ? ", with the user's precision and optimizer"
+       : winner->Rank <= 2 ? ": no exact technique fits"
+                           : ": no technique with the user's "
+                             "optimizer fits") +
+      (winner->RecomputeFlops ? ", at the fewest recomputed FLOPs of its kind"
+                              : ", recomputing nothing");
   // Best first: fitting by cost, then the rest by peak.
   std::vector<size_t> order(Tried.size());
   for (size_t i = 0; i < order.size(); ++i)

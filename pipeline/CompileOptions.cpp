@@ -42,9 +42,10 @@ static const FlagInfo kFlags[] = {
      "whose peak fits SIZE)"},
     {"recompute-keep", "NAME,...",
      "Values never recomputed (their names in the IR)", true},
-    {"memory-budget", "SIZE",
+    {"memory-budget", "SIZE|device",
      "Search precision, accumulation, recomputation (and with "
-     "--allow-optimizer the optimizer) for the cheapest step that fits SIZE"},
+     "--allow-optimizer the optimizer) for the cheapest step that fits SIZE "
+     "(device: the target's free memory now)"},
     {"allow-optimizer", "NAME,...",
      "With --memory-budget: optimizers it may switch to (lomo, adalomo)"},
     {"disable-dropout", nullptr,

@@ -31,6 +31,18 @@ static std::string cpuModelName() {
   return "cpu";
 }
 
+/// MemAvailable of /proc/meminfo (0 when it cannot be read).
+static uint64_t availableMemory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:")
+      return kib * 1024;
+  return 0;
+}
+
 std::vector<DeviceInfo> headroom::listDevices(std::string *note) {
   std::vector<DeviceInfo> out;
   DeviceInfo cpu;
@@ -39,6 +51,7 @@ std::vector<DeviceInfo> headroom::listDevices(std::string *note) {
   long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGE_SIZE);
   if (pages > 0 && pageSize > 0)
     cpu.MemoryBytes = uint64_t(pages) * uint64_t(pageSize);
+  cpu.FreeBytes = availableMemory();
   cpu.Detail = std::to_string(std::thread::hardware_concurrency()) + " threads";
   out.push_back(cpu);
 #ifdef HEADROOM_HAVE_CUDA
@@ -52,6 +65,7 @@ std::vector<DeviceInfo> headroom::listDevices(std::string *note) {
     d.Index = g.Index;
     d.Name = g.Name;
     d.MemoryBytes = g.TotalBytes;
+    d.FreeBytes = g.FreeBytes;
     d.Detail = "sm_" + std::to_string(g.Major) + std::to_string(g.Minor) +
                ", " + std::to_string(g.MultiProcessors) + " SMs";
     out.push_back(d);

@@ -13,6 +13,7 @@ struct DeviceInfo {
   int Index = 0;
   std::string Name;
   uint64_t MemoryBytes = 0; // total memory the backend can plan against
+  uint64_t FreeBytes = 0;   // available now (CPU: MemAvailable)
   std::string Detail;       // e.g. "sm_90, 132 SMs"
 };
 

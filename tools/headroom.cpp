@@ -122,9 +122,37 @@ static bool recomputeSweep() {
   return false;
 }
 
+/// `--memory-budget device`: the memory free now on the device the plan is
+/// for (the first GPU for cuda, available RAM for the cpu).
+static llvm::Error resolveDeviceBudget(FlagList &flags) {
+  std::string device = defaultDevice();
+  for (const auto &[name, value] : flags)
+    if (name == "device" && value != "auto")
+      device = value;
+  for (auto &[name, value] : flags) {
+    if (name != "memory-budget" || value != "device")
+      continue;
+    std::string note;
+    for (const DeviceInfo &d : listDevices(&note))
+      if (d.Backend == device && d.FreeBytes) {
+        value = std::to_string(d.FreeBytes);
+        break;
+      }
+    if (value == "device")
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--memory-budget device: no %s device with a known free memory "
+          "here%s%s",
+          device.c_str(), note.empty() ? "" : ": ", note.c_str());
+  }
+  return llvm::Error::success();
+}
+
 /// The compile options the flags give; --device auto is this machine's.
 static llvm::Expected<CompileOptions> compileOptionsGiven() {
   FlagList flags = givenCompileFlags();
+  if (auto e = resolveDeviceBudget(flags))
+    return e;
   llvm::erase_if(flags, [](const auto &f) {
     return f.first == "recompute" && f.second == "sweep";
   });
@@ -316,7 +344,8 @@ static int runDevices() {
   std::string note;
   for (const DeviceInfo &d : listDevices(&note))
     llvm::outs() << d.Backend << ":" << d.Index << "  " << d.Name << "  "
-                 << formatBytes(d.MemoryBytes) << "  " << d.Detail << "\n";
+                 << formatBytes(d.MemoryBytes) << " ("
+                 << formatBytes(d.FreeBytes) << " free)  " << d.Detail << "\n";
   if (!note.empty())
     llvm::outs() << "(" << note << ")\n";
   return 0;

@@ -21,6 +21,12 @@ std::string headroom::queryCudaDevices(std::vector<CudaDeviceInfo> &out) {
     d.Index = i;
     d.Name = p.name;
     d.TotalBytes = p.totalGlobalMem;
+    size_t free = 0, total = 0;
+    if (cudaSetDevice(i) == cudaSuccess &&
+        cudaMemGetInfo(&free, &total) == cudaSuccess)
+      d.FreeBytes = free;
+    else
+      cudaGetLastError();
     d.Major = p.major;
     d.Minor = p.minor;
     d.MultiProcessors = p.multiProcessorCount;

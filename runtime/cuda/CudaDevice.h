@@ -18,6 +18,8 @@ struct CudaDeviceInfo {
   int Index = 0;
   std::string Name;
   uint64_t TotalBytes = 0;
+  /// Free now (cudaMemGetInfo; creating the context takes some of it).
+  uint64_t FreeBytes = 0;
   int Major = 0, Minor = 0, MultiProcessors = 0;
 };
 
