@@ -208,14 +208,36 @@ llvm::Expected<FitResult> Search::run() {
   }
 
   FitResult out;
+  if (!winner && !settings.empty()) {
+    // Nothing fits: find how close the leanest setting gets (the pruned
+    // search may not have compiled it), so the error can say.
+    const Setting &s = settings.back();
+    CompileOptions o = Base;
+    o.Precision = s.Precision;
+    o.MasterWeights = s.Master;
+    o.Optimizer.Kind = s.Optimizer;
+    for (unsigned k : {accums.front(), accums.back()}) {
+      o.Accumulate = k;
+      for (Policy p : {Policy::Every, Policy::All, Policy::Sqrt}) {
+        o.Recompute = RecomputeOptions();
+        o.Recompute.Kind = p;
+        auto c = tryCompile(o, s.Rank,
+                            p == Policy::Every ? "every=1"
+                            : p == Policy::All ? "all"
+                                               : "sqrt");
+        if (!c)
+          return c.takeError();
+      }
+    }
+  }
   if (!winner) {
     auto lowest = std::min_element(
         Tried.begin(), Tried.end(),
         [](const auto &a, const auto &b) { return a.PeakBytes < b.PeakBytes; });
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
-        "--memory-budget %s: nothing fits; the smallest peak reached is %s "
-        "(%s)%s",
+        "--memory-budget %s: nothing fits; the smallest peak reachable is "
+        "%s (%s)%s",
         formatBytes(Base.MemoryBudget).c_str(),
         formatBytes(lowest->PeakBytes).c_str(), lowest->Label.c_str(),
         Base.AllowOptimizers.empty()

@@ -243,7 +243,7 @@ TEST(CompileTest, RecomputeBudgetPicksTheCheapestFit) {
 
 /// --memory-budget: the cheapest candidate that fits, exact techniques
 /// first, fewest recomputed FLOPs, then fewest micro-steps; an impossible
-/// budget names the smallest peak reached.
+/// budget names the smallest peak reachable.
 TEST(AutoFitTest, PicksTheCheapestFit) {
   std::string path = modelPath("gpt.onnx");
   CompileOptions o = fromText("--batch 8 --optimizer adamw");
@@ -280,7 +280,7 @@ TEST(AutoFitTest, PicksTheCheapestFit) {
   o.MemoryBudget = 1024;
   std::string error = errorOf(autoFit(path, o));
   EXPECT_NE(error.find("--memory-budget 1.00 KiB: nothing fits; the smallest "
-                       "peak reached is "),
+                       "peak reachable is "),
             std::string::npos)
       << error;
   EXPECT_NE(error.find("--allow-optimizer lomo"), std::string::npos) << error;
