@@ -154,12 +154,39 @@ std::pair<Value *, Value *> clipCoefficient(Builder &b, Value *total,
   return {norm, coef};
 }
 
-/// Whether `total` (a sum of squares) is finite: a NaN or an infinity in any
-/// gradient makes it not.
-Value *isFinite(Builder &b, Value *total) {
+/// Whether the step may update: `total` (the gradients' sum of squares,
+/// not finite when any element is not) and f's loss are finite.
+Value *finiteStep(Builder &b, Function &f, Value *total) {
+  TensorType flag(DType::Bool, {});
   Value *inf = b.constant(Tensor::fromDoubles(
       DType::F32, {}, {std::numeric_limits<double>::infinity()}));
-  return b.createValue("Less", {total, inf}, TensorType(DType::Bool, {}));
+  Value *ok = b.createValue("Less", {total, inf}, flag);
+  Value *loss = f.returnValues().empty() ? nullptr : f.returnValues()[0];
+  if (!loss || !isFloat(loss->type().dtype()) ||
+      loss->type().numElements() != 1)
+    return ok;
+  Value *l = cast(b, loss, DType::F32);
+  if (l->type().rank() != 0)
+    l = b.createValue("Reshape",
+                      {l, b.constant(Tensor::fromInts(DType::I64, {0}, {}))},
+                      TensorType(DType::F32, {}));
+  Value *lossOk =
+      b.createValue("Less", {b.createValue("Abs", {l}, l->type()), inf}, flag);
+  return b.createValue("And", {ok, lossOk}, flag);
+}
+
+/// A skipped step writes every slot after `start` with its old value.
+void wrapWrites(Function &f, Node *start, Value *finite) {
+  std::vector<Node *> assigns;
+  for (auto it = std::next(start->getIterator()); it != f.nodes().end(); ++it)
+    if (it->is(OpKind::Assign))
+      assigns.push_back(&*it);
+  for (Node *n : assigns) {
+    Builder wb(f, n);
+    Value *now = n->operand(0);
+    n->setOperand(0, wb.createValue("Where", {finite, now, wb.read(n->state())},
+                                    now->type()));
+  }
 }
 
 /// The ParamGrad nodes of `f`, in the order their gradients are complete
@@ -377,7 +404,8 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
     good = slot(m, "loss_scale.good_steps", f32s);
     lossScale = scaleValue(b, offset);
   }
-  bool prePass = (O.ClipGradNorm > 0 || O.LossScale) && O.fused() && !kept;
+  bool check = O.LossScale || O.SkipNonFinite; // whether to update at all
+  bool prePass = (O.ClipGradNorm > 0 || check) && O.fused() && !kept;
   if (prePass) {
     // The norm-only pass: a copy of f that stores the clip coefficient (and
     // with loss scaling whether the gradients are finite) before any update.
@@ -398,9 +426,9 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
     Builder nb(*normPass, normPass->returnNode());
     Value *total = sumOfSquares(nb, ngs);
     Value *normScale = O.LossScale ? scaleValue(nb, offset) : nullptr;
-    if (O.LossScale) {
-      StateSlot *ok = slot(m, "loss_scale.finite", TensorType(DType::Bool, {}));
-      nb.create("Assign", {isFinite(nb, total)}, {}, {}, ok);
+    if (check) {
+      StateSlot *ok = slot(m, "step.finite", TensorType(DType::Bool, {}));
+      nb.create("Assign", {finiteStep(nb, *normPass, total)}, {}, {}, ok);
       finite = b.read(ok);
     }
     if (O.ClipGradNorm > 0) {
@@ -426,7 +454,7 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
     it->SameBatch = true;
     driver.insert(it, normStep);
     m.setDriver(std::move(driver));
-  } else if (O.ClipGradNorm > 0 || O.LossScale) {
+  } else if (O.ClipGradNorm > 0 || check) {
     Value *total = sumOfSquares(b, gs);
     if (O.ClipGradNorm > 0) {
       auto [norm, c] = clipCoefficient(b, total, lossScale, O.ClipGradNorm);
@@ -434,8 +462,8 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
       appendResult(f, norm);
       b.setInsertionPoint(f.returnNode());
     }
-    if (O.LossScale)
-      finite = isFinite(b, total);
+    if (check)
+      finite = finiteStep(b, f, total);
   }
   if (O.LossScale) {
     // Unscaled in the coefficient the update applies anyway.
@@ -496,18 +524,9 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
     n->erase();
   if (!finite)
     return llvm::Error::success();
-  // A skipped step writes every slot with its old value.
-  std::vector<Node *> assigns;
-  for (auto it = std::next(beforeUpdates->getIterator()); it != f.nodes().end();
-       ++it)
-    if (it->is(OpKind::Assign))
-      assigns.push_back(&*it);
-  for (Node *n : assigns) {
-    Builder wb(f, n);
-    Value *now = n->operand(0);
-    n->setOperand(0, wb.createValue("Where", {finite, now, wb.read(n->state())},
-                                    now->type()));
-  }
+  wrapWrites(f, beforeUpdates, finite);
+  if (!O.LossScale)
+    return llvm::Error::success();
   // The scale: halved on a skipped step, doubled after 2000 finite ones.
   auto k = [&](double v) { return scalar(b, v, DType::F32); };
   Value *run = b.createValue(
@@ -629,6 +648,8 @@ std::string headroom::optimizerOptionsText(const OptimizerOptions &o) {
     add("clip_grad_norm", o.ClipGradNorm);
   if (o.LossScale)
     s += " loss_scale=dynamic";
+  if (o.SkipNonFinite)
+    s += " skip_nonfinite=1";
   return s;
 }
 
@@ -659,6 +680,10 @@ headroom::parseOptimizerOptions(llvm::StringRef text) {
       if (value != "dynamic" && value != "none")
         return bad("dynamic or none");
       o.LossScale = value == "dynamic";
+    } else if (key == "skip_nonfinite") {
+      if (value != "0" && value != "1")
+        return bad("0 or 1");
+      o.SkipNonFinite = value == "1";
     } else if (key == "nesterov") {
       if (value != "0" && value != "1")
         return bad("0 or 1");
@@ -692,7 +717,7 @@ headroom::parseOptimizerOptions(llvm::StringRef text) {
           llvm::inconvertibleErrorCode(),
           "optimizer: unknown option '%s' (kind, lr, momentum, nesterov, "
           "weight_decay, beta1, beta2, eps, clip_grad_norm, eps1, eps2, "
-          "clip_threshold, decay_rate, loss_scale)",
+          "clip_threshold, decay_rate, loss_scale, skip_nonfinite)",
           key.c_str());
     }
   }

@@ -39,6 +39,9 @@ struct OptimizerOptions {
   /// and adalomo the check runs before any update: in the norm pass, or on
   /// the accumulators in the last micro-step.
   bool LossScale = false;
+  /// A step whose loss or gradients are not all finite changes no state
+  /// (`--on-nan skip`): the same check and write-back as loss scaling's.
+  bool SkipNonFinite = false;
 
   /// Updates fused into the backward, one parameter at a time (lomo,
   /// adalomo): no gradient outlives its update.

@@ -48,6 +48,9 @@ static const FlagInfo kFlags[] = {
      "(device: the target's free memory now)"},
     {"allow-optimizer", "NAME,...",
      "With --memory-budget: optimizers it may switch to (lomo, adalomo)"},
+    {"on-nan", "stop|skip|continue",
+     "A step whose loss is NaN or infinite: stop with an error (default), "
+     "skip it (no state changes), or continue"},
     {"disable-dropout", nullptr,
      "Train with every Dropout ratio set to 0 (to reproduce references "
      "computed without dropout)"},
@@ -315,6 +318,18 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
       o.AllowOptimizers.push_back(*kind);
     }
   }
+  if (has("on-nan")) {
+    llvm::StringRef v = get("on-nan");
+    if (v == "stop")
+      o.OnNan = NanPolicy::Stop;
+    else if (v == "skip")
+      o.OnNan = NanPolicy::Skip;
+    else if (v == "continue")
+      o.OnNan = NanPolicy::Continue;
+    else
+      return flagError("on-nan", v, "stop, skip or continue");
+  }
+  o.Optimizer.SkipNonFinite = o.OnNan == NanPolicy::Skip;
   o.DisableDropout = sw("disable-dropout");
   o.Target = has("device") ? get("device").str() : "auto";
   if (o.Target == "auto")
@@ -416,6 +431,8 @@ std::string CompileOptions::flags() const {
     }
     add("allow-optimizer", llvm::join(names, ","));
   }
+  if (OnNan != NanPolicy::Stop)
+    add("on-nan", OnNan == NanPolicy::Skip ? "skip" : "continue");
   if (DisableDropout)
     add("disable-dropout", "");
   add("device", Target);

@@ -32,6 +32,11 @@ namespace headroom {
 /// the backward is what they are. Never keeps PyTorch's order.
 enum class ScheduleMode { Auto, Always, Never };
 
+/// What a step whose loss is NaN or infinite does: stop training with an
+/// error (the default), skip (the step changes no state: the optimizer's
+/// skip_nonfinite), or continue (train on, with a warning).
+enum class NanPolicy { Stop, Skip, Continue };
+
 struct CompileOptions {
   /// Import bindings; Import.Batch is the batch of a whole optimizer step.
   ImportOptions Import;
@@ -57,6 +62,7 @@ struct CompileOptions {
   /// these.
   uint64_t MemoryBudget = 0;
   std::vector<enum OptimizerOptions::Kind> AllowOptimizers;
+  NanPolicy OnNan = NanPolicy::Stop;
   /// Sets every Dropout's ratio to 0 (to reproduce references computed
   /// without dropout; the trained model is then not the one described).
   bool DisableDropout = false;

@@ -9,6 +9,7 @@
 // that compile + run gives the same weights as train.
 //
 //===----------------------------------------------------------------------===//
+#include "compiler/Attribute.h"
 #include "pipeline/AutoFit.h"
 #include "pipeline/Compile.h"
 #include "runtime/ModelIO.h"
@@ -91,8 +92,28 @@ static std::string formatDuration(double seconds) {
 /// Runs --steps or --epochs steps of `t` over `data`, logging as it goes,
 /// then saves the trained model (initializers from `sourceModel`) with
 /// --save. `lr` is what the log reports.
+/// The first NaN or infinity among the rows of a batch, as "input 'x'
+/// sample 37 holds nan" (empty when the data is finite).
+static std::string firstNonFinite(const Dataset &data,
+                                  llvm::ArrayRef<int64_t> order, int64_t start,
+                                  int64_t batch) {
+  for (const auto &[name, array] : data.Arrays) {
+    if (!isFloat(array.type().dtype()) || data.Samples == 0)
+      continue;
+    int64_t perSample = array.numElements() / data.Samples;
+    for (int64_t i = start; i < start + batch && i < int64_t(order.size()); ++i)
+      for (int64_t j = 0; j < perSample; ++j) {
+        double v = array.getDouble(order[i] * perSample + j);
+        if (!std::isfinite(v))
+          return "input '" + name + "' sample " + std::to_string(order[i]) +
+                 " holds " + shortestDecimal(v);
+      }
+  }
+  return "";
+}
+
 static int trainLoop(Trainer &t, const Dataset &data, double lr,
-                     llvm::StringRef sourceModel) {
+                     llvm::StringRef sourceModel, NanPolicy onNan) {
   if (auto e = t.checkData(data))
     return reportError(std::move(e));
   std::string title = (llvm::sys::path::filename(sourceModel) + ", batch " +
@@ -136,10 +157,19 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
             .count();
     if (log) {
       *log << "{\"step\": " << s + 1
-           << ", \"loss\": " << llvm::format("%.9g", r->Loss)
-           << ", \"lr\": " << llvm::format("%.9g", lr);
-      if (r->GradNorm)
-        *log << ", \"grad_norm\": " << llvm::format("%.9g", *r->GradNorm);
+           << ", \"loss\": "; // JSON has no NaN: a non-finite loss is null
+      if (std::isfinite(r->Loss))
+        *log << llvm::format("%.9g", r->Loss);
+      else
+        *log << "null";
+      *log << ", \"lr\": " << llvm::format("%.9g", lr);
+      if (r->GradNorm) {
+        *log << ", \"grad_norm\": ";
+        if (std::isfinite(*r->GradNorm))
+          *log << llvm::format("%.9g", *r->GradNorm);
+        else
+          *log << "null";
+      }
       *log << ", \"seconds\": " << llvm::format("%.6f", seconds) << "}\n";
       log->flush();
     }
@@ -157,9 +187,22 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
       llvm::errs() << "\r" << os.str() << "\x1b[K";
     else if ((s + 1) % std::max<int64_t>(1, total / 20) == 0 || s + 1 == total)
       llvm::errs() << os.str() << "\n";
-    if (!std::isfinite(r->Loss))
+    if (!std::isfinite(r->Loss)) {
+      std::string where = firstNonFinite(data, order, inEpoch * batch, batch);
+      std::string what = "step " + std::to_string(s + 1) + ": the loss is " +
+                         shortestDecimal(r->Loss) +
+                         (where.empty() ? "" : " (" + where + ")");
+      if (tty)
+        llvm::errs() << "\n";
+      if (onNan == NanPolicy::Stop)
+        return reportError(what + "; stopping (--on-nan skip leaves such "
+                                  "steps out, --on-nan continue trains on)");
       llvm::WithColor::warning(llvm::errs(), "headroom")
-          << "the loss is " << r->Loss << " at step " << s + 1 << "\n";
+          << what
+          << (onNan == NanPolicy::Skip ? "; skipped: no weight changed"
+                                       : "; training on (--on-nan continue)")
+          << "\n";
+    }
   }
   if (tty)
     llvm::errs() << "\n";
@@ -184,7 +227,8 @@ int runTrain(const CompileOptions &options) {
   auto trainer = Trainer::create(std::move(compiled->ThePlan), Model, Seed);
   if (!trainer)
     return reportError(trainer.takeError());
-  return trainLoop(**trainer, *data, options.Optimizer.Lr, Model);
+  return trainLoop(**trainer, *data, options.Optimizer.Lr, Model,
+                   options.OnNan);
 }
 
 static cl::opt<bool> Json("json", cl::desc("Print the report as JSON"),
@@ -378,5 +422,15 @@ int runRun() {
   auto trainer = Trainer::create(std::move(loaded->ThePlan), model, Seed);
   if (!trainer)
     return reportError(trainer.takeError());
-  return trainLoop(**trainer, *data, loaded->Recipe.Lr, model);
+  // The plan's --on-nan (the recorded flags; stop when they do not say).
+  NanPolicy onNan = NanPolicy::Stop;
+  if (auto flags = splitFlags(loaded->Recipe.Flags)) {
+    if (auto o = compileOptionsFromFlags(*flags))
+      onNan = o->OnNan;
+    else
+      llvm::consumeError(o.takeError());
+  } else {
+    llvm::consumeError(flags.takeError());
+  }
+  return trainLoop(**trainer, *data, loaded->Recipe.Lr, model, onNan);
 }

@@ -948,7 +948,8 @@ TEST(MixedPrecision, Fp16OverflowSkipsTheStepAndHalvesTheScale) {
     ASSERT_TRUE(static_cast<bool>(t->step(data, order, 8))) << what;
     for (const PlanState &s : e.plan().States) {
       if (llvm::StringRef(s.Name).startswith("loss_scale.") ||
-          s.Kind == StateKind::Gradient || s.Name == "clip.scale")
+          s.Kind == StateKind::Gradient || s.Name == "clip.scale" ||
+          s.Name == "step.finite")
         continue;
       if (s.Kind == StateKind::Buffer)
         continue; // BatchNorm statistics advance with the forward, as torch's
@@ -968,6 +969,54 @@ TEST(MixedPrecision, Fp16OverflowSkipsTheStepAndHalvesTheScale) {
       moved |= s.Kind == StateKind::Param &&
                !(*e.readState(s.Name) == before[s.Name]);
     EXPECT_TRUE(moved) << what << ": a finite step must update";
+  }
+}
+
+} // namespace
+
+namespace {
+
+/// --on-nan skip: a batch whose loss is NaN changes no parameter, moment,
+/// step count or accumulator-fed update; LOMO learns it before its first
+/// fused update (the norm pass). The next finite batch trains as usual.
+TEST(OnNan, SkipLeavesEveryWeightUnchanged) {
+  using K = enum OptimizerOptions::Kind;
+  for (auto [kind, accum] :
+       {std::make_pair(K::Sgd, 1u), std::make_pair(K::AdamW, 1u),
+        std::make_pair(K::Lomo, 1u), std::make_pair(K::Lomo, 2u),
+        std::make_pair(K::AdaLomo, 1u)}) {
+    CompileOptions o;
+    o.Import.Batch = 8;
+    o.Optimizer.Kind = kind;
+    o.Optimizer.SkipNonFinite = true; // what --on-nan skip sets
+    o.Accumulate = accum;
+    std::string what = o.flags();
+    auto t = takeOrFail(compileTrainer(modelPath("gpt.onnx"), o));
+    ASSERT_TRUE(t) << what;
+    auto data = takeOrFail(loadDataset(modelPath("gpt.train.npz")));
+    std::vector<int64_t> order = identityOrder(data.Samples);
+    ASSERT_TRUE(static_cast<bool>(t->step(data, order, 0))) << what;
+    // GPT's inputs are token ids, which cannot be NaN: one weight the loss
+    // reads is made NaN instead, so the next loss and gradients are.
+    Executor &e = t->executor();
+    std::map<std::string, Tensor> before;
+    for (const PlanState &s : e.plan().States)
+      before[s.Name] = *e.readState(s.Name);
+    Tensor w = before.at("ln_f.weight");
+    w.setDouble(0, std::nan(""));
+    ASSERT_EQ(errorOf(e.writeState("ln_f.weight", w)), "");
+    before["ln_f.weight"] = w;
+    auto r = takeOrFail(t->step(data, order, 8));
+    EXPECT_TRUE(std::isnan(r.Loss)) << what;
+    for (const PlanState &s : e.plan().States) {
+      if (s.Kind == StateKind::Gradient || s.Name == "step.finite" ||
+          s.Name == "clip.scale")
+        continue;
+      Tensor now = *e.readState(s.Name);
+      // Compared as bytes: the NaN weight must stay that NaN.
+      EXPECT_TRUE(now.bytes() == before[s.Name].bytes())
+          << what << ": the skipped step changed " << s.Name;
+    }
   }
 }
 

@@ -13,6 +13,10 @@ x = ("f32", (n, 16), [((i * 7) % 11) / 11.0 for i in range(n * 16)])
 y = ("i64", (n,), [i % 10 for i in range(n)])
 write_npz(os.path.join(out, "good.npz"), {"x": x, "y": y})
 write_npz(os.path.join(out, "missing.npz"), {"x": x})
+# Sample 5 holds a NaN: its batch's loss is NaN.
+nan_x = list(x[2])
+nan_x[5 * 16 + 3] = float("nan")
+write_npz(os.path.join(out, "nan.npz"), {"x": ("f32", x[1], nan_x), "y": y})
 write_npz(os.path.join(out, "dtype.npz"), {"x": ("f64",) + x[1:], "y": y})
 write_npz(os.path.join(out, "trailing.npz"),
           {"x": ("f32", (n, 8), x[2][: n * 8]), "y": y})
