@@ -103,6 +103,8 @@ private:
   }
 
   std::map<DType, std::pair<Value *, Value *>> Corrections;
+  /// Per function, the loss scale its backward was seeded with.
+  llvm::DenseMap<const Function *, Value *> SeedScales;
   llvm::Error Conflict = llvm::Error::success();
 
   OptimizerOptions O;
@@ -402,7 +404,9 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
   if (O.LossScale) {
     offset = slot(m, "loss_scale.log2_offset", f32s);
     good = slot(m, "loss_scale.good_steps", f32s);
-    lossScale = scaleValue(b, offset);
+    lossScale = SeedScales.lookup(&f);
+    if (!lossScale) // a function without a seed of its own
+      lossScale = scaleValue(b, offset);
   }
   bool check = O.LossScale || O.SkipNonFinite; // whether to update at all
   bool prePass = (O.ClipGradNorm > 0 || check) && O.fused() && !kept;
@@ -570,9 +574,10 @@ llvm::Expected<bool> Optimizer::run(Module &m) {
       b.setLoc(seed->loc());
       StateSlot *offset =
           slot(m, "loss_scale.log2_offset", TensorType(DType::F32, {}));
-      Value *scale =
-          cast(b, scaleValue(b, offset), seed->result(0)->type().dtype());
-      seed->result(0)->replaceAllUsesWith(scale);
+      Value *scale = scaleValue(b, offset);
+      SeedScales[f] = scale; // the update unscales with the same value
+      seed->result(0)->replaceAllUsesWith(
+          cast(b, scale, seed->result(0)->type().dtype()));
       seed->erase();
       changed = true;
     }

@@ -206,6 +206,20 @@ public:
     bool changed = false;
     if (O.Kind == RecomputeOptions::Policy::None)
       return false;
+    // A name to keep that no value has is a typo, not a choice.
+    for (const std::string &name : O.Keep) {
+      bool found = false;
+      for (const auto &f : m.functions())
+        for (const Node &n : f->nodes())
+          for (const Value *r : n.results())
+            found |= r->name() == name;
+      if (!found)
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            "recompute: keep=%s: no value has that name (headroom opt "
+            "--compile prints them)",
+            name.c_str());
+    }
     for (const auto &f : m.functions())
       changed |= recomputeFunction(*f);
     return changed;

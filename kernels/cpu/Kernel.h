@@ -85,8 +85,6 @@ enum class FloatSupport { Any, F32F64 };
 
 /// The kernel for `op`, or null.
 KernelFn lookupKernel(llvm::StringRef op);
-/// What the kernel of `op` computes in (Any for an op with no kernel).
-FloatSupport kernelFloatSupport(llvm::StringRef op);
 void registerKernel(llvm::StringRef op, KernelFn fn,
                     FloatSupport floats = FloatSupport::Any);
 

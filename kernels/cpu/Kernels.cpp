@@ -56,12 +56,6 @@ KernelFn headroom::cpu::lookupKernel(llvm::StringRef op) {
   return it == registry().end() ? nullptr : it->second.Fn;
 }
 
-FloatSupport headroom::cpu::kernelFloatSupport(llvm::StringRef op) {
-  registerAll();
-  auto it = registry().find(op);
-  return it == registry().end() ? FloatSupport::Any : it->second.Floats;
-}
-
 WorkspaceFn headroom::cpu::lookupWorkspace(llvm::StringRef op) {
   registerAll();
   auto it = workspaceRegistry().find(op);
