@@ -32,6 +32,13 @@ public:
 
   virtual llvm::Expected<Tensor> readState(llvm::StringRef name) const = 0;
   virtual llvm::Error writeState(llvm::StringRef name, const Tensor &value) = 0;
+  /// Bytes [offset, offset + out.size()) of state slot `index` (of
+  /// plan().States), copied to host memory. Checkpoints stream state through
+  /// a small buffer with these, so saving one needs no slot-sized copy.
+  virtual llvm::Error readStateBytes(size_t index, uint64_t offset,
+                                     llvm::MutableArrayRef<uint8_t> out) const = 0;
+  virtual llvm::Error writeStateBytes(size_t index, uint64_t offset,
+                                      llvm::ArrayRef<uint8_t> bytes) = 0;
 
   /// Gradients that ParamGrad nodes produced in the last run, by state name
   /// (a plan without an optimizer reports its gradients this way).

@@ -1,6 +1,8 @@
 //===- ModelIO.cpp - Initial weights in, trained model out ----------------===//
 #include "runtime/ModelIO.h"
 
+#include "runtime/AtomicFile.h"
+
 #include "compiler/OnnxTensor.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -62,32 +64,6 @@ llvm::Expected<unsigned> headroom::loadInitialState(Executor &exec,
     ++loaded;
   }
   return loaded;
-}
-
-llvm::Error headroom::writeFileAtomically(llvm::StringRef path,
-                                          llvm::StringRef bytes) {
-  llvm::SmallString<256> tmp;
-  int fd;
-  std::string model = (path + ".tmp-%%%%%%").str();
-  if (std::error_code ec = llvm::sys::fs::createUniqueFile(model, fd, tmp))
-    return err(path +
-               ": cannot create a temporary file next to it: " + ec.message());
-  {
-    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
-    os << bytes;
-    os.flush();
-    if (os.has_error()) {
-      std::string msg = os.error().message();
-      os.clear_error();
-      llvm::sys::fs::remove(tmp);
-      return err(path + ": write failed: " + msg);
-    }
-  }
-  if (std::error_code ec = llvm::sys::fs::rename(tmp, path)) {
-    llvm::sys::fs::remove(tmp);
-    return err(path + ": cannot rename the temporary file: " + ec.message());
-  }
-  return llvm::Error::success();
 }
 
 llvm::Error headroom::saveTrainedModel(const Executor &exec,

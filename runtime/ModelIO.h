@@ -2,6 +2,7 @@
 #ifndef HEADROOM_RUNTIME_MODELIO_H
 #define HEADROOM_RUNTIME_MODELIO_H
 
+#include "runtime/AtomicFile.h"
 #include "runtime/Executor.h"
 
 namespace headroom {
@@ -17,9 +18,6 @@ llvm::Expected<unsigned> loadInitialState(Executor &exec,
 /// temporary file in the same folder, then rename).
 llvm::Error saveTrainedModel(const Executor &exec, llvm::StringRef modelPath,
                              llvm::StringRef outPath);
-
-/// Writes `bytes` to `path` atomically.
-llvm::Error writeFileAtomically(llvm::StringRef path, llvm::StringRef bytes);
 
 } // namespace headroom
 

@@ -233,6 +233,18 @@ headroom::serializePlanFile(const Plan &plan, const PlanSource &source,
   return bytes;
 }
 
+std::string headroom::planFingerprint(const Plan &plan) {
+  pb::Plan body;
+  toProto(plan, PlanSource{}, PlanRecipe{}, body);
+  // What the plan runs, not where it came from or what its report says.
+  body.clear_source();
+  body.clear_options();
+  body.clear_report();
+  std::string bytes;
+  body.SerializeToString(&bytes);
+  return sha256Hex(bytes);
+}
+
 llvm::Error headroom::writePlanFile(const Plan &plan, const PlanSource &source,
                                     const PlanRecipe &recipe,
                                     llvm::StringRef path) {

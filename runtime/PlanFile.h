@@ -60,6 +60,12 @@ llvm::Expected<std::string> serializePlanFile(const Plan &plan,
 llvm::Expected<LoadedPlan> parsePlanFile(llvm::StringRef bytes,
                                          llvm::StringRef name);
 
+/// SHA-256 (hex) of what `plan` computes: its functions, buffers, state and
+/// driver, not its source, flags or report. Equal plans have equal
+/// fingerprints wherever they were compiled; a checkpoint names the plan it
+/// was written by with it.
+std::string planFingerprint(const Plan &plan);
+
 /// Writes a plan file atomically (a temporary file, then rename).
 llvm::Error writePlanFile(const Plan &plan, const PlanSource &source,
                           const PlanRecipe &recipe, llvm::StringRef path);

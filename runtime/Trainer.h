@@ -37,6 +37,10 @@ public:
   /// Samples per step, and per call of a driver function.
   int64_t batch() const;
   int64_t microBatch() const;
+  /// Micro-batches consumed so far: the random step (Dropout's masks) of
+  /// the next call. A checkpoint saves it; resuming sets it back.
+  uint64_t randomStep() const { return MicroBatches; }
+  void setRandomStep(uint64_t step) { MicroBatches = step; }
 
 private:
   /// The first function the driver calls (all take the same arguments).

@@ -12,6 +12,7 @@
 #include "compiler/Attribute.h"
 #include "pipeline/AutoFit.h"
 #include "pipeline/Compile.h"
+#include "runtime/Checkpoint.h"
 #include "runtime/ModelIO.h"
 #include "runtime/PlanFile.h"
 #include "runtime/Report.h"
@@ -24,6 +25,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/WithColor.h"
@@ -81,6 +83,25 @@ static cl::opt<std::string> Save("save",
 static cl::opt<std::string> Log("log", cl::desc("Write one JSON line per step"),
                                 cl::value_desc("FILE"), cl::sub(TrainCmd),
                                 cl::sub(RunCmd), cl::cat(TrainCat));
+static cl::opt<std::string>
+    CheckpointDir("checkpoint",
+                  cl::desc("Write checkpoints (DIR/checkpoint.hrc, "
+                           "atomically) to this folder"),
+                  cl::value_desc("DIR"), cl::sub(TrainCmd), cl::sub(RunCmd),
+                  cl::cat(TrainCat));
+static cl::opt<int64_t>
+    CheckpointEvery("checkpoint-every",
+                    cl::desc("Checkpoint every N steps and after the last "
+                             "(default: after the last only)"),
+                    cl::value_desc("N"), cl::init(0), cl::sub(TrainCmd),
+                    cl::sub(RunCmd), cl::cat(TrainCat));
+static cl::opt<std::string>
+    ResumeDir("resume",
+              cl::desc("Continue the run whose checkpoint is in this folder "
+                       "(--steps/--epochs count from its start)"),
+              cl::value_desc("DIR"), cl::sub(TrainCmd), cl::sub(RunCmd),
+              cl::cat(TrainCat));
+
 static std::string formatDuration(double seconds) {
   int64_t s = static_cast<int64_t>(seconds + 0.5);
   char buf[32];
@@ -112,10 +133,73 @@ static std::string firstNonFinite(const Dataset &data,
   return "";
 }
 
+/// The log's lines of steps up to `step` (a resumed run rewrites the steps
+/// after its checkpoint).
+static llvm::Error truncateLog(llvm::StringRef path, int64_t step) {
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buf)
+    return llvm::Error::success(); // no log yet
+  std::string kept;
+  llvm::SmallVector<llvm::StringRef, 0> lines;
+  (*buf)->getBuffer().split(lines, '\n', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef line : lines) {
+    auto v = llvm::json::parse(line);
+    if (!v) {
+      llvm::consumeError(v.takeError());
+      continue; // a line a kill cut short
+    }
+    auto s = v->getAsObject() ? v->getAsObject()->getInteger("step") : llvm::None;
+    if (s && *s <= step)
+      kept += (line + "\n").str();
+  }
+  return writeFileAtomically(path, kept);
+}
+
+/// What a checkpoint of this run records about it (the step counters are
+/// filled in when it is written).
+static CheckpointInfo describeRun(Trainer &t, const Dataset &data,
+                                  const PlanSource &source) {
+  CheckpointInfo info;
+  info.PlanSha256 = planFingerprint(t.executor().plan());
+  info.ModelPath = source.ModelPath;
+  info.ModelSha256 = source.Sha256;
+  info.Seed = Seed;
+  info.Shuffle = Shuffle < 0 ? -1 : int64_t(Shuffle);
+  info.DataSamples = data.Samples;
+  info.DataPath = data.Source;
+  return info;
+}
+
 static int trainLoop(Trainer &t, const Dataset &data, double lr,
-                     llvm::StringRef sourceModel, NanPolicy onNan) {
+                     const PlanSource &source, NanPolicy onNan) {
+  llvm::StringRef sourceModel = source.ModelPath;
   if (auto e = t.checkData(data))
     return reportError(std::move(e));
+  if (CheckpointEvery < 0 || (CheckpointEvery > 0 && CheckpointDir.empty()))
+    return reportError("--checkpoint-every N needs --checkpoint DIR and N >= 1");
+  CheckpointInfo run;
+  int64_t first = 0; // steps already done
+  if (!CheckpointDir.empty() || !ResumeDir.empty())
+    run = describeRun(t, data, source);
+  if (!ResumeDir.empty()) {
+    auto saved = readCheckpoint(ResumeDir);
+    if (!saved)
+      return reportError(saved.takeError());
+    const CheckpointInfo &info = saved->Parsed.Info;
+    if (auto e = checkResumable(info, run, ResumeDir))
+      return reportError(std::move(e));
+    if (auto e = restoreState(saved->Parsed, t.executor(), ResumeDir))
+      return reportError(std::move(e));
+    t.setRandomStep(info.RandomStep);
+    first = info.Step;
+    if (!Log.empty())
+      if (auto e = truncateLog(Log, first))
+        return reportError(std::move(e));
+    llvm::errs() << "resuming from " << checkpointPath(ResumeDir)
+                 << " after step " << first << "\n";
+  }
+  if (!CheckpointDir.empty())
+    removeStaleTemporaries(checkpointPath(CheckpointDir));
   std::string title = (llvm::sys::path::filename(sourceModel) + ", batch " +
                        llvm::Twine(t.batch()))
                           .str();
@@ -127,21 +211,33 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
     return reportError("the model has no data input to feed");
   int64_t perEpoch = data.Samples / batch;
   int64_t total = Steps > 0 ? Steps : Epochs * perEpoch;
+  if (first > total)
+    return reportError("the checkpoint in " + ResumeDir + " is after step " +
+                       llvm::Twine(first) + ", beyond the " +
+                       llvm::Twine(total) + " steps this run asks for");
 
   std::unique_ptr<llvm::raw_fd_ostream> log;
   if (!Log.empty()) {
     std::error_code ec;
-    log = std::make_unique<llvm::raw_fd_ostream>(Log, ec);
+    log = std::make_unique<llvm::raw_fd_ostream>(
+        Log, ec, first > 0 ? llvm::sys::fs::OF_Append : llvm::sys::fs::OF_None);
     if (ec)
       return reportError(Log + ": cannot write: " + ec.message());
   }
+  auto checkpoint = [&](int64_t step) -> llvm::Error {
+    run.Step = step;
+    run.RandomStep = t.randomStep();
+    return writeCheckpoint(CheckpointDir, run, t.executor());
+  };
   bool tty = llvm::sys::Process::StandardErrIsDisplayed();
   std::vector<int64_t> order(data.Samples);
+  int64_t orderEpoch = -1; // the epoch `order` is for
   auto start = std::chrono::steady_clock::now();
   double lastLoss = 0;
-  for (int64_t s = 0; s < total; ++s) {
+  for (int64_t s = first; s < total; ++s) {
     int64_t epoch = s / perEpoch, inEpoch = s % perEpoch;
-    if (inEpoch == 0) {
+    if (epoch != orderEpoch) {
+      orderEpoch = epoch;
       std::iota(order.begin(), order.end(), 0);
       if (Shuffle >= 0) {
         std::mt19937_64 rng(uint64_t(Shuffle) * 1000003ull + epoch);
@@ -173,8 +269,8 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
       *log << ", \"seconds\": " << llvm::format("%.6f", seconds) << "}\n";
       log->flush();
     }
-    double rate = (s + 1) * batch / std::max(seconds, 1e-9);
-    double eta = (total - s - 1) * seconds / (s + 1);
+    double rate = (s + 1 - first) * batch / std::max(seconds, 1e-9);
+    double eta = (total - s - 1) * seconds / (s + 1 - first);
     std::string line;
     llvm::raw_string_ostream os(line);
     os << "step " << s + 1 << "/" << total << "  loss "
@@ -203,9 +299,17 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
                                        : "; training on (--on-nan continue)")
           << "\n";
     }
+    if (!CheckpointDir.empty() &&
+        ((CheckpointEvery > 0 && (s + 1) % CheckpointEvery == 0) ||
+         s + 1 == total))
+      if (auto e = checkpoint(s + 1))
+        return reportError(std::move(e));
   }
   if (tty)
     llvm::errs() << "\n";
+  if (first == total && !CheckpointDir.empty())
+    if (auto e = checkpoint(total))
+      return reportError(std::move(e));
   if (!Save.empty()) {
     if (auto e = saveTrainedModel(t.executor(), sourceModel, Save))
       return reportError(std::move(e));
@@ -224,10 +328,18 @@ int runTrain(const CompileOptions &options) {
   auto compiled = compile(Model, options);
   if (!compiled)
     return reportError(compiled.takeError());
+  // A checkpoint names the model by its hash, taken only when one is used.
+  PlanSource source{Model, ""};
+  if (!CheckpointDir.empty() || !ResumeDir.empty()) {
+    auto described = describePlanSource(Model);
+    if (!described)
+      return reportError(described.takeError());
+    source = *described;
+  }
   auto trainer = Trainer::create(std::move(compiled->ThePlan), Model, Seed);
   if (!trainer)
     return reportError(trainer.takeError());
-  return trainLoop(**trainer, *data, options.Optimizer.Lr, Model,
+  return trainLoop(**trainer, *data, options.Optimizer.Lr, source,
                    options.OnNan);
 }
 
@@ -419,6 +531,7 @@ int runRun() {
   llvm::errs() << "plan " << PlanPath << ": " << loaded->Source.ModelPath << " "
                << loaded->Recipe.Flags << "\n";
   std::string model = loaded->Source.ModelPath;
+  PlanSource source = loaded->Source;
   auto trainer = Trainer::create(std::move(loaded->ThePlan), model, Seed);
   if (!trainer)
     return reportError(trainer.takeError());
@@ -432,5 +545,5 @@ int runRun() {
   } else {
     llvm::consumeError(flags.takeError());
   }
-  return trainLoop(**trainer, *data, loaded->Recipe.Lr, model, onNan);
+  return trainLoop(**trainer, *data, loaded->Recipe.Lr, source, onNan);
 }

@@ -32,6 +32,10 @@ public:
   run(llvm::StringRef function, llvm::ArrayRef<const Tensor *> args) override;
   llvm::Expected<Tensor> readState(llvm::StringRef name) const override;
   llvm::Error writeState(llvm::StringRef name, const Tensor &value) override;
+  llvm::Error readStateBytes(size_t index, uint64_t offset,
+                             llvm::MutableArrayRef<uint8_t> out) const override;
+  llvm::Error writeStateBytes(size_t index, uint64_t offset,
+                              llvm::ArrayRef<uint8_t> bytes) override;
   const std::map<std::string, Tensor> &gradients() const override {
     return Gradients;
   }
@@ -244,6 +248,38 @@ llvm::Error CpuExecutor::writeState(llvm::StringRef name, const Tensor &value) {
         value.type().str().c_str());
   // Copy into the existing storage: buffer pointers refer to it.
   std::copy(value.bytes().begin(), value.bytes().end(), state(i));
+  return llvm::Error::success();
+}
+
+/// Whether [offset, offset + size) lies inside state slot `index`.
+static llvm::Error checkStateRange(const Plan &plan, size_t index,
+                                   uint64_t offset, uint64_t size) {
+  if (index >= plan.States.size())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "no state slot %zu", index);
+  uint64_t bytes = plan.States[index].Type.sizeInBytes();
+  if (offset > bytes || size > bytes - offset)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "bytes [%llu, %llu) are outside state @%s (%llu bytes)",
+        (unsigned long long)offset, (unsigned long long)(offset + size),
+        plan.States[index].Name.c_str(), (unsigned long long)bytes);
+  return llvm::Error::success();
+}
+
+llvm::Error CpuExecutor::readStateBytes(size_t index, uint64_t offset,
+                                        llvm::MutableArrayRef<uint8_t> out) const {
+  if (auto e = checkStateRange(ThePlan, index, offset, out.size()))
+    return e;
+  std::memcpy(out.data(), state(index) + offset, out.size());
+  return llvm::Error::success();
+}
+
+llvm::Error CpuExecutor::writeStateBytes(size_t index, uint64_t offset,
+                                         llvm::ArrayRef<uint8_t> bytes) {
+  if (auto e = checkStateRange(ThePlan, index, offset, bytes.size()))
+    return e;
+  std::memcpy(state(index) + offset, bytes.data(), bytes.size());
   return llvm::Error::success();
 }
 
