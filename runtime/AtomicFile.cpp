@@ -63,9 +63,9 @@ llvm::Error AtomicFile::write(llvm::StringRef bytes) {
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)
-      return fail("write failed", n < 0 ? lastError()
-                                        : std::make_error_code(
-                                              std::errc::no_space_on_device));
+      return fail("write failed",
+                  n < 0 ? lastError()
+                        : std::make_error_code(std::errc::no_space_on_device));
     p += n;
     left -= size_t(n);
     Size += uint64_t(n);

@@ -72,8 +72,8 @@ llvm::Error headroom::writeCheckpoint(llvm::StringRef dir,
   std::vector<uint8_t> buffer;
   for (size_t i = 0; i < plan.States.size(); ++i) {
     const PlanState &s = plan.States[i];
-    uint64_t pad = (kSlotAlignment - file->size() % kSlotAlignment) %
-                   kSlotAlignment;
+    uint64_t pad =
+        (kSlotAlignment - file->size() % kSlotAlignment) % kSlotAlignment;
     if (auto e = writeZeros(*file, pad))
       return e;
     pb::Slot *slot = header.add_slots();
@@ -163,7 +163,8 @@ headroom::parseCheckpoint(llvm::StringRef bytes, llvm::StringRef name) {
     uint64_t offset = s.offset(), size = s.bytes();
     if (s.name().empty() || offset % kSlotAlignment != 0 || offset < end ||
         offset > headerOffset || size > headerOffset - offset)
-      return bad("corrupt: " + what + " lies outside the state region or "
+      return bad("corrupt: " + what +
+                 " lies outside the state region or "
                  "overlaps another");
     uint64_t chunks = size / chunk + (size % chunk != 0);
     if (uint64_t(s.chunk_xxhash64_size()) != chunks)
@@ -239,8 +240,7 @@ llvm::Error headroom::restoreState(const ParsedCheckpoint &c, Executor &exec,
   std::string from = "cannot resume from " + checkpointPath(dir) + ": ";
   if (c.Slots.size() != plan.States.size())
     return err(from + "it holds " + llvm::Twine(c.Slots.size()) +
-               " state slots; the plan has " +
-               llvm::Twine(plan.States.size()));
+               " state slots; the plan has " + llvm::Twine(plan.States.size()));
   for (size_t i = 0; i < c.Slots.size(); ++i) {
     const PlanState &s = plan.States[i];
     std::string type = s.Type.str();

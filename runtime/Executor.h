@@ -35,8 +35,9 @@ public:
   /// Bytes [offset, offset + out.size()) of state slot `index` (of
   /// plan().States), copied to host memory. Checkpoints stream state through
   /// a small buffer with these, so saving one needs no slot-sized copy.
-  virtual llvm::Error readStateBytes(size_t index, uint64_t offset,
-                                     llvm::MutableArrayRef<uint8_t> out) const = 0;
+  virtual llvm::Error
+  readStateBytes(size_t index, uint64_t offset,
+                 llvm::MutableArrayRef<uint8_t> out) const = 0;
   virtual llvm::Error writeStateBytes(size_t index, uint64_t offset,
                                       llvm::ArrayRef<uint8_t> bytes) = 0;
 

@@ -148,7 +148,8 @@ static llvm::Error truncateLog(llvm::StringRef path, int64_t step) {
       llvm::consumeError(v.takeError());
       continue; // a line a kill cut short
     }
-    auto s = v->getAsObject() ? v->getAsObject()->getInteger("step") : llvm::None;
+    auto s =
+        v->getAsObject() ? v->getAsObject()->getInteger("step") : llvm::None;
     if (s && *s <= step)
       kept += (line + "\n").str();
   }
@@ -176,7 +177,8 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
   if (auto e = t.checkData(data))
     return reportError(std::move(e));
   if (CheckpointEvery < 0 || (CheckpointEvery > 0 && CheckpointDir.empty()))
-    return reportError("--checkpoint-every N needs --checkpoint DIR and N >= 1");
+    return reportError(
+        "--checkpoint-every N needs --checkpoint DIR and N >= 1");
   CheckpointInfo run;
   int64_t first = 0; // steps already done
   if (!CheckpointDir.empty() || !ResumeDir.empty())

@@ -267,8 +267,9 @@ static llvm::Error checkStateRange(const Plan &plan, size_t index,
   return llvm::Error::success();
 }
 
-llvm::Error CpuExecutor::readStateBytes(size_t index, uint64_t offset,
-                                        llvm::MutableArrayRef<uint8_t> out) const {
+llvm::Error
+CpuExecutor::readStateBytes(size_t index, uint64_t offset,
+                            llvm::MutableArrayRef<uint8_t> out) const {
   if (auto e = checkStateRange(ThePlan, index, offset, out.size()))
     return e;
   std::memcpy(out.data(), state(index) + offset, out.size());
