@@ -5,6 +5,7 @@
 #include "runtime/PlanFile.h"
 #include "runtime/checkpoint.pb.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -124,6 +125,12 @@ headroom::parseCheckpoint(llvm::StringRef bytes, llvm::StringRef name) {
       !bytes.endswith(kEndMark))
     return bad("truncated (no end mark): the write that made it did not "
                "finish");
+  // Every byte is checked, the padding too: it must be zero.
+  auto zeros = [&](uint64_t from, uint64_t to) {
+    return llvm::all_of(bytes.slice(from, to), [](char c) { return c == 0; });
+  };
+  if (!zeros(kMagic.size() + 4, kPreambleBytes))
+    return bad("corrupt: the preamble's padding is not zero");
   const char *trailer = bytes.end() - kTrailerBytes;
   uint64_t headerOffset = read64le(trailer);
   uint64_t headerBytes = read64le(trailer + 8);
@@ -166,6 +173,8 @@ headroom::parseCheckpoint(llvm::StringRef bytes, llvm::StringRef name) {
       return bad("corrupt: " + what +
                  " lies outside the state region or "
                  "overlaps another");
+    if (!zeros(end, offset))
+      return bad("corrupt: the padding before " + what + " is not zero");
     uint64_t chunks = size / chunk + (size % chunk != 0);
     if (uint64_t(s.chunk_xxhash64_size()) != chunks)
       return bad("corrupt: " + what + " has " +
@@ -181,6 +190,8 @@ headroom::parseCheckpoint(llvm::StringRef bytes, llvm::StringRef name) {
     out.Slots.push_back({s.name(), s.type(), data});
     end = offset + size;
   }
+  if (!zeros(end, headerOffset))
+    return bad("corrupt: the bytes before the header are not zero");
   return out;
 }
 
