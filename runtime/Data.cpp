@@ -175,43 +175,67 @@ static llvm::Error addArray(Dataset &d, llvm::StringRef name, Tensor t) {
   return llvm::Error::success();
 }
 
-static llvm::Expected<std::map<std::string, Tensor>>
-readNpz(llvm::StringRef path) {
+llvm::Expected<std::map<std::string, Tensor>>
+headroom::readNpzBuffer(llvm::StringRef bytes, llvm::StringRef name) {
   std::map<std::string, Tensor> arrays;
-  int error = 0;
-  zip_t *z = zip_open(path.str().c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &error);
-  if (!z) {
-    zip_error_t ze;
-    zip_error_init_with_code(&ze, error);
+  zip_error_t ze;
+  zip_error_init(&ze);
+  auto fail = [&]() {
     std::string msg = zip_error_strerror(&ze);
     zip_error_fini(&ze);
-    return err(path + ": not a readable .npz archive (" + msg + ")");
+    return err(name + ": not a readable .npz archive (" + msg + ")");
+  };
+  zip_source_t *src =
+      zip_source_buffer_create(bytes.data(), bytes.size(), /*freep=*/0, &ze);
+  if (!src)
+    return fail();
+  zip_t *z = zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &ze);
+  if (!z) {
+    zip_source_free(src);
+    return fail();
   }
+  zip_error_fini(&ze);
   auto closer = llvm::make_scope_exit([&] { zip_discard(z); });
   zip_int64_t entries = zip_get_num_entries(z, 0);
   for (zip_int64_t i = 0; i < entries; ++i) {
     zip_stat_t st;
-    if (zip_stat_index(z, i, 0, &st) != 0)
-      return err(path + ": cannot read the archive's entry " + llvm::Twine(i));
+    if (zip_stat_index(z, i, 0, &st) != 0 || !(st.valid & ZIP_STAT_NAME) ||
+        !(st.valid & ZIP_STAT_SIZE))
+      return err(name + ": cannot read the archive's entry " + llvm::Twine(i));
     llvm::StringRef entry(st.name);
     if (!entry.endswith(".npy"))
       continue;
-    std::string bytes(st.size, '\0');
     zip_file_t *f = zip_fopen_index(z, i, 0);
     if (!f)
-      return err(path + ": cannot open '" + entry + "': " + zip_strerror(z));
-    zip_int64_t got = zip_fread(f, bytes.data(), st.size);
+      return err(name + ": cannot open '" + entry + "': " + zip_strerror(z));
+    // Read what the entry really holds, not what its header claims: a
+    // corrupt size must not become an allocation.
+    std::string data;
+    char chunk[1 << 16];
+    zip_int64_t got;
+    while ((got = zip_fread(f, chunk, sizeof(chunk))) > 0 &&
+           data.size() <= st.size)
+      data.append(chunk, size_t(got));
     zip_fclose(f);
-    if (got != static_cast<zip_int64_t>(st.size))
-      return err(path + ": '" + entry + "' is truncated or corrupt");
-    auto t = readNpy(bytes, (path + ":" + entry).str());
+    if (got < 0 || data.size() != st.size)
+      return err(name + ": '" + entry + "' is truncated or corrupt");
+    auto t = readNpy(data, (name + ":" + entry).str());
     if (!t)
       return t.takeError();
     arrays.emplace(entry.drop_back(4).str(), std::move(*t));
   }
   if (arrays.empty())
-    return err(path + ": the archive holds no .npy arrays");
+    return err(name + ": the archive holds no .npy arrays");
   return arrays;
+}
+
+static llvm::Expected<std::map<std::string, Tensor>>
+readNpz(llvm::StringRef path) {
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                         /*RequiresNullTerminator=*/false);
+  if (!buf)
+    return err(path + ": cannot read: " + buf.getError().message());
+  return readNpzBuffer((*buf)->getBuffer(), path);
 }
 
 static llvm::Expected<std::map<std::string, Tensor>>

@@ -25,6 +25,10 @@ struct Dataset {
 /// Reads one .npy file (little-endian, C order; f16/f32/f64, signed and
 /// unsigned integers, bool).
 llvm::Expected<Tensor> readNpy(llvm::StringRef bytes, llvm::StringRef name);
+/// Every array of the .npz archive in `bytes` (stored or deflated); `name`
+/// starts every error message.
+llvm::Expected<std::map<std::string, Tensor>>
+readNpzBuffer(llvm::StringRef bytes, llvm::StringRef name);
 /// Every array of a .npz archive (stored or deflated) or a folder of .npy
 /// files, by name.
 llvm::Expected<std::map<std::string, Tensor>> readArrays(llvm::StringRef path);

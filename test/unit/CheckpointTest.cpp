@@ -119,9 +119,9 @@ TEST(CheckpointTest, EveryPrefixIsRefused) {
   ASSERT_TRUE(t);
   std::string bytes = mlpCheckpoint(*t);
   for (size_t n = 0; n < bytes.size(); ++n)
-    EXPECT_NE(errorOf(parseCheckpoint(llvm::StringRef(bytes).take_front(n),
-                                      "ck")),
-              "")
+    EXPECT_NE(
+        errorOf(parseCheckpoint(llvm::StringRef(bytes).take_front(n), "ck")),
+        "")
         << n << " of " << bytes.size() << " bytes";
 }
 
@@ -143,7 +143,8 @@ TEST(CheckpointTest, RandomBytesAreRefused) {
     for (char &c : bytes)
       c = static_cast<char>(rng());
     if (i % 2 == 0 && bytes.size() > 32) // past the magic check
-      bytes.replace(0, 24, llvm::StringRef("headroom checkpoint\n\1\0\0\0", 24));
+      bytes.replace(0, 24,
+                    llvm::StringRef("headroom checkpoint\n\1\0\0\0", 24));
     EXPECT_NE(errorOf(parseCheckpoint(bytes, "ck")), "");
   }
 }
@@ -230,8 +231,8 @@ TEST(AtomicFileTest, OldFileStaysWholeUntilCommit) {
 }
 
 TEST(AtomicFileTest, UnwritableFolderIsAnError) {
-  std::string e = errorOf(writeFileAtomically(
-      tempDir("no-such-folder") + "/deeper/out.bin", "x"));
+  std::string e = errorOf(
+      writeFileAtomically(tempDir("no-such-folder") + "/deeper/out.bin", "x"));
   EXPECT_NE(e.find("out.bin"), std::string::npos) << e;
 }
 
