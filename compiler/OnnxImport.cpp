@@ -179,6 +179,16 @@ private:
   Expected<std::unique_ptr<Module>> translate();
 
   Error fail(const llvm::Twine &msg) { return err(Name + ": " + msg); }
+  /// "--batch N --shape x=AxB " (what bound the data inputs' shapes), or
+  /// "the model's shapes " when nothing did.
+  std::string bindingsText() const {
+    std::string s;
+    if (Options.Batch)
+      s += "--batch " + std::to_string(Options.Batch) + " ";
+    for (const auto &[name, dims] : Options.Shapes)
+      s += "--shape " + name + "=" + shapeString(dims) + " ";
+    return s.empty() ? "the model's shapes " : s;
+  }
   Error failAt(const onnx::NodeProto &n, int index, const llvm::Twine &msg) {
     return err(Name + ": " + nodeLabel(n, index) + ": " + msg);
   }
@@ -800,6 +810,9 @@ Expected<std::unique_ptr<Module>> Importer::run() {
   auto m = translate();
   if (!m)
     return m.takeError();
+  if (auto e = checkByteCounts(**m))
+    return fail(bindingsText() +
+                "makes tensors too large: " + llvm::toString(std::move(e)));
   // ONNX's shape inference does not check everything (a Gemm whose inner
   // dimensions differ passes it); what it let through is an error here.
   if (auto e = verifyModule(**m))

@@ -73,6 +73,18 @@ int64_t TensorType::numElements() const {
   return n;
 }
 
+llvm::Optional<uint64_t> TensorType::checkedSizeInBytes() const {
+  uint64_t bytes = dtypeSize(Dtype);
+  for (int64_t d : Shape) {
+    if (d < 0)
+      return llvm::None;
+    if (d != 0 && bytes > kMaxTensorBytes / uint64_t(d))
+      return llvm::None;
+    bytes *= uint64_t(d);
+  }
+  return bytes;
+}
+
 void TensorType::print(llvm::raw_ostream &os) const {
   os << dtypeName(Dtype) << '[';
   for (unsigned i = 0; i < Shape.size(); ++i)

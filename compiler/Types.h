@@ -53,6 +53,11 @@ inline bool isInteger(DType t) { return isSignedInt(t) || isUnsignedInt(t); }
 llvm::Optional<DType> dtypeFromOnnx(int onnxType);
 int dtypeToOnnx(DType t);
 
+/// The largest tensor headroom plans: 2^52 bytes (4 PiB). Well beyond any
+/// memory, and small enough that sums of thousands of tensors, offsets with
+/// alignment padding and products with small factors cannot overflow 64 bits.
+constexpr uint64_t kMaxTensorBytes = uint64_t(1) << 52;
+
 /// A static tensor type: element type and shape. Rank 0 is a scalar.
 class TensorType {
 public:
@@ -66,6 +71,10 @@ public:
   int64_t dim(unsigned i) const { return Shape[i]; }
   int64_t numElements() const;
   uint64_t sizeInBytes() const { return numElements() * dtypeSize(Dtype); }
+  /// sizeInBytes, or None when a dimension is negative or the byte count
+  /// exceeds kMaxTensorBytes (the verifier refuses such types, so every
+  /// type that passed it can use sizeInBytes and numElements freely).
+  llvm::Optional<uint64_t> checkedSizeInBytes() const;
   TensorType withDType(DType t) const { return TensorType(t, Shape); }
 
   bool operator==(const TensorType &o) const {

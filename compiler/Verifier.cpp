@@ -208,7 +208,49 @@ llvm::Error Verifier::verifyFunction(const Function &f) {
   return llvm::Error::success();
 }
 
+llvm::Error headroom::checkByteCounts(const Module &m) {
+  uint64_t total = 0;
+  auto count = [&](const TensorType &t, auto describe) -> llvm::Error {
+    auto bytes = t.checkedSizeInBytes();
+    if (!bytes)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "%s has type %s: a negative dimension or more than 2^52 bytes (4 "
+          "PiB)",
+          describe().c_str(), t.str().c_str());
+    total += *bytes;
+    if (total > (uint64_t(1) << 60))
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "the module's tensors add up to more than 2^60 bytes (at %s, of "
+          "type %s)",
+          describe().c_str(), t.str().c_str());
+    return llvm::Error::success();
+  };
+  for (const auto &s : m.states())
+    if (auto e = count(s->type(), [&] { return "state @" + s->name(); }))
+      return e;
+  for (const auto &f : m.functions()) {
+    for (Value *a : f->arguments())
+      if (auto e = count(a->type(), [&] {
+            return "argument %" + a->name() + " of @" + f->name();
+          }))
+        return e;
+    for (const Node &n : f->nodes())
+      for (Value *r : n.results())
+        if (r)
+          if (auto e = count(r->type(), [&] {
+                return "in @" + f->name() + ", " + describeNode(n) +
+                       ", result %" + r->name();
+              }))
+            return e;
+  }
+  return llvm::Error::success();
+}
+
 llvm::Error Verifier::verify(const Module &m) {
+  if (auto e = checkByteCounts(m))
+    return e;
   for (const auto &s : m.states())
     States.insert(s.get());
   for (const auto &f : m.functions())

@@ -20,6 +20,11 @@ namespace headroom {
 
 llvm::Error verifyModule(const Module &m);
 
+/// Part of verifyModule: every type's byte count fits kMaxTensorBytes and
+/// the module's all together fit 2^60, so that sizes, offsets and peaks
+/// computed from a verified module never overflow 64 bits.
+llvm::Error checkByteCounts(const Module &m);
+
 /// A short description of a node for messages: `node 3 ('Add' defining %x)`.
 std::string describeNode(const Node &n);
 

@@ -287,7 +287,8 @@ void Optimizer::adalomo(Module &m, Builder &b, StateSlot *s, Value *g,
     return ew(b, "Reciprocal", {ew(b, "Sqrt", {x}, x)}, x);
   };
   // Exponential moving average in the authors' form v*beta2_t + x*(1-beta2_t).
-  auto [beta2t, rest] = adalomoDecay(b, step, t);
+  auto decay = adalomoDecay(b, step, t);
+  Value *beta2t = decay.first, *rest = decay.second;
   auto average = [&](StateSlot *slot, Value *x) {
     Value *v = ew(
         b, "Add",
