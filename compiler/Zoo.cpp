@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "compiler/Zoo.h"
 
+#include "compiler/AtomicFile.h"
 #include "compiler/OnnxTensor.h"
 #include "compiler/Types.h"
 
@@ -584,34 +585,23 @@ onnx::ModelProto buildModel(const ZooConfig &c, const std::string &dataLocation,
   return model;
 }
 
-/// Creates `path` atomically: `fill` writes a temporary file in the same
-/// folder, which is then renamed to `path`.
-llvm::Error
-writeFileAtomically(llvm::StringRef path,
-                    llvm::function_ref<std::error_code(int fd)> fill) {
-  llvm::SmallString<256> tmp;
-  int fd;
-  if (std::error_code ec =
-          llvm::sys::fs::createUniqueFile(path + ".tmp-%%%%%%", fd, tmp))
-    return err(path +
-               ": cannot create a temporary file next to it: " + ec.message());
-  std::error_code ec = fill(fd);
-  std::error_code closed = llvm::sys::Process::SafelyCloseFileDescriptor(fd);
-  if (!ec)
-    ec = closed;
-  if (!ec)
-    ec = llvm::sys::fs::rename(tmp, path);
-  if (ec) {
-    llvm::sys::fs::remove(tmp);
+/// Creates `path` atomically (compiler/AtomicFile.h): `fill` writes the
+/// temporary file's descriptor.
+static llvm::Error
+writeThroughFd(llvm::StringRef path,
+               llvm::function_ref<std::error_code(int fd)> fill) {
+  auto file = AtomicFile::create(path);
+  if (!file)
+    return file.takeError();
+  if (std::error_code ec = fill(file->fd()))
     return err(path + ": cannot write: " + ec.message());
-  }
-  return llvm::Error::success();
+  return file->commit();
 }
 
 /// A file of `bytes` zeros that occupies no blocks: its size is set, nothing
 /// is written.
 llvm::Error writeSparseFile(llvm::StringRef path, uint64_t bytes) {
-  return writeFileAtomically(path, [&](int fd) {
+  return writeThroughFd(path, [&](int fd) {
     if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0)
       return std::error_code(errno, std::generic_category());
     return std::error_code();
@@ -619,7 +609,7 @@ llvm::Error writeSparseFile(llvm::StringRef path, uint64_t bytes) {
 }
 
 llvm::Error writeModel(const onnx::ModelProto &model, llvm::StringRef path) {
-  return writeFileAtomically(path, [&](int fd) {
+  return writeThroughFd(path, [&](int fd) {
     if (!model.SerializeToFileDescriptor(fd))
       return std::make_error_code(std::errc::io_error);
     return std::error_code();

@@ -1,7 +1,7 @@
 //===- Checkpoint.cpp - Training that resumes exactly ---------------------===//
 #include "runtime/Checkpoint.h"
 
-#include "runtime/AtomicFile.h"
+#include "compiler/AtomicFile.h"
 #include "runtime/PlanFile.h"
 #include "runtime/checkpoint.pb.h"
 

@@ -6,7 +6,7 @@
 // gradient accumulators, the dynamic loss scale) byte for byte, the number
 // of optimizer steps done (the data position follows from it), the random
 // step (Dropout's masks), and the seeds. `headroom train/run --checkpoint
-// DIR` writes DIR/checkpoint.hrc atomically (runtime/AtomicFile.h: the
+// DIR` writes DIR/checkpoint.hrc atomically (compiler/AtomicFile.h: the
 // previous checkpoint stays valid until the new one is complete and on
 // disk); `--resume DIR` reads it back, so that a run killed at any moment and
 // resumed ends with the weights of a run never interrupted.

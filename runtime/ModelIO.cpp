@@ -1,7 +1,7 @@
 //===- ModelIO.cpp - Initial weights in, trained model out ----------------===//
 #include "runtime/ModelIO.h"
 
-#include "runtime/AtomicFile.h"
+#include "compiler/AtomicFile.h"
 
 #include "compiler/OnnxTensor.h"
 

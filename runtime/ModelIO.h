@@ -2,7 +2,7 @@
 #ifndef HEADROOM_RUNTIME_MODELIO_H
 #define HEADROOM_RUNTIME_MODELIO_H
 
-#include "runtime/AtomicFile.h"
+#include "compiler/AtomicFile.h"
 #include "runtime/Executor.h"
 
 namespace headroom {

@@ -11,7 +11,7 @@
 #include "runtime/Checkpoint.h"
 
 #include "CompileUtil.h"
-#include "runtime/AtomicFile.h"
+#include "compiler/AtomicFile.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"

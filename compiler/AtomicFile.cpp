@@ -1,5 +1,5 @@
 //===- AtomicFile.cpp - Files that appear whole or not at all -------------===//
-#include "runtime/AtomicFile.h"
+#include "compiler/AtomicFile.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"

@@ -9,8 +9,8 @@
 // removeStaleTemporaries clears.
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_RUNTIME_ATOMICFILE_H
-#define HEADROOM_RUNTIME_ATOMICFILE_H
+#ifndef HEADROOM_COMPILER_ATOMICFILE_H
+#define HEADROOM_COMPILER_ATOMICFILE_H
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringRef.h"
@@ -29,8 +29,11 @@ public:
 
   /// Appends `bytes`.
   llvm::Error write(llvm::StringRef bytes);
-  /// Bytes written so far.
+  /// Bytes written so far through write().
   uint64_t size() const { return Size; }
+  /// The temporary file's descriptor, for writers that need one (protobuf's
+  /// SerializeToFileDescriptor, ftruncate); commit() still syncs and closes.
+  int fd() const { return Fd; }
   /// Syncs the file, renames it to its destination and syncs the folder.
   llvm::Error commit();
 
@@ -52,4 +55,4 @@ void removeStaleTemporaries(llvm::StringRef path);
 
 } // namespace headroom
 
-#endif // HEADROOM_RUNTIME_ATOMICFILE_H
+#endif // HEADROOM_COMPILER_ATOMICFILE_H
