@@ -276,14 +276,22 @@ llvm::Expected<TensorType> Parser::parseType() {
     if (!shape.empty())
       if (auto e = expectPunct(',', "between dimensions"))
         return e;
-    if (Tk.Kind != Tok::Int || Tk.Text[0] == '-')
+    int64_t d;
+    if (Tk.Kind != Tok::Int || Tk.Text[0] == '-' ||
+        llvm::StringRef(Tk.Text).getAsInteger(10, d))
       return error("expected a non-negative dimension");
-    shape.push_back(std::strtoll(Tk.Text.c_str(), nullptr, 10));
+    shape.push_back(d);
     next();
   }
+  TensorType type(*dt, shape);
+  if (!type.checkedSizeInBytes())
+    return error("type " + type.str() + " has more than 2^52 bytes (4 PiB)");
   next();
-  return TensorType(*dt, shape);
+  return type;
 }
+
+/// The largest `dense<...>` literal the parser materializes.
+constexpr uint64_t kMaxLiteralBytes = uint64_t(1) << 30;
 
 static double toDouble(const std::string &s) {
   if (s == "nan")
@@ -317,6 +325,10 @@ llvm::Expected<Tensor> Parser::parseDense() {
   }
   if (!splat)
     next();
+  // A literal is materialized here: a splat of any size would be too.
+  if (*type->checkedSizeInBytes() > kMaxLiteralBytes)
+    return error("tensor literal of type " + type->str() +
+                 " is larger than 1 GiB");
   int64_t n = type->numElements();
   if (!splat && static_cast<int64_t>(elems.size()) != n)
     return error("tensor literal has " + llvm::Twine(elems.size()) +

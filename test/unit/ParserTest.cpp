@@ -89,6 +89,15 @@ TEST(ParserTest, ErrorsNameTheLocation) {
       parseError("func @f() {\n  %c = Constant() {value = dense<i64[3]> "
                  "[1, 2]} : i64[3]\n  return %c\n}"),
       "t.hr:2:48: tensor literal has 2 elements, its type i64[3] needs 3");
+  EXPECT_EQ(parseError("func @f(%x: f32[4294967296, 4294967296]) {\n}"),
+            "t.hr:1:39: type f32[4294967296, 4294967296] has more than 2^52 "
+            "bytes (4 PiB)");
+  EXPECT_EQ(parseError("func @f(%x: f32[99999999999999999999]) {\n}"),
+            "t.hr:1:17: expected a non-negative dimension");
+  EXPECT_EQ(parseError("func @f() {\n  %c = Constant() {value = dense<f32["
+                       "65536, 65536]> 0.0} : f32[65536, 65536]\n}"),
+            "t.hr:2:56: tensor literal of type f32[65536, 65536] is larger "
+            "than 1 GiB");
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%\"x) : f32[2]\n}"),
             "t.hr:2:12: unterminated or malformed quoted name");
   EXPECT_EQ(parseError("bogus"),

@@ -28,29 +28,37 @@ TEST(VerifierTest, AcceptsValidIR) {
 }
 
 TEST(VerifierTest, RejectsByteCountsThatCouldOverflow) {
+  // (The parser refuses such types itself: built with the API here.)
+  auto argument = [](std::vector<int64_t> shape) {
+    Module m;
+    Function *f = m.addFunction("f");
+    Value *x = f->addArgument(TensorType(DType::F32, shape), "x");
+    f->createNode("Return", {x}, {});
+    return errorOf(verifyModule(m));
+  };
   // 2^50 f32 elements = 2^52 bytes: the largest tensor allowed.
-  EXPECT_EQ(verifyError("func @f(%x: f32[1048576, 1073741824]) {\n"
-                        "  return %x\n}\n"),
-            "");
-  EXPECT_EQ(verifyError("func @f(%x: f32[1048576, 1073741825]) {\n"
-                        "  return %x\n}\n"),
+  EXPECT_EQ(argument({1048576, 1073741824}), "");
+  EXPECT_EQ(argument({1048576, 1073741825}),
             "argument %x of @f has type f32[1048576, 1073741825]: a negative "
             "dimension or more than 2^52 bytes (4 PiB)");
-  // Each element count fits int64, the product does not.
-  EXPECT_EQ(verifyError("func @f(%x: f32[3]) {\n"
-                        "  %y = Expand(%x) {shape = [4294967296, 4294967296, "
-                        "3]} : f32[4294967296, 4294967296, 3]\n"
-                        "  return %y\n}\n"),
-            "in @f, node 0 ('Expand' defining %y), result %y has type "
-            "f32[4294967296, 4294967296, 3]: a negative dimension or more "
-            "than 2^52 bytes (4 PiB)");
+  // Each dimension fits int64, the product does not.
+  EXPECT_EQ(argument({4294967296, 4294967296, 3}),
+            "argument %x of @f has type f32[4294967296, 4294967296, 3]: a "
+            "negative dimension or more than 2^52 bytes (4 PiB)");
+  EXPECT_NE(argument({-1, 3}), "");
+
+  Module m;
+  Function *f = m.addFunction("f");
+  TensorType big(DType::F32, {262144, 1073741824}); // 2^50 bytes
+  Value *x = f->addArgument(big, "x");
+  Builder b(*f);
+  Value *y = b.createValue("Neg", {x}, big);
+  f->createNode("Return", {y}, {});
+  EXPECT_EQ(errorOf(verifyModule(m)), "");
   // 2^11 tensors of 2^50 bytes: each allowed, the sum is not.
-  std::string many = "func @f(%x: f32[262144, 1073741824]) {\n";
   for (int i = 0; i < 1100; ++i)
-    many +=
-        "  %y" + std::to_string(i) + " = Neg(%x) : f32[262144, 1073741824]\n";
-  many += "  return %x\n}\n";
-  std::string e = verifyError(many.c_str());
+    b.createValue("Neg", {x}, big);
+  std::string e = errorOf(verifyModule(m));
   EXPECT_EQ(e.rfind("the module's tensors add up to more than 2^60 bytes", 0),
             0u)
       << e;
