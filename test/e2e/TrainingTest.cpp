@@ -42,7 +42,13 @@ using namespace headroom;
 // Every C++ heap allocation of this test binary is counted, so that a test
 // can measure the memory a training step allocates beyond the plan. Not under
 // AddressSanitizer, which replaces the allocator itself.
-#if defined(__SANITIZE_ADDRESS__)
+// (__SANITIZE_ADDRESS__ is gcc's macro, __has_feature clang's.)
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HEADROOM_UNDER_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(HEADROOM_UNDER_ASAN)
 #define HEADROOM_COUNT_HEAP 0
 #else
 #define HEADROOM_COUNT_HEAP 1
