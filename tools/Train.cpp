@@ -13,6 +13,7 @@
 #include "pipeline/AutoFit.h"
 #include "pipeline/Compile.h"
 #include "runtime/Checkpoint.h"
+#include "runtime/Devices.h"
 #include "runtime/ModelIO.h"
 #include "runtime/PlanFile.h"
 #include "runtime/Report.h"
@@ -321,6 +322,35 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
   return 0;
 }
 
+/// A cpu plan whose peak exceeds the memory available now is refused before
+/// anything is allocated, with the flags that would fit: auto-fit (the same
+/// search as `--memory-budget`) run against what is available. Success when
+/// the plan fits or is not for this machine's memory.
+static llvm::Error refuseWhatDoesNotFit(const Plan &plan, llvm::StringRef model,
+                                        CompileOptions options) {
+  if (plan.TargetName != "cpu")
+    return llvm::Error::success();
+  uint64_t peak = plan.Report.PeakBytes(), available = 0;
+  for (const DeviceInfo &d : listDevices())
+    if (d.Backend == "cpu")
+      available = d.FreeBytes;
+  if (!available || peak <= available)
+    return llvm::Error::success();
+  std::string msg = "the plan's peak of " + formatBytes(peak) +
+                    " exceeds the " + formatBytes(available) +
+                    " of memory available here";
+  options.MemoryBudget = available;
+  auto fit = autoFit(model, options);
+  if (!fit) {
+    msg += "; nothing fits it: " + llvm::toString(fit.takeError());
+  } else {
+    const FitCandidate &best = fit->Tried.front();
+    msg += "; these flags fit (peak " + formatBytes(best.PeakBytes) +
+           "): " + best.Options.flags();
+  }
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
 int runTrain(const CompileOptions &options) {
   if ((Steps > 0) == (Epochs > 0))
     return reportError("give exactly one of --steps N or --epochs N");
@@ -330,6 +360,8 @@ int runTrain(const CompileOptions &options) {
   auto compiled = compile(Model, options);
   if (!compiled)
     return reportError(compiled.takeError());
+  if (auto e = refuseWhatDoesNotFit(compiled->ThePlan, Model, options))
+    return reportError(std::move(e));
   // A checkpoint names the model by its hash, taken only when one is used.
   PlanSource source{Model, ""};
   if (!CheckpointDir.empty() || !ResumeDir.empty()) {
@@ -534,18 +566,22 @@ int runRun() {
                << loaded->Recipe.Flags << "\n";
   std::string model = loaded->Source.ModelPath;
   PlanSource source = loaded->Source;
-  auto trainer = Trainer::create(std::move(loaded->ThePlan), model, Seed);
-  if (!trainer)
-    return reportError(trainer.takeError());
-  // The plan's --on-nan (the recorded flags; stop when they do not say).
+  // The plan's flags: its --on-nan (stop when they do not say), and what to
+  // search from when the plan does not fit here.
   NanPolicy onNan = NanPolicy::Stop;
   if (auto flags = splitFlags(loaded->Recipe.Flags)) {
-    if (auto o = compileOptionsFromFlags(*flags))
+    if (auto o = compileOptionsFromFlags(*flags)) {
       onNan = o->OnNan;
-    else
+      if (auto e = refuseWhatDoesNotFit(loaded->ThePlan, model, *o))
+        return reportError(std::move(e));
+    } else {
       llvm::consumeError(o.takeError());
+    }
   } else {
     llvm::consumeError(flags.takeError());
   }
+  auto trainer = Trainer::create(std::move(loaded->ThePlan), model, Seed);
+  if (!trainer)
+    return reportError(trainer.takeError());
   return trainLoop(**trainer, *data, loaded->Recipe.Lr, source, onNan);
 }
