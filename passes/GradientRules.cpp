@@ -267,6 +267,46 @@ static llvm::Error gradLeakyRelu(GradContext &c) {
   return ok();
 }
 
+static Value *both(GradContext &c, Value *a, Value *b) {
+  if (!a || !b)
+    return a ? a : b;
+  return c.B.createValue("And", {a, b}, a->type());
+}
+
+/// Clip: dy where min < x < max, 0 elsewhere -- strict, as PyTorch's
+/// hardtanh (what ReLU6 exports to) and like Relu at 0. The bounds get no
+/// gradient (torch exports them as constants).
+static llvm::Error gradClip(GradContext &c) {
+  if (c.needs(1) || c.needs(2))
+    return c.fail("Clip's min and max must be constants to be "
+                  "differentiated (headroom gives them no gradient)");
+  TensorType mask = c.x(0)->type().withDType(DType::Bool);
+  Value *above = nullptr, *below = nullptr;
+  if (c.N.numOperands() > 1 && c.x(1))
+    above = c.B.createValue("Greater", {c.x(0), c.x(1)}, mask);
+  if (c.N.numOperands() > 2 && c.x(2))
+    below = c.B.createValue("Less", {c.x(0), c.x(2)}, mask);
+  Value *inside = both(c, above, below);
+  c.DIn[0] =
+      inside ? c.ew("Where", {inside, c.dy(), c.scalar(0.0, c.dy())}) : c.dy();
+  return ok();
+}
+
+/// HardSigmoid: alpha*dy where 0 < alpha*x + beta < 1 (strict, as PyTorch's
+/// hardsigmoid_backward), 0 elsewhere.
+static llvm::Error gradHardSigmoid(GradContext &c) {
+  double alpha = c.N.floatAttr("alpha", 0.2), beta = c.N.floatAttr("beta", 0.5);
+  Value *z =
+      c.add(c.mul(c.x(0), c.scalar(alpha, c.x(0))), c.scalar(beta, c.x(0)));
+  TensorType mask = c.x(0)->type().withDType(DType::Bool);
+  Value *inside =
+      both(c, c.B.createValue("Greater", {z, c.scalar(0.0, z)}, mask),
+           c.B.createValue("Less", {z, c.scalar(1.0, z)}, mask));
+  c.DIn[0] = c.ew("Where", {inside, c.mul(c.dy(), c.scalar(alpha, c.dy())),
+                            c.scalar(0.0, c.dy())});
+  return ok();
+}
+
 static llvm::Error gradAbs(GradContext &c) { // sign(x), 0 at 0 as in PyTorch
   Value *zero = c.scalar(0.0, c.x(0));
   Value *neg = c.B.createValue("Less", {c.x(0), zero},
@@ -661,6 +701,8 @@ static const llvm::StringMap<GradRule> &rules() {
       {"Sigmoid", gradSigmoid},
       {"Relu", gradRelu},
       {"LeakyRelu", gradLeakyRelu},
+      {"Clip", gradClip},
+      {"HardSigmoid", gradHardSigmoid},
       {"Abs", gradAbs},
       {"Softmax", gradSoftmax},
       {"LogSoftmax", gradLogSoftmax},

@@ -289,6 +289,58 @@ Error leakyRelu(const KernelContext &ctx) {
   });
 }
 
+Error readScalar(const KernelContext &ctx, const TensorView &t, double &v);
+
+/// Clip(x, min?, max?) = min(max(x, min), max): a missing bound is no
+/// bound; min > max gives max everywhere (numpy.clip's order); NaN stays NaN.
+Error clip(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  double lo = -std::numeric_limits<double>::infinity(),
+         hi = std::numeric_limits<double>::infinity();
+  if (ctx.hasInput(1))
+    if (Error e = readScalar(ctx, ctx.Inputs[1], lo))
+      return e;
+  if (ctx.hasInput(2))
+    if (Error e = readScalar(ctx, ctx.Inputs[2], hi))
+      return e;
+  return dispatchType<FloatTypes | IntTypes>(ctx, x.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = typename Elem<T>::Compute;
+    // An integer type holds the bounds clamped to its range (its bounds
+    // are integers of that type already when the model is valid).
+    auto bound = [](double v) {
+      if constexpr (!std::is_floating_point<C>::value) {
+        v = std::max(v, double(std::numeric_limits<T>::lowest()));
+        v = std::min(v, double(std::numeric_limits<T>::max()));
+      }
+      return static_cast<C>(v);
+    };
+    C l = bound(lo), h = bound(hi);
+    mapUnary<T, T>(x, y, [l, h](C v) {
+      C t = v < l ? l : v;
+      return t > h ? h : t;
+    });
+    return Error::success();
+  });
+}
+
+/// HardSigmoid(x) = max(0, min(1, alpha*x + beta)).
+Error hardSigmoid(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  double alpha = ctx.attrFloat("alpha", 0.2), beta = ctx.attrFloat("beta", 0.5);
+  return dispatchType<FloatTypes>(ctx, x.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = typename Elem<T>::Compute;
+    C a = static_cast<C>(alpha), b = static_cast<C>(beta);
+    mapUnary<T, T>(x, y, [a, b](C v) {
+      C z = a * v + b;
+      // NaN propagates: neither comparison holds.
+      return z < C(0) ? C(0) : (z > C(1) ? C(1) : z);
+    });
+    return Error::success();
+  });
+}
+
 Error identity(const KernelContext &ctx) {
   copyView(ctx.Inputs[0], ctx.Outputs[0]);
   return Error::success();
@@ -533,6 +585,8 @@ void headroom::cpu::registerElementwiseKernels() {
   registerKernel("Sigmoid", unaryKernel<SigmoidOp, FloatTypes>);
   registerKernel("Relu", unaryKernel<ReluOp, Num>);
   registerKernel("LeakyRelu", leakyRelu);
+  registerKernel("Clip", clip);
+  registerKernel("HardSigmoid", hardSigmoid);
   registerKernel("Erf", unaryKernel<ErfOp, FloatTypes>);
   registerKernel("Sin", unaryKernel<SinOp, FloatTypes>);
   registerKernel("Cos", unaryKernel<CosOp, FloatTypes>);

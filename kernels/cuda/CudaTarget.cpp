@@ -19,12 +19,12 @@ constexpr OpKind kCudaOps[] = {
     // Elementwise, with broadcasting.
     OpKind::Abs, OpKind::Neg, OpKind::Exp, OpKind::Log, OpKind::Sqrt,
     OpKind::Reciprocal, OpKind::Tanh, OpKind::Sigmoid, OpKind::Relu,
-    OpKind::LeakyRelu, OpKind::Erf, OpKind::Sin, OpKind::Cos, OpKind::Floor,
-    OpKind::Ceil, OpKind::Not, OpKind::Identity, OpKind::Add, OpKind::Sub,
-    OpKind::Mul, OpKind::Div, OpKind::Pow, OpKind::Max, OpKind::Min,
-    OpKind::Sum, OpKind::Equal, OpKind::Less, OpKind::LessOrEqual,
-    OpKind::Greater, OpKind::GreaterOrEqual, OpKind::And, OpKind::Or,
-    OpKind::Where, OpKind::Cast, OpKind::Dropout,
+    OpKind::LeakyRelu, OpKind::Clip, OpKind::HardSigmoid, OpKind::Erf,
+    OpKind::Sin, OpKind::Cos, OpKind::Floor, OpKind::Ceil, OpKind::Not,
+    OpKind::Identity, OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div,
+    OpKind::Pow, OpKind::Max, OpKind::Min, OpKind::Sum, OpKind::Equal,
+    OpKind::Less, OpKind::LessOrEqual, OpKind::Greater, OpKind::GreaterOrEqual,
+    OpKind::And, OpKind::Or, OpKind::Where, OpKind::Cast, OpKind::Dropout,
     // Matmuls (cuBLASLt).
     OpKind::Gemm, OpKind::MatMul,
     // Reductions, softmax, norms and losses, with their gradients.

@@ -96,6 +96,23 @@ const GradCase kCases[] = {
      "%a = Read(@a) : f64[3, 4]\n"
      "%out = LeakyRelu(%a) {alpha = 0.2} : f64[3, 4]\n",
      "f64[3, 4]"},
+    {"Clip", "state @a : f64[3, 4] param\n",
+     "%a = Read(@a) : f64[3, 4]\n"
+     "%lo = Constant() {value = dense<f64[]> -0.3} : f64[]\n"
+     "%hi = Constant() {value = dense<f64[]> 0.4} : f64[]\n"
+     "%out = Clip(%a, %lo, %hi) : f64[3, 4]\n",
+     "f64[3, 4]"},
+    {"ClipMaxOnly", "state @a : f64[3, 4] param\n",
+     "%a = Read(@a) : f64[3, 4]\n"
+     "%hi = Constant() {value = dense<f64[]> 0.2} : f64[]\n"
+     "%out = Clip(%a, none, %hi) : f64[3, 4]\n",
+     "f64[3, 4]"},
+    {"ClipUnbounded", "state @a : f64[3, 4] param\n",
+     "%a = Read(@a) : f64[3, 4]\n%out = Clip(%a) : f64[3, 4]\n", "f64[3, 4]"},
+    {"HardSigmoid", "state @a : f64[3, 4] param\n",
+     "%a = Read(@a) : f64[3, 4]\n"
+     "%out = HardSigmoid(%a) {alpha = 0.9, beta = 0.4} : f64[3, 4]\n",
+     "f64[3, 4]"},
     {"Abs", "state @a : f64[3, 4] param\n",
      "%a = Read(@a) : f64[3, 4]\n%out = Abs(%a) : f64[3, 4]\n", "f64[3, 4]"},
     {"Softmax", "state @a : f64[2, 3, 4] param\n",

@@ -278,6 +278,31 @@ TEST(ElementwiseKernelTest, UnaryMathEdgeCases) {
   ASSERT_EQ(runKernel("Erf", {v.view()}, {w.view()}), "");
   EXPECT_DOUBLE_EQ(w.Data[1], 0.52049987781304654);
 
+  // Clip: NaN stays NaN; min > max gives max (numpy.clip); integers.
+  Buf<double> c(DType::F64, {4}, {-2.5, 0.5, 4, NAN}), cy(DType::F64, {4});
+  Buf<double> lo(DType::F64, {}, {0}), hi(DType::F64, {}, {1});
+  ASSERT_EQ(runKernel("Clip", {c.view(), lo.view(), hi.view()}, {cy.view()}),
+            "");
+  EXPECT_EQ(cy.Data[0], 0);
+  EXPECT_EQ(cy.Data[1], 0.5);
+  EXPECT_EQ(cy.Data[2], 1);
+  EXPECT_TRUE(std::isnan(cy.Data[3]));
+  ASSERT_EQ(runKernel("Clip", {c.view(), hi.view(), lo.view()}, {cy.view()}),
+            "");
+  EXPECT_EQ(cy.Data[0], 0);
+  EXPECT_EQ(cy.Data[2], 0);
+  Buf<int64_t> ci(DType::I64, {3}, {-7, 3, 9}), cio(DType::I64, {3});
+  Buf<int64_t> ilo(DType::I64, {}, {-5}), ihi(DType::I64, {}, {5});
+  ASSERT_EQ(
+      runKernel("Clip", {ci.view(), ilo.view(), ihi.view()}, {cio.view()}), "");
+  EXPECT_EQ(cio.Data, (std::vector<int64_t>{-5, 3, 5}));
+  // HardSigmoid: default alpha 0.2, beta 0.5.
+  ASSERT_EQ(runKernel("HardSigmoid", {c.view()}, {cy.view()}), "");
+  EXPECT_EQ(cy.Data[0], 0);
+  EXPECT_DOUBLE_EQ(cy.Data[1], 0.6);
+  EXPECT_EQ(cy.Data[2], 1);
+  EXPECT_TRUE(std::isnan(cy.Data[3]));
+
   // f16 computes in float and rounds the result once.
   Buf<uint16_t> h(DType::F16, {2}, {floatToHalf(0), floatToHalf(1)}),
       e(DType::F16, {2});
