@@ -17,6 +17,7 @@
 #include "compiler/OnnxTensor.h"
 #include "compiler/Verifier.h"
 
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
@@ -395,6 +396,11 @@ void expandFunction(const onnx::NodeProto &node, const onnx::FunctionProto &fn,
 Expected<bool> Importer::expandFunctions() {
   google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
   bool changed = false;
+  // Every unsupported op of the model is named in one error: a user who
+  // meets them one at a time fixes one and meets the next.
+  llvm::MapVector<std::string, std::pair<std::string, int>,
+                  std::map<std::string, unsigned>>
+      unsupported; // op -> (its first node, count)
   for (int i = 0; i < Graph.node_size(); ++i) {
     const onnx::NodeProto &n = Graph.node(i);
     const OpInfo *info = lookupOp(n.op_type());
@@ -439,14 +445,34 @@ Expected<bool> Importer::expandFunctions() {
           return failAt(n, i, "cannot expand: " + llvm::Twine(e.what()));
         }
       }
-      if (!local)
-        return failAt(n, i,
-                      "unsupported operator; headroom supports the ops listed "
-                      "in docs/ops.md");
+      if (!local) {
+        auto &seen = unsupported[n.op_type()];
+        if (seen.second++ == 0)
+          seen.first = nodeLabel(n, i);
+        continue;
+      }
     }
     std::string prefix = "_fn" + std::to_string(ExpansionCount++) + "/";
     expandFunction(n, *local, schema, prefix, nodes);
     changed = true;
+  }
+  if (unsupported.size() == 1 && unsupported.front().second.second == 1)
+    return fail(unsupported.front().second.first +
+                ": unsupported operator; headroom supports the ops listed in "
+                "docs/ops.md");
+  if (!unsupported.empty()) {
+    std::string list;
+    for (const auto &[op, where] : unsupported) {
+      if (!list.empty())
+        list += ", ";
+      list += op + " (" +
+              (where.second == 1
+                   ? ""
+                   : std::to_string(where.second) + " nodes, the first ") +
+              where.first + ")";
+    }
+    return fail("unsupported operators: " + list +
+                "; headroom supports the ops listed in docs/ops.md");
   }
   if (changed)
     Graph.mutable_node()->Swap(&nodes);

@@ -7,6 +7,8 @@
 
 #include "llvm/Support/MemoryBuffer.h"
 
+#include <onnx/onnx_pb.h>
+
 #include <random>
 
 using namespace headroom;
@@ -105,6 +107,35 @@ TEST(OnnxImportTest, UserErrorsAreClear) {
                 "model");
   EXPECT_NE(importError(batch(4), "missing.onnx").find("cannot read"),
             std::string::npos);
+}
+
+/// Every unsupported op of a model is named in one error (the first node of
+/// each and how many there are), not only the first.
+TEST(OnnxImportTest, EveryUnsupportedOpIsNamedAtOnce) {
+  auto buf =
+      llvm::MemoryBuffer::getFile(modelPath("cases/unsupported_op.onnx"));
+  ASSERT_TRUE(bool(buf));
+  onnx::ModelProto m;
+  ASSERT_TRUE(
+      m.ParseFromArray((*buf)->getBufferStart(), int((*buf)->getBufferSize())));
+  std::string x = m.graph().input(0).name();
+  auto add = [&](const char *op, const char *name) {
+    onnx::NodeProto *n = m.mutable_graph()->add_node();
+    n->set_op_type(op);
+    n->set_name(name);
+    n->add_input(x);
+    n->add_output(std::string(name) + "_out");
+  };
+  add("Round", "round0");
+  add("Hardmax", "hardmax1");
+  add("Round", "round1");
+  add("Hardmax", "hardmax2");
+  std::string bytes = m.SerializeAsString();
+  EXPECT_EQ(errorOf(importOnnxBuffer(bytes, "m.onnx", "", batch(4))),
+            "m.onnx: unsupported operators: Hardmax (3 nodes, the first node "
+            "'hardmax0' (op 'Hardmax')), Round (2 nodes, the first node "
+            "'round0' (op 'Round')); headroom supports the ops listed in "
+            "docs/ops.md");
 }
 
 /// Every prefix of a real model, and random bytes, must give an error (or,
