@@ -649,6 +649,41 @@ static llvm::Error gradGather(GradContext &c) {
   return ok();
 }
 
+/// GatherElements: d(data) = dy added into zeros at the indices (repeats
+/// accumulate, as torch.gather's backward).
+static llvm::Error gradGatherElements(GradContext &c) {
+  AttributeMap attrs;
+  attrs["axis"] = Attribute::getInt(c.N.intAttr("axis", 0));
+  c.DIn[0] = c.B.createValue("GatherElementsGrad", {c.dy(), c.x(1)},
+                             c.x(0)->type(), attrs);
+  return ok();
+}
+
+/// ScatterElements (torch.scatter / scatter_add): d(data) is dy with the
+/// written positions zeroed ("none") or dy itself ("add"); d(updates) is dy
+/// gathered at the indices. "mul" has no rule.
+static llvm::Error gradScatterElements(GradContext &c) {
+  std::string reduction = c.N.stringAttr("reduction", "none");
+  if (reduction != "none" && reduction != "add")
+    return c.fail("ScatterElements with reduction '" + reduction +
+                  "' has no gradient rule");
+  AttributeMap axis;
+  axis["axis"] = Attribute::getInt(c.N.intAttr("axis", 0));
+  if (c.needs(0)) {
+    if (reduction == "add") {
+      c.DIn[0] = c.dy();
+    } else {
+      Value *zeros = c.zerosLike(c.x(2)->type());
+      c.DIn[0] = c.B.createValue("ScatterElements", {c.dy(), c.x(1), zeros},
+                                 c.dy()->type(), axis);
+    }
+  }
+  if (c.needs(2))
+    c.DIn[2] = c.B.createValue("GatherElements", {c.dy(), c.x(1)},
+                               c.x(2)->type(), axis);
+  return ok();
+}
+
 static llvm::Error gradExpand(GradContext &c) {
   c.DIn[0] = c.unbroadcast(c.dy(), c.x(0)->type());
   return ok();
@@ -732,6 +767,8 @@ static const llvm::StringMap<GradRule> &rules() {
       {"Split", gradSplit},
       {"Slice", gradSlice},
       {"Gather", gradGather},
+      {"GatherElements", gradGatherElements},
+      {"ScatterElements", gradScatterElements},
       {"Expand", gradExpand},
       {"Where", gradWhere},
       {"Trilu", gradTrilu},

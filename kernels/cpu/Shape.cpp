@@ -20,6 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+#include "kernels/cpu/KernelUtil.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -669,6 +670,142 @@ Error gatherGradKernel(const KernelContext &ctx) {
 }
 
 //===----------------------------------------------------------------------===//
+// GatherElements, ScatterElements, GatherElementsGrad
+//===----------------------------------------------------------------------===//
+
+/// For each element of the indices (operand `indicesInput`, of `shape`),
+/// the flat offset into `data` of the element it addresses: its own
+/// coordinates, with the index (normalized) along the axis. The indices
+/// have data's rank and no larger extent on any other axis.
+Expected<std::vector<int64_t>> elementOffsets(const KernelContext &ctx,
+                                              const TensorView &data,
+                                              unsigned indicesInput,
+                                              ArrayRef<int64_t> shape) {
+  auto axis = normAxis(ctx, ctx.attrInt("axis", 0), data.rank());
+  if (!axis)
+    return axis.takeError();
+  if (shape.size() != data.rank())
+    return ctx.unsupported("indices of shape " + shapeString(shape) +
+                           " do not have the rank of " + data.type().str());
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (int64_t(d) != *axis && shape[d] > data.Shape[d])
+      return ctx.unsupported("indices of shape " + shapeString(shape) +
+                             " exceed " + data.type().str() + " on axis " +
+                             Twine(d));
+  auto idx = readInts(ctx, indicesInput);
+  if (!idx)
+    return idx.takeError();
+  Dims strides = contiguousStrides(data.Shape);
+  int64_t n = data.Shape[*axis];
+  std::vector<int64_t> coord(shape.size(), 0), out(idx->size());
+  for (size_t e = 0; e < idx->size(); ++e) {
+    int64_t i = (*idx)[e];
+    if (i < -n || i >= n)
+      return ctx.unsupported("index " + Twine(i) +
+                             " is out of range for axis " + Twine(*axis) +
+                             " of " + data.type().str());
+    int64_t off = (i < 0 ? i + n : i) * strides[*axis];
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (int64_t(d) != *axis)
+        off += coord[d] * strides[d];
+    out[e] = off;
+    for (size_t d = shape.size(); d-- > 0;) { // next coordinate
+      if (++coord[d] < shape[d])
+        break;
+      coord[d] = 0;
+    }
+  }
+  return out;
+}
+
+/// GatherElements(data, indices) {axis}: y[e] = data[offset(e)].
+Error gatherElementsKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (y.Type != x.Type || y.Shape != ctx.Inputs[1].Shape)
+    return ctx.unsupported("result " + y.type().str() + " is not " +
+                           dtypeName(x.Type) + " shaped like the indices " +
+                           ctx.Inputs[1].type().str());
+  auto offsets = elementOffsets(ctx, x, 1, ctx.Inputs[1].Shape);
+  if (!offsets)
+    return offsets.takeError();
+  withBits(dtypeSize(x.Type), [&](auto zero) {
+    using T = decltype(zero);
+    const T *src = x.as<T>();
+    T *dst = y.as<T>();
+    for (size_t e = 0; e < offsets->size(); ++e)
+      dst[e] = src[(*offsets)[e]];
+  });
+  return Error::success();
+}
+
+template <typename T>
+Error scatterReduce(const TensorView &u, const TensorView &y,
+                    ArrayRef<int64_t> offsets, bool multiply) {
+  using C = typename Elem<T>::Compute;
+  const T *src = u.as<T>();
+  T *dst = y.as<T>();
+  for (size_t e = 0; e < offsets.size(); ++e) {
+    C a = Elem<T>::load(dst[offsets[e]]), b = Elem<T>::load(src[e]);
+    dst[offsets[e]] = Elem<T>::store(multiply ? a * b : a + b);
+  }
+  return Error::success();
+}
+
+/// ScatterElements(data, indices, updates) {axis, reduction}: a copy of data
+/// with updates[e] written at offset(e) ("none"; a repeated index keeps the
+/// last, as onnxruntime), added ("add") or multiplied ("mul").
+Error scatterElementsKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &u = ctx.Inputs[2], &y = ctx.Outputs[0];
+  if (auto e = expectSameType(ctx, x, y))
+    return e;
+  if (u.Type != x.Type || u.Shape != ctx.Inputs[1].Shape)
+    return ctx.unsupported("updates " + u.type().str() + " are not " +
+                           dtypeName(x.Type) + " shaped like the indices " +
+                           ctx.Inputs[1].type().str());
+  std::string reduction = ctx.attrString("reduction", "none");
+  if (reduction != "none" && reduction != "add" && reduction != "mul")
+    return ctx.unsupported("reduction '" + reduction + "'");
+  auto offsets = elementOffsets(ctx, x, 1, u.Shape);
+  if (!offsets)
+    return offsets.takeError();
+  if (y.Data != x.Data)
+    std::memcpy(y.Data, x.Data, x.numElements() * dtypeSize(x.Type));
+  if (reduction == "none") {
+    withBits(dtypeSize(x.Type), [&](auto zero) {
+      using T = decltype(zero);
+      const T *src = u.as<T>();
+      T *dst = y.as<T>();
+      for (size_t e = 0; e < offsets->size(); ++e)
+        dst[(*offsets)[e]] = src[e];
+    });
+    return Error::success();
+  }
+  bool mul = reduction == "mul";
+  return dispatchType<FloatTypes | IntTypes>(ctx, x.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return scatterReduce<T>(u, y, *offsets, mul);
+  });
+}
+
+/// GatherElementsGrad(dy, indices) {axis}: zeros of the result's type (the
+/// gathered data's) with dy[e] added at offset(e).
+Error gatherElementsGradKernel(const KernelContext &ctx) {
+  const TensorView &dy = ctx.Inputs[0], &dx = ctx.Outputs[0];
+  if (dy.Type != dx.Type || dy.Shape != ctx.Inputs[1].Shape)
+    return ctx.unsupported("dy " + dy.type().str() + " is not " +
+                           dtypeName(dx.Type) + " shaped like the indices " +
+                           ctx.Inputs[1].type().str());
+  auto offsets = elementOffsets(ctx, dx, 1, dy.Shape);
+  if (!offsets)
+    return offsets.takeError();
+  std::memset(dx.Data, 0, dx.numElements() * dtypeSize(dx.Type));
+  return dispatchType<FloatTypes>(ctx, dx.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return scatterReduce<T>(dy, dx, *offsets, /*multiply=*/false);
+  });
+}
+
+//===----------------------------------------------------------------------===//
 // Expand, Tile, Pad, Trilu
 //===----------------------------------------------------------------------===//
 
@@ -981,6 +1118,9 @@ void headroom::cpu::registerShapeKernels() {
   registerKernel("SliceGrad", sliceGradKernel);
   registerKernel("Gather", gatherKernel);
   registerKernel("GatherGrad", gatherGradKernel, FloatSupport::F32F64);
+  registerKernel("GatherElements", gatherElementsKernel);
+  registerKernel("ScatterElements", scatterElementsKernel);
+  registerKernel("GatherElementsGrad", gatherElementsGradKernel);
   registerKernel("Expand", expandKernel);
   registerKernel("Tile", tileKernel);
   registerKernel("Pad", padKernel);

@@ -41,8 +41,9 @@ constexpr OpKind kCudaOps[] = {
     // Data movement.
     OpKind::Reshape, OpKind::Transpose, OpKind::Squeeze, OpKind::Unsqueeze,
     OpKind::Flatten, OpKind::Concat, OpKind::Split, OpKind::Slice,
-    OpKind::SliceGrad, OpKind::Gather, OpKind::GatherGrad, OpKind::Expand,
-    OpKind::Tile, OpKind::Pad, OpKind::Trilu,
+    OpKind::SliceGrad, OpKind::Gather, OpKind::GatherGrad,
+    OpKind::GatherElements, OpKind::GatherElementsGrad, OpKind::ScatterElements,
+    OpKind::Expand, OpKind::Tile, OpKind::Pad, OpKind::Trilu,
     // Fills (a causal mask's ones, position ids) canonicalize leaves when
     // they are large.
     OpKind::ConstantOfShape, OpKind::Range,

@@ -113,6 +113,27 @@ const GradCase kCases[] = {
      "%a = Read(@a) : f64[3, 4]\n"
      "%out = HardSigmoid(%a) {alpha = 0.9, beta = 0.4} : f64[3, 4]\n",
      "f64[3, 4]"},
+    {"GatherElements", "state @a : f64[3, 4] param\n",
+     "%a = Read(@a) : f64[3, 4]\n"
+     "%i = Constant() {value = dense<i64[2, 4]> [0, 2, 1, 2, 1, 0, -1, 2]} : "
+     "i64[2, 4]\n"
+     "%out = GatherElements(%a, %i) {axis = 0} : f64[2, 4]\n",
+     "f64[2, 4]"},
+    {"ScatterElements",
+     "state @a : f64[3, 4] param\nstate @u : f64[2, 4] param\n",
+     "%a = Read(@a) : f64[3, 4]\n%u = Read(@u) : f64[2, 4]\n"
+     "%i = Constant() {value = dense<i64[2, 4]> [2, 0, 1, 0, 0, 1, 2, 2]} : "
+     "i64[2, 4]\n"
+     "%out = ScatterElements(%a, %i, %u) {axis = 0} : f64[3, 4]\n",
+     "f64[3, 4]"},
+    {"ScatterElementsAdd",
+     "state @a : f64[3, 4] param\nstate @u : f64[3, 2] param\n",
+     "%a = Read(@a) : f64[3, 4]\n%u = Read(@u) : f64[3, 2]\n"
+     "%i = Constant() {value = dense<i64[3, 2]> [0, 0, 3, 1, 2, 2]} : "
+     "i64[3, 2]\n"
+     "%out = ScatterElements(%a, %i, %u) {axis = 1, reduction = \"add\"} : "
+     "f64[3, 4]\n",
+     "f64[3, 4]"},
     {"Abs", "state @a : f64[3, 4] param\n",
      "%a = Read(@a) : f64[3, 4]\n%out = Abs(%a) : f64[3, 4]\n", "f64[3, 4]"},
     {"Softmax", "state @a : f64[2, 3, 4] param\n",
