@@ -27,6 +27,7 @@
 
 #include <onnx/checker.h>
 #include <onnx/defs/schema.h>
+#include <onnx/defs/shape_inference.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -35,6 +36,7 @@
 #include <algorithm>
 #include <climits>
 #include <fstream>
+#include <mutex>
 
 using namespace headroom;
 using llvm::Error;
@@ -479,7 +481,45 @@ Expected<bool> Importer::expandFunctions() {
   return changed;
 }
 
+/// ONNX 1.12's own inference functions trust some inputs they should check
+/// (LayerNormalization indexes the dimension at `axis` of a rank-0 input and
+/// reads address 0: found by fuzz/FuzzOnnxImport.cpp). Once per process,
+/// each such function is wrapped in the check it lacks, which fails shape
+/// inference (an error, not a crash).
+static void guardOnnxShapeInference() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto wrap = [](const char *op, int version, auto check) {
+      const onnx::OpSchema *schema =
+          onnx::OpSchemaRegistry::Schema(op, version, "");
+      if (!schema || schema->SinceVersion() != version)
+        return;
+      onnx::InferenceFunction inner =
+          schema->GetTypeAndShapeInferenceFunction();
+      // The registry hands out const schemas; this is the one edit made.
+      const_cast<onnx::OpSchema *>(schema)->TypeAndShapeInferenceFunction(
+          [inner, check](onnx::InferenceContext &ctx) {
+            check(ctx);
+            if (inner)
+              inner(ctx);
+          });
+    };
+    wrap("LayerNormalization", 17, [](onnx::InferenceContext &ctx) {
+      if (!onnx::hasInputShape(ctx, 0))
+        return;
+      int64_t rank = ctx.getInputType(0)->tensor_type().shape().dim_size();
+      int64_t axis = -1;
+      if (const onnx::AttributeProto *a = ctx.getAttribute("axis"))
+        axis = a->i();
+      if (axis < -rank || axis >= rank)
+        fail_shape_inference("LayerNormalization: axis ", axis,
+                             " is out of range for an input of rank ", rank);
+    });
+  });
+}
+
 Error Importer::inferShapes() {
+  guardOnnxShapeInference();
   Graph.clear_value_info();
   for (auto &out : *Graph.mutable_output())
     out.mutable_type()->mutable_tensor_type()->clear_shape();

@@ -138,6 +138,22 @@ TEST(OnnxImportTest, EveryUnsupportedOpIsNamedAtOnce) {
             "docs/ops.md");
 }
 
+/// Inputs that once crashed the importer (fuzz/regressions/onnx_import/)
+/// are refused with an error.
+TEST(OnnxImportTest, FuzzRegressionsAreErrors) {
+  std::string dir =
+      std::string(HEADROOM_SOURCE_DIR) + "/fuzz/regressions/onnx_import/";
+  // ONNX 1.12's LayerNormalization inference indexed a rank-0 input.
+  auto buf = llvm::MemoryBuffer::getFile(dir + "layernorm-rank0-input");
+  ASSERT_TRUE(bool(buf));
+  EXPECT_EQ(
+      errorOf(importOnnxBuffer((*buf)->getBuffer(), "m.onnx", "", batch(2))),
+      "m.onnx: shape inference failed: [ShapeInferenceError] Shape "
+      "inference error(s): (op_type:LayerNormalization): "
+      "[ShapeInferenceError] LayerNormalization: axis -1 is out of "
+      "range for an input of rank 0");
+}
+
 /// Every prefix of a real model, and random bytes, must give an error (or,
 /// for a prefix that happens to be a complete message, a valid import) and
 /// never crash. The ASan/UBSan build runs this too.
