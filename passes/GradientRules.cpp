@@ -684,6 +684,38 @@ static llvm::Error gradScatterElements(GradContext &c) {
   return ok();
 }
 
+/// GatherND: d(data) = dy's slices added into zeros at the index tuples.
+static llvm::Error gradGatherND(GradContext &c) {
+  if (c.N.intAttr("batch_dims", 0) != 0)
+    return c.fail("GatherND with batch_dims has no gradient rule");
+  AttributeMap add;
+  add["reduction"] = Attribute::getString("add");
+  c.DIn[0] = c.B.createValue("ScatterND",
+                             {c.zerosLike(c.x(0)->type()), c.x(1), c.dy()},
+                             c.x(0)->type(), add);
+  return ok();
+}
+
+/// ScatterND: as ScatterElements with slices -- d(data) is dy with the
+/// written slices zeroed ("none") or dy ("add"); d(updates) is dy's slices
+/// at the index tuples.
+static llvm::Error gradScatterND(GradContext &c) {
+  std::string reduction = c.N.stringAttr("reduction", "none");
+  if (reduction != "none" && reduction != "add")
+    return c.fail("ScatterND with reduction '" + reduction +
+                  "' has no gradient rule");
+  if (c.needs(0))
+    c.DIn[0] =
+        reduction == "add"
+            ? c.dy()
+            : c.B.createValue("ScatterND",
+                              {c.dy(), c.x(1), c.zerosLike(c.x(2)->type())},
+                              c.dy()->type());
+  if (c.needs(2))
+    c.DIn[2] = c.B.createValue("GatherND", {c.dy(), c.x(1)}, c.x(2)->type());
+  return ok();
+}
+
 static llvm::Error gradExpand(GradContext &c) {
   c.DIn[0] = c.unbroadcast(c.dy(), c.x(0)->type());
   return ok();
@@ -769,6 +801,8 @@ static const llvm::StringMap<GradRule> &rules() {
       {"Gather", gradGather},
       {"GatherElements", gradGatherElements},
       {"ScatterElements", gradScatterElements},
+      {"GatherND", gradGatherND},
+      {"ScatterND", gradScatterND},
       {"Expand", gradExpand},
       {"Where", gradWhere},
       {"Trilu", gradTrilu},

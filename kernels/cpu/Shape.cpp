@@ -806,6 +806,132 @@ Error gatherElementsGradKernel(const KernelContext &ctx) {
 }
 
 //===----------------------------------------------------------------------===//
+// GatherND, ScatterND
+//===----------------------------------------------------------------------===//
+
+/// The index tuples of operand `indicesInput` (shape [..., k]) into `data`:
+/// the flat offset of the slice each addresses (k leading coordinates,
+/// normalized and bounds-checked) and the slice's element count (the
+/// product of data's dimensions after the k-th).
+struct NdLayout {
+  std::vector<int64_t> Offsets;
+  int64_t Slice = 1;
+  int64_t K = 0;
+  int64_t Batch = 0;
+};
+
+Expected<NdLayout> ndLayout(const KernelContext &ctx, const TensorView &data,
+                            unsigned indicesInput) {
+  const TensorView &indices = ctx.Inputs[indicesInput];
+  // GatherND's batch_dims b: the first b axes of data and indices are
+  // paired, and each tuple indexes within its batch element.
+  int64_t b = ctx.attrInt("batch_dims", 0);
+  if (indices.rank() == 0)
+    return ctx.unsupported("indices must have rank >= 1");
+  if (b < 0 || b >= int64_t(indices.rank()) || b >= int64_t(data.rank()))
+    return ctx.unsupported("batch_dims " + Twine(b) + " for indices " +
+                           indices.type().str() + " and " + data.type().str());
+  for (int64_t d = 0; d < b; ++d)
+    if (indices.Shape[d] != data.Shape[d])
+      return ctx.unsupported("batch axis " + Twine(d) + " of indices " +
+                             indices.type().str() + " differs from " +
+                             data.type().str());
+  NdLayout l;
+  l.Batch = b;
+  l.K = indices.Shape.back();
+  if (l.K < 1 || b + l.K > int64_t(data.rank()))
+    return ctx.unsupported("index tuples of " + Twine(l.K) +
+                           " coordinates into " + data.type().str() +
+                           " after " + Twine(b) + " batch axes");
+  l.Slice = product(data.Shape.drop_front(b + l.K));
+  auto idx = readInts(ctx, indicesInput);
+  if (!idx)
+    return idx.takeError();
+  Dims strides = contiguousStrides(data.Shape);
+  int64_t batchStride = product(data.Shape.drop_front(b));
+  size_t tuples = idx->size() / size_t(l.K);
+  int64_t perBatch =
+      product(indices.Shape.drop_front(b).drop_back()); // tuples per batch
+  l.Offsets.resize(tuples);
+  for (size_t t = 0; t < tuples; ++t) {
+    int64_t off = perBatch ? int64_t(t) / perBatch * batchStride : 0;
+    for (int64_t j = 0; j < l.K; ++j) {
+      int64_t i = (*idx)[t * l.K + j], n = data.Shape[b + j];
+      if (i < -n || i >= n)
+        return ctx.unsupported("index " + Twine(i) +
+                               " is out of range for axis " + Twine(b + j) +
+                               " of " + data.type().str());
+      off += (i < 0 ? i + n : i) * strides[b + j];
+    }
+    l.Offsets[t] = off;
+  }
+  return l;
+}
+
+/// The shape GatherND gives (and ScatterND's updates have): the indices'
+/// shape without its last axis, then data's dimensions after the k-th.
+Dims ndSliceShape(const TensorView &data, const TensorView &indices,
+                  const NdLayout &l) {
+  Dims shape(indices.Shape.begin(), indices.Shape.end() - 1);
+  shape.append(data.Shape.begin() + l.Batch + l.K, data.Shape.end());
+  return shape;
+}
+
+/// GatherND(data, indices): the slice at each index tuple.
+Error gatherNdKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  auto l = ndLayout(ctx, x, 1);
+  if (!l)
+    return l.takeError();
+  Dims shape = ndSliceShape(x, ctx.Inputs[1], *l);
+  if (y.Type != x.Type || y.Shape != ArrayRef<int64_t>(shape))
+    return ctx.unsupported("result " + y.type().str() + " is not " +
+                           TensorType(x.Type, shape).str());
+  size_t bytes = l->Slice * dtypeSize(x.Type);
+  for (size_t t = 0; t < l->Offsets.size(); ++t)
+    std::memcpy(bytesAt(y, t * l->Slice), bytesAt(x, l->Offsets[t]), bytes);
+  return Error::success();
+}
+
+/// ScatterND(data, indices, updates) {reduction}: a copy of data with each
+/// update slice written at its index tuple ("none"; a repeated tuple keeps
+/// the last), added ("add") or multiplied ("mul").
+Error scatterNdKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &u = ctx.Inputs[2], &y = ctx.Outputs[0];
+  if (auto e = expectSameType(ctx, x, y))
+    return e;
+  auto l = ndLayout(ctx, x, 1);
+  if (!l)
+    return l.takeError();
+  Dims shape = ndSliceShape(x, ctx.Inputs[1], *l);
+  if (u.Type != x.Type || u.Shape != ArrayRef<int64_t>(shape))
+    return ctx.unsupported("updates " + u.type().str() + " are not " +
+                           TensorType(x.Type, shape).str());
+  std::string reduction = ctx.attrString("reduction", "none");
+  if (reduction != "none" && reduction != "add" && reduction != "mul")
+    return ctx.unsupported("reduction '" + reduction + "'");
+  if (y.Data != x.Data)
+    std::memcpy(y.Data, x.Data, x.numElements() * dtypeSize(x.Type));
+  if (reduction == "none") {
+    size_t bytes = l->Slice * dtypeSize(x.Type);
+    for (size_t t = 0; t < l->Offsets.size(); ++t)
+      std::memcpy(bytesAt(y, l->Offsets[t]), bytesAt(u, t * l->Slice), bytes);
+    return Error::success();
+  }
+  // Element offsets of every slice element, for the typed reduction.
+  std::vector<int64_t> offsets;
+  offsets.reserve(l->Offsets.size() * l->Slice);
+  for (int64_t off : l->Offsets)
+    for (int64_t i = 0; i < l->Slice; ++i)
+      offsets.push_back(off + i);
+  bool mul = reduction == "mul";
+  return dispatchType<FloatTypes | IntTypes>(ctx, x.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return scatterReduce<T>(u, y, offsets, mul);
+  });
+}
+
+//===----------------------------------------------------------------------===//
 // Expand, Tile, Pad, Trilu
 //===----------------------------------------------------------------------===//
 
@@ -1119,6 +1245,8 @@ void headroom::cpu::registerShapeKernels() {
   registerKernel("Gather", gatherKernel);
   registerKernel("GatherGrad", gatherGradKernel, FloatSupport::F32F64);
   registerKernel("GatherElements", gatherElementsKernel);
+  registerKernel("GatherND", gatherNdKernel);
+  registerKernel("ScatterND", scatterNdKernel);
   registerKernel("ScatterElements", scatterElementsKernel);
   registerKernel("GatherElementsGrad", gatherElementsGradKernel);
   registerKernel("Expand", expandKernel);

@@ -43,7 +43,8 @@ constexpr OpKind kCudaOps[] = {
     OpKind::Flatten, OpKind::Concat, OpKind::Split, OpKind::Slice,
     OpKind::SliceGrad, OpKind::Gather, OpKind::GatherGrad,
     OpKind::GatherElements, OpKind::GatherElementsGrad, OpKind::ScatterElements,
-    OpKind::Expand, OpKind::Tile, OpKind::Pad, OpKind::Trilu,
+    OpKind::GatherND, OpKind::ScatterND, OpKind::Expand, OpKind::Tile,
+    OpKind::Pad, OpKind::Trilu,
     // Fills (a causal mask's ones, position ids) canonicalize leaves when
     // they are large.
     OpKind::ConstantOfShape, OpKind::Range,

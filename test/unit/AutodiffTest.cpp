@@ -134,6 +134,29 @@ const GradCase kCases[] = {
      "%out = ScatterElements(%a, %i, %u) {axis = 1, reduction = \"add\"} : "
      "f64[3, 4]\n",
      "f64[3, 4]"},
+    // GatherND: slices (rows) with a repeated and a negative index, and
+    // single elements (k = rank).
+    {"GatherND", "state @a : f64[3, 4] param\n",
+     "%a = Read(@a) : f64[3, 4]\n"
+     "%i = Constant() {value = dense<i64[3, 1]> [2, 0, -1]} : i64[3, 1]\n"
+     "%out = GatherND(%a, %i) : f64[3, 4]\n",
+     "f64[3, 4]"},
+    {"GatherNDElements", "state @a : f64[3, 4] param\n",
+     "%a = Read(@a) : f64[3, 4]\n"
+     "%i = Constant() {value = dense<i64[2, 2]> [1, 3, 2, 0]} : i64[2, 2]\n"
+     "%out = GatherND(%a, %i) : f64[2]\n",
+     "f64[2]"},
+    {"ScatterND", "state @a : f64[3, 4] param\nstate @u : f64[2, 4] param\n",
+     "%a = Read(@a) : f64[3, 4]\n%u = Read(@u) : f64[2, 4]\n"
+     "%i = Constant() {value = dense<i64[2, 1]> [2, 0]} : i64[2, 1]\n"
+     "%out = ScatterND(%a, %i, %u) : f64[3, 4]\n",
+     "f64[3, 4]"},
+    {"ScatterNDAdd", "state @a : f64[3, 4] param\nstate @u : f64[3] param\n",
+     "%a = Read(@a) : f64[3, 4]\n%u = Read(@u) : f64[3]\n"
+     "%i = Constant() {value = dense<i64[3, 2]> [0, 1, 2, 3, 0, 1]} : "
+     "i64[3, 2]\n"
+     "%out = ScatterND(%a, %i, %u) {reduction = \"add\"} : f64[3, 4]\n",
+     "f64[3, 4]"},
     {"Abs", "state @a : f64[3, 4] param\n",
      "%a = Read(@a) : f64[3, 4]\n%out = Abs(%a) : f64[3, 4]\n", "f64[3, 4]"},
     {"Softmax", "state @a : f64[2, 3, 4] param\n",
