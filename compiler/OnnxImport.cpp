@@ -177,6 +177,9 @@ private:
   Error bindInputs();
   Error makeShapesStatic();
   Expected<bool> expandFunctions();
+  Expected<bool>
+  expandLstm(const onnx::NodeProto &n, int index,
+             google::protobuf::RepeatedPtrField<onnx::NodeProto> &nodes);
   Error inferShapes();
   Expected<bool> foldConstants();
   Expected<std::unique_ptr<Module>> translate();
@@ -410,6 +413,13 @@ Expected<bool> Importer::expandFunctions() {
       *nodes.Add() = n;
       continue;
     }
+    if (isDefaultDomain(n.domain()) && n.op_type() == "LSTM") {
+      auto done = expandLstm(n, i, nodes);
+      if (!done)
+        return done.takeError();
+      changed |= *done;
+      continue;
+    }
     const onnx::FunctionProto *local = nullptr;
     for (const auto &f : Model.functions())
       if (f.name() == n.op_type() && f.domain() == n.domain())
@@ -479,6 +489,184 @@ Expected<bool> Importer::expandFunctions() {
   if (changed)
     Graph.mutable_node()->Swap(&nodes);
   return changed;
+}
+
+/// LSTM (what nn.LSTM exports to) unrolled over its static sequence length
+/// into the ops it is made of, once X's type is known (before that the
+/// node is kept and ONNX's shape inference types it): per direction and
+/// step, gates = x_t W^T + h R^T + Wb + Rb split into i, o, f, c;
+/// c' = sigmoid(f) c + sigmoid(i) tanh(c~), h' = sigmoid(o) tanh(c'). Autodiff
+/// then differentiates the primitives (backpropagation through time). What
+/// torch does not emit is refused: layout 1, sequence_lens, peepholes, clip,
+/// input_forget and activations other than the defaults.
+Expected<bool> Importer::expandLstm(
+    const onnx::NodeProto &n, int index,
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> &nodes) {
+  auto typeOf = [&](int i) -> const TensorType * {
+    if (i >= n.input_size() || n.input(i).empty())
+      return nullptr;
+    auto it = Types.find(n.input(i));
+    return it == Types.end() ? nullptr : &it->second;
+  };
+  const TensorType *x = typeOf(0);
+  if (!x) { // typed by the next round of shape inference
+    *nodes.Add() = n;
+    return false;
+  }
+  auto intAttr = [&](const char *name, int64_t dflt) {
+    for (const auto &a : n.attribute())
+      if (a.name() == name)
+        return a.i();
+    return dflt;
+  };
+  std::string direction = "forward";
+  for (const auto &a : n.attribute()) {
+    if (a.name() == "direction")
+      direction = a.s();
+    if (a.name() == "clip")
+      return failAt(n, index, "LSTM's clip is not supported");
+    if (a.name() == "activations") {
+      for (int k = 0; k < a.strings_size(); ++k)
+        if (a.strings(k) != (k % 3 == 0 ? "Sigmoid" : "Tanh"))
+          return failAt(n, index,
+                        "LSTM activations other than Sigmoid, Tanh, Tanh are "
+                        "not supported");
+    }
+  }
+  if (intAttr("layout", 0) != 0)
+    return failAt(n, index, "LSTM layout 1 is not supported");
+  if (intAttr("input_forget", 0) != 0)
+    return failAt(n, index, "LSTM input_forget is not supported");
+  if (n.input_size() > 4 && !n.input(4).empty())
+    return failAt(n, index, "LSTM sequence_lens is not supported");
+  if (n.input_size() > 7 && !n.input(7).empty())
+    return failAt(n, index, "LSTM peepholes (P) are not supported");
+  if (direction != "forward" && direction != "reverse" &&
+      direction != "bidirectional")
+    return failAt(n, index, "LSTM direction '" + direction + "'");
+  if (x->rank() != 3)
+    return failAt(n, index, "LSTM input X must have rank 3, not " + x->str());
+  int64_t steps = x->dim(0), batch = x->dim(1);
+  int64_t hidden = intAttr("hidden_size", 0);
+  if (hidden <= 0)
+    return failAt(n, index, "LSTM needs a positive hidden_size");
+  int dirs = direction == "bidirectional" ? 2 : 1;
+  int onnxType = dtypeToOnnx(x->dtype());
+
+  std::string prefix = "_lstm" + std::to_string(ExpansionCount++) + "/";
+  int counter = 0;
+  auto fresh = [&](const char *what) {
+    return prefix + what + std::to_string(counter++);
+  };
+  auto emit = [&](const char *op, std::vector<std::string> ins,
+                  std::vector<std::string> outs,
+                  std::vector<onnx::AttributeProto> attrs = {}) {
+    onnx::NodeProto *m = nodes.Add();
+    m->set_op_type(op);
+    m->set_name(n.name().empty() ? prefix + op : n.name() + "/" + op);
+    for (auto &i : ins)
+      m->add_input(i);
+    for (auto &o : outs)
+      m->add_output(o);
+    for (auto &a : attrs)
+      *m->add_attribute() = a;
+    return outs.empty() ? std::string() : outs[0];
+  };
+  auto intA = [](const char *name, int64_t v) {
+    onnx::AttributeProto a;
+    a.set_name(name);
+    a.set_type(onnx::AttributeProto::INT);
+    a.set_i(v);
+    return a;
+  };
+  auto constant = [&](onnx::TensorProto t) {
+    onnx::AttributeProto a;
+    a.set_name("value");
+    a.set_type(onnx::AttributeProto::TENSOR);
+    *a.mutable_t() = std::move(t);
+    return emit("Constant", {}, {fresh("const")}, {a});
+  };
+  auto ints = [&](std::vector<int64_t> v, bool scalar) {
+    onnx::TensorProto t;
+    t.set_data_type(onnx::TensorProto::INT64);
+    if (!scalar)
+      t.add_dims(int64_t(v.size()));
+    for (int64_t e : v)
+      t.add_int64_data(e);
+    return constant(t);
+  };
+  auto zeros = [&](std::vector<int64_t> dims) {
+    onnx::TensorProto t;
+    t.set_data_type(onnxType);
+    int64_t count = 1;
+    for (int64_t d : dims) {
+      t.add_dims(d);
+      count *= d;
+    }
+    t.set_raw_data(std::string(count * dtypeSize(x->dtype()), '\0'));
+    return constant(t);
+  };
+  auto take = [&](const std::string &v, int64_t i) { // v[i] along axis 0
+    return emit("Gather", {v, ints({i}, true)}, {fresh("take")},
+                {intA("axis", 0)});
+  };
+  auto ew = [&](const char *op, std::vector<std::string> ins) {
+    return emit(op, std::move(ins), {fresh(op)});
+  };
+
+  std::vector<std::string> ys, hs, cs; // per direction
+  for (int d = 0; d < dirs; ++d) {
+    bool reverse = direction == "reverse" || d == 1;
+    std::string w = ew("Transpose", {take(n.input(1), d)});
+    std::string r = ew("Transpose", {take(n.input(2), d)});
+    std::string bias;
+    if (n.input_size() > 3 && !n.input(3).empty()) {
+      std::string b = take(n.input(3), d);
+      std::string wb = fresh("wb"), rb = fresh("rb");
+      emit("Split", {b}, {wb, rb}, {intA("axis", 0)});
+      bias = ew("Add", {wb, rb});
+    }
+    std::string h = n.input_size() > 5 && !n.input(5).empty()
+                        ? take(n.input(5), d)
+                        : zeros({batch, hidden});
+    std::string c = n.input_size() > 6 && !n.input(6).empty()
+                        ? take(n.input(6), d)
+                        : zeros({batch, hidden});
+    std::vector<std::string> outAt(steps);
+    for (int64_t k = 0; k < steps; ++k) {
+      int64_t t = reverse ? steps - 1 - k : k;
+      std::string g = ew("Add", {ew("MatMul", {take(n.input(0), t), w}),
+                                 ew("MatMul", {h, r})});
+      if (!bias.empty())
+        g = ew("Add", {g, bias});
+      std::string gi = fresh("i"), go = fresh("o"), gf = fresh("f"),
+                  gc = fresh("c");
+      emit("Split", {g}, {gi, go, gf, gc}, {intA("axis", 1)});
+      c = ew("Add", {ew("Mul", {ew("Sigmoid", {gf}), c}),
+                     ew("Mul", {ew("Sigmoid", {gi}), ew("Tanh", {gc})})});
+      h = ew("Mul", {ew("Sigmoid", {go}), ew("Tanh", {c})});
+      outAt[t] = ew("Unsqueeze", {h, ints({0}, false)});
+    }
+    std::vector<std::string> seq(outAt.begin(), outAt.end());
+    std::string y = steps == 1
+                        ? seq[0]
+                        : emit("Concat", seq, {fresh("y")}, {intA("axis", 0)});
+    ys.push_back(ew("Unsqueeze", {y, ints({1}, false)}));
+    hs.push_back(ew("Unsqueeze", {h, ints({0}, false)}));
+    cs.push_back(ew("Unsqueeze", {c, ints({0}, false)}));
+  }
+  auto join = [&](std::vector<std::string> parts, int64_t axis, int out) {
+    if (out >= n.output_size() || n.output(out).empty())
+      return;
+    if (parts.size() == 1)
+      emit("Identity", {parts[0]}, {n.output(out)});
+    else
+      emit("Concat", parts, {n.output(out)}, {intA("axis", axis)});
+  };
+  join(ys, 1, 0);
+  join(hs, 0, 1);
+  join(cs, 0, 2);
+  return true;
 }
 
 /// ONNX 1.12's own inference functions trust some inputs they should check
@@ -887,6 +1075,8 @@ Expected<std::unique_ptr<Module>> Importer::run() {
 }
 
 } // namespace
+
+bool headroom::importerExpandsOp(llvm::StringRef op) { return op == "LSTM"; }
 
 Expected<std::unique_ptr<Module>>
 headroom::importOnnxBuffer(llvm::StringRef bytes, llvm::StringRef name,

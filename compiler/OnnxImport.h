@@ -56,6 +56,10 @@ llvm::Expected<std::unique_ptr<Module>>
 importOnnxBuffer(llvm::StringRef bytes, llvm::StringRef name,
                  llvm::StringRef modelDir, const ImportOptions &options = {});
 
+/// ONNX ops that are not IR ops but that the importer itself unrolls into
+/// them (LSTM over its static sequence length).
+bool importerExpandsOp(llvm::StringRef op);
+
 /// Reads a serialized TensorProto (ONNX's node-test .pb files).
 llvm::Expected<Tensor> readTensorProtoFile(llvm::StringRef path);
 

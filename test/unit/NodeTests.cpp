@@ -41,7 +41,7 @@ std::string headroom::whyNotAccepted(const onnx::ModelProto &m) {
     const OpInfo *info = lookupOp(n.op_type());
     if (!n.domain().empty() && n.domain() != "ai.onnx")
       return "domain " + n.domain();
-    if (!info || !info->has(opflags::Onnx))
+    if ((!info || !info->has(opflags::Onnx)) && !importerExpandsOp(n.op_type()))
       return "op " + n.op_type();
     auto *then = onnx::OpSchemaRegistry::Schema(n.op_type(), opset, "");
     auto *now = onnx::OpSchemaRegistry::Schema(n.op_type(), kMaxOpset, "");
