@@ -659,29 +659,34 @@ static llvm::Error gradGatherElements(GradContext &c) {
   return ok();
 }
 
-/// ScatterElements (torch.scatter / scatter_add): d(data) is dy with the
-/// written positions zeroed ("none") or dy itself ("add"); d(updates) is dy
-/// gathered at the indices. "mul" has no rule.
-static llvm::Error gradScatterElements(GradContext &c) {
+/// ScatterElements (torch.scatter / scatter_add) and ScatterND, whose
+/// gather is GatherElements / GatherND: d(data) is dy with the written
+/// positions zeroed ("none") or dy itself ("add"); d(updates) is dy gathered
+/// at the indices. "mul" has no rule. ScatterElements' axis carries over.
+static llvm::Error gradScatter(GradContext &c, const char *gather) {
   std::string reduction = c.N.stringAttr("reduction", "none");
   if (reduction != "none" && reduction != "add")
-    return c.fail("ScatterElements with reduction '" + reduction +
+    return c.fail(c.N.op() + " with reduction '" + reduction +
                   "' has no gradient rule");
   AttributeMap axis;
-  axis["axis"] = Attribute::getInt(c.N.intAttr("axis", 0));
-  if (c.needs(0)) {
-    if (reduction == "add") {
-      c.DIn[0] = c.dy();
-    } else {
-      Value *zeros = c.zerosLike(c.x(2)->type());
-      c.DIn[0] = c.B.createValue("ScatterElements", {c.dy(), c.x(1), zeros},
-                                 c.dy()->type(), axis);
-    }
-  }
+  if (c.N.is(OpKind::ScatterElements))
+    axis["axis"] = Attribute::getInt(c.N.intAttr("axis", 0));
+  if (c.needs(0))
+    c.DIn[0] =
+        reduction == "add"
+            ? c.dy()
+            : c.B.createValue(c.N.op(),
+                              {c.dy(), c.x(1), c.zerosLike(c.x(2)->type())},
+                              c.dy()->type(), axis);
   if (c.needs(2))
-    c.DIn[2] = c.B.createValue("GatherElements", {c.dy(), c.x(1)},
-                               c.x(2)->type(), axis);
+    c.DIn[2] = c.B.createValue(gather, {c.dy(), c.x(1)}, c.x(2)->type(), axis);
   return ok();
+}
+static llvm::Error gradScatterElements(GradContext &c) {
+  return gradScatter(c, "GatherElements");
+}
+static llvm::Error gradScatterND(GradContext &c) {
+  return gradScatter(c, "GatherND");
 }
 
 /// GatherND: d(data) = dy's slices added into zeros at the index tuples.
@@ -693,26 +698,6 @@ static llvm::Error gradGatherND(GradContext &c) {
   c.DIn[0] = c.B.createValue("ScatterND",
                              {c.zerosLike(c.x(0)->type()), c.x(1), c.dy()},
                              c.x(0)->type(), add);
-  return ok();
-}
-
-/// ScatterND: as ScatterElements with slices -- d(data) is dy with the
-/// written slices zeroed ("none") or dy ("add"); d(updates) is dy's slices
-/// at the index tuples.
-static llvm::Error gradScatterND(GradContext &c) {
-  std::string reduction = c.N.stringAttr("reduction", "none");
-  if (reduction != "none" && reduction != "add")
-    return c.fail("ScatterND with reduction '" + reduction +
-                  "' has no gradient rule");
-  if (c.needs(0))
-    c.DIn[0] =
-        reduction == "add"
-            ? c.dy()
-            : c.B.createValue("ScatterND",
-                              {c.dy(), c.x(1), c.zerosLike(c.x(2)->type())},
-                              c.dy()->type());
-  if (c.needs(2))
-    c.DIn[2] = c.B.createValue("GatherND", {c.dy(), c.x(1)}, c.x(2)->type());
   return ok();
 }
 

@@ -76,3 +76,10 @@ std::vector<DeviceInfo> headroom::listDevices(std::string *note) {
 #endif
   return out;
 }
+
+uint64_t headroom::availableCpuBytes() {
+  for (const DeviceInfo &d : listDevices())
+    if (d.Backend == "cpu")
+      return d.FreeBytes;
+  return 0;
+}

@@ -22,6 +22,9 @@ struct DeviceInfo {
 /// and the reason is put in `note` when given.
 std::vector<DeviceInfo> listDevices(std::string *note = nullptr);
 
+/// The memory available to a cpu plan now (MemAvailable); 0 when unknown.
+uint64_t availableCpuBytes();
+
 /// True when this build contains the CUDA backend.
 bool cudaBackendBuilt();
 

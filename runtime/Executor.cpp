@@ -11,10 +11,7 @@ headroom::createExecutor(Plan plan, const ExecutorOptions &options) {
   if (plan.TargetName == "cpu") {
     // Refused before any allocation: a peak over the memory available now
     // would swap or be killed midway.
-    uint64_t peak = plan.Report.PeakBytes(), available = 0;
-    for (const DeviceInfo &d : listDevices())
-      if (d.Backend == "cpu")
-        available = d.FreeBytes;
+    uint64_t peak = plan.Report.PeakBytes(), available = availableCpuBytes();
     if (available && peak > available)
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),

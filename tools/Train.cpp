@@ -330,10 +330,7 @@ static llvm::Error refuseWhatDoesNotFit(const Plan &plan, llvm::StringRef model,
                                         CompileOptions options) {
   if (plan.TargetName != "cpu")
     return llvm::Error::success();
-  uint64_t peak = plan.Report.PeakBytes(), available = 0;
-  for (const DeviceInfo &d : listDevices())
-    if (d.Backend == "cpu")
-      available = d.FreeBytes;
+  uint64_t peak = plan.Report.PeakBytes(), available = availableCpuBytes();
   if (!available || peak <= available)
     return llvm::Error::success();
   std::string msg = "the plan's peak of " + formatBytes(peak) +

@@ -751,9 +751,36 @@ Error scatterReduce(const TensorView &u, const TensorView &y,
   return Error::success();
 }
 
-/// ScatterElements(data, indices, updates) {axis, reduction}: a copy of data
-/// with updates[e] written at offset(e) ("none"; a repeated index keeps the
-/// last, as onnxruntime), added ("add") or multiplied ("mul").
+/// The output of ScatterElements and ScatterND: a copy of data (operand 0)
+/// with updates[e] (operand 2, flat) written at element offsets[e]
+/// ("none"; a repeated offset keeps the last, as onnxruntime), added
+/// ("add") or multiplied ("mul").
+Error scatterAt(const KernelContext &ctx, ArrayRef<int64_t> offsets) {
+  const TensorView &x = ctx.Inputs[0], &u = ctx.Inputs[2], &y = ctx.Outputs[0];
+  std::string reduction = ctx.attrString("reduction", "none");
+  if (reduction != "none" && reduction != "add" && reduction != "mul")
+    return ctx.unsupported("reduction '" + reduction + "'");
+  if (y.Data != x.Data)
+    std::memcpy(y.Data, x.Data, x.numElements() * dtypeSize(x.Type));
+  if (reduction == "none") {
+    withBits(dtypeSize(x.Type), [&](auto zero) {
+      using T = decltype(zero);
+      const T *src = u.as<T>();
+      T *dst = y.as<T>();
+      for (size_t e = 0; e < offsets.size(); ++e)
+        dst[offsets[e]] = src[e];
+    });
+    return Error::success();
+  }
+  bool mul = reduction == "mul";
+  return dispatchType<FloatTypes | IntTypes>(ctx, x.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return scatterReduce<T>(u, y, offsets, mul);
+  });
+}
+
+/// ScatterElements(data, indices, updates) {axis, reduction}: scatterAt the
+/// per-element offsets of the indices.
 Error scatterElementsKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &u = ctx.Inputs[2], &y = ctx.Outputs[0];
   if (auto e = expectSameType(ctx, x, y))
@@ -762,29 +789,10 @@ Error scatterElementsKernel(const KernelContext &ctx) {
     return ctx.unsupported("updates " + u.type().str() + " are not " +
                            dtypeName(x.Type) + " shaped like the indices " +
                            ctx.Inputs[1].type().str());
-  std::string reduction = ctx.attrString("reduction", "none");
-  if (reduction != "none" && reduction != "add" && reduction != "mul")
-    return ctx.unsupported("reduction '" + reduction + "'");
   auto offsets = elementOffsets(ctx, x, 1, u.Shape);
   if (!offsets)
     return offsets.takeError();
-  if (y.Data != x.Data)
-    std::memcpy(y.Data, x.Data, x.numElements() * dtypeSize(x.Type));
-  if (reduction == "none") {
-    withBits(dtypeSize(x.Type), [&](auto zero) {
-      using T = decltype(zero);
-      const T *src = u.as<T>();
-      T *dst = y.as<T>();
-      for (size_t e = 0; e < offsets->size(); ++e)
-        dst[(*offsets)[e]] = src[e];
-    });
-    return Error::success();
-  }
-  bool mul = reduction == "mul";
-  return dispatchType<FloatTypes | IntTypes>(ctx, x.Type, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return scatterReduce<T>(u, y, *offsets, mul);
-  });
+  return scatterAt(ctx, *offsets);
 }
 
 /// GatherElementsGrad(dy, indices) {axis}: zeros of the result's type (the
@@ -893,9 +901,8 @@ Error gatherNdKernel(const KernelContext &ctx) {
   return Error::success();
 }
 
-/// ScatterND(data, indices, updates) {reduction}: a copy of data with each
-/// update slice written at its index tuple ("none"; a repeated tuple keeps
-/// the last), added ("add") or multiplied ("mul").
+/// ScatterND(data, indices, updates) {reduction}: scatterAt every element
+/// of the slice at each index tuple.
 Error scatterNdKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &u = ctx.Inputs[2], &y = ctx.Outputs[0];
   if (auto e = expectSameType(ctx, x, y))
@@ -907,28 +914,12 @@ Error scatterNdKernel(const KernelContext &ctx) {
   if (u.Type != x.Type || u.Shape != ArrayRef<int64_t>(shape))
     return ctx.unsupported("updates " + u.type().str() + " are not " +
                            TensorType(x.Type, shape).str());
-  std::string reduction = ctx.attrString("reduction", "none");
-  if (reduction != "none" && reduction != "add" && reduction != "mul")
-    return ctx.unsupported("reduction '" + reduction + "'");
-  if (y.Data != x.Data)
-    std::memcpy(y.Data, x.Data, x.numElements() * dtypeSize(x.Type));
-  if (reduction == "none") {
-    size_t bytes = l->Slice * dtypeSize(x.Type);
-    for (size_t t = 0; t < l->Offsets.size(); ++t)
-      std::memcpy(bytesAt(y, l->Offsets[t]), bytesAt(u, t * l->Slice), bytes);
-    return Error::success();
-  }
-  // Element offsets of every slice element, for the typed reduction.
   std::vector<int64_t> offsets;
   offsets.reserve(l->Offsets.size() * l->Slice);
   for (int64_t off : l->Offsets)
     for (int64_t i = 0; i < l->Slice; ++i)
       offsets.push_back(off + i);
-  bool mul = reduction == "mul";
-  return dispatchType<FloatTypes | IntTypes>(ctx, x.Type, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return scatterReduce<T>(u, y, offsets, mul);
-  });
+  return scatterAt(ctx, offsets);
 }
 
 //===----------------------------------------------------------------------===//
