@@ -1,8 +1,8 @@
 //===- CudaTarget.cpp - The CUDA backend as lowering sees it --------------===//
 //
-// The op list is the CUDA backend's contract, family by family: a node
-// outside it, or a float that is not f32 or f64 (the optimizer's step counter),
-// is refused when the plan is made. Matmuls go through cuBLASLt, whose
+// The op list (kernels/cuda/CudaOps.def) is the CUDA backend's contract,
+// family by family: a node outside it, or an element type the kernels do not
+// compute, is refused when the plan is made. Matmuls go through cuBLASLt, whose
 // workspace is the library bytes; the project's own kernels (convolution and
 // pooling included) take no per-call scratch.
 //
@@ -16,40 +16,13 @@ using namespace headroom;
 namespace {
 
 constexpr OpKind kCudaOps[] = {
-    // Elementwise, with broadcasting.
-    OpKind::Abs, OpKind::Neg, OpKind::Exp, OpKind::Log, OpKind::Sqrt,
-    OpKind::Reciprocal, OpKind::Tanh, OpKind::Sigmoid, OpKind::Relu,
-    OpKind::LeakyRelu, OpKind::Clip, OpKind::HardSigmoid, OpKind::Erf,
-    OpKind::Sin, OpKind::Cos, OpKind::Floor, OpKind::Ceil, OpKind::Not,
-    OpKind::Identity, OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div,
-    OpKind::Pow, OpKind::Max, OpKind::Min, OpKind::Sum, OpKind::Equal,
-    OpKind::Less, OpKind::LessOrEqual, OpKind::Greater, OpKind::GreaterOrEqual,
-    OpKind::And, OpKind::Or, OpKind::Where, OpKind::Cast, OpKind::Dropout,
-    // Matmuls (cuBLASLt).
-    OpKind::Gemm, OpKind::MatMul,
-    // Reductions, softmax, norms and losses, with their gradients.
-    OpKind::ReduceMean, OpKind::ReduceSum, OpKind::ReduceMax, OpKind::ReduceMin,
-    OpKind::ReduceProd, OpKind::ArgMax, OpKind::Softmax, OpKind::LogSoftmax,
-    OpKind::SoftmaxCrossEntropyLoss, OpKind::SoftmaxCrossEntropyLossGrad,
-    OpKind::NegativeLogLikelihoodLoss, OpKind::LayerNormalization,
-    OpKind::LayerNormalizationGrad, OpKind::BatchNormalization,
-    OpKind::BatchNormalizationGrad,
-    // Convolution and pooling (the project's kernels).
-    OpKind::Conv, OpKind::ConvGradInput, OpKind::ConvGradWeight,
-    OpKind::MaxPool, OpKind::MaxPoolGrad, OpKind::AveragePool,
-    OpKind::AveragePoolGrad, OpKind::GlobalAveragePool,
-    // Data movement.
-    OpKind::Reshape, OpKind::Transpose, OpKind::Squeeze, OpKind::Unsqueeze,
-    OpKind::Flatten, OpKind::Concat, OpKind::Split, OpKind::Slice,
-    OpKind::SliceGrad, OpKind::Gather, OpKind::GatherGrad,
-    OpKind::GatherElements, OpKind::GatherElementsGrad, OpKind::ScatterElements,
-    OpKind::GatherND, OpKind::ScatterND, OpKind::Expand, OpKind::Tile,
-    OpKind::Pad, OpKind::Trilu,
-    // Fills (a causal mask's ones, position ids) canonicalize leaves when
-    // they are large.
-    OpKind::ConstantOfShape, OpKind::Range,
-    // Updates.
-    OpKind::SgdUpdate, OpKind::Accumulate};
+#define HR_CUDA_OP(NAME) OpKind::NAME,
+#include "kernels/cuda/CudaOps.def"
+#undef HR_CUDA_OP
+};
+
+constexpr DType kCudaIntTypes[] = {DType::I8, DType::I32, DType::I64, DType::U8,
+                                   DType::Bool};
 
 class CudaTarget : public Target {
 public:
@@ -64,6 +37,14 @@ public:
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "has no kernel for op '%s'",
                                      n.op().c_str());
+    // Integers: the types the kernels instantiate (kernels/cuda/Kernel.h).
+    for (const Value *v : llvm::concat<Value *const>(n.operands(), n.results()))
+      if (v && !isFloat(v->type().dtype()) &&
+          !llvm::is_contained(kCudaIntTypes, v->type().dtype()))
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            "computes no %s on cuda (i8, i32, i64, u8 and bool only)",
+            dtypeName(v->type().dtype()).str().c_str());
     // f32, bf16 and f16 everywhere; f64 only elementwise (the optimizers'
     // step counters and bias corrections).
     if (n.info()->has(opflags::Elementwise) || n.is(OpKind::Cast))

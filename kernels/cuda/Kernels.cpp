@@ -1,0 +1,143 @@
+//===- Kernels.cpp - The CUDA kernel registry -----------------------------===//
+//
+// Host code of both builds (nvcc's library and the emulator): the registry,
+// the launch-error check, the copies and fills kernels put on the stream,
+// and the broadcast index arithmetic.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/cpu/KernelUtil.h"
+#include "kernels/cuda/Launch.h"
+
+#include "compiler/Types.h"
+
+#include "llvm/ADT/StringMap.h"
+
+#include <mutex>
+
+#if !defined(HEADROOM_CUDA_EMULATED)
+#include <cuda_runtime.h>
+#endif
+
+using namespace headroom;
+using namespace headroom::cuda;
+
+static llvm::StringMap<KernelFn> &registry() {
+  static llvm::StringMap<KernelFn> r;
+  return r;
+}
+
+void cuda::registerKernel(llvm::StringRef op, KernelFn fn) {
+  registry()[op] = fn;
+}
+
+static void registerAll() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    registerElementwiseKernels();
+    registerLinalgKernels();
+    registerReduceKernels();
+    registerNormKernels();
+    registerLossKernels();
+    registerShapeKernels();
+    registerConvPoolKernels();
+    registerUpdateKernels();
+  });
+}
+
+KernelFn cuda::lookupKernel(llvm::StringRef op) {
+  registerAll();
+  auto it = registry().find(op);
+  return it == registry().end() ? nullptr : it->second;
+}
+
+std::vector<std::string> cuda::registeredOps() {
+  registerAll();
+  std::vector<std::string> out;
+  for (const auto &e : registry())
+    out.push_back(e.getKey().str());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+llvm::Error cuda::runKernel(const KernelContext &ctx) {
+  KernelFn fn = lookupKernel(ctx.Op);
+  if (!fn)
+    return ctx.unsupported("no CUDA kernel");
+  if (llvm::Error e = fn(ctx))
+    return e;
+#if !defined(HEADROOM_CUDA_EMULATED)
+  // A launch error (a bad configuration, a previous fault) is reported at
+  // the call that made it.
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return ctx.unsupported(llvm::Twine("CUDA error: ") + cudaGetErrorString(e));
+#endif
+  return llvm::Error::success();
+}
+
+llvm::Expected<const Tensor *>
+KernelContext::constant(unsigned i, llvm::StringRef what) const {
+  if (i < Constants.size() && Constants[i])
+    return Constants[i];
+  return unsupported(what + " must be a constant on cuda");
+}
+
+void cuda::copyAsync(const KernelContext &ctx, void *dst, const void *src,
+                     uint64_t bytes) {
+  if (dst == src || !bytes)
+    return;
+#if defined(HEADROOM_CUDA_EMULATED)
+  std::memmove(dst, src, bytes);
+#else
+  cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                  static_cast<cudaStream_t>(ctx.Stream));
+#endif
+}
+
+void cuda::fillZeroAsync(const KernelContext &ctx, void *dst, uint64_t bytes) {
+  if (!bytes)
+    return;
+#if defined(HEADROOM_CUDA_EMULATED)
+  std::memset(dst, 0, bytes);
+#else
+  cudaMemsetAsync(dst, 0, bytes, static_cast<cudaStream_t>(ctx.Stream));
+#endif
+}
+
+namespace headroom {
+namespace cuda {
+inline namespace HR_CUDA_BUILD {
+
+template <unsigned N>
+bool makeBroadcast(llvm::ArrayRef<int64_t> out,
+                   std::array<llvm::ArrayRef<int64_t>, N> ins,
+                   Broadcast<N> &b) {
+  b = Broadcast<N>();
+  b.Same = true;
+  for (unsigned k = 0; k < N; ++k)
+    b.Same &= ins[k] == out;
+  cpu::BroadcastLoops<N> loops(out, ins);
+  llvm::ArrayRef<int64_t> dims = loops.dims();
+  if (dims.size() > kMaxDims)
+    return false;
+  b.Rank = dims.size();
+  for (unsigned d = 0; d < dims.size(); ++d) {
+    b.Dims[d] = dims[d];
+    for (unsigned k = 0; k < N; ++k)
+      b.Strides[k][d] = loops.strides(k)[d];
+  }
+  return true;
+}
+
+template bool makeBroadcast<1>(llvm::ArrayRef<int64_t>,
+                               std::array<llvm::ArrayRef<int64_t>, 1>,
+                               Broadcast<1> &);
+template bool makeBroadcast<2>(llvm::ArrayRef<int64_t>,
+                               std::array<llvm::ArrayRef<int64_t>, 2>,
+                               Broadcast<2> &);
+template bool makeBroadcast<3>(llvm::ArrayRef<int64_t>,
+                               std::array<llvm::ArrayRef<int64_t>, 3>,
+                               Broadcast<3> &);
+
+} // namespace HR_CUDA_BUILD
+} // namespace cuda
+} // namespace headroom

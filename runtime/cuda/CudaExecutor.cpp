@@ -1,0 +1,1 @@
+//===- CudaExecutor.cpp - (being written) ---------------------------------===//

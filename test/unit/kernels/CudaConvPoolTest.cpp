@@ -1,0 +1,2 @@
+//===- CudaConvPoolTest.cpp - (being written) ---===//
+#include "CudaKernelTestUtil.h"

@@ -1,0 +1,157 @@
+//===- CudaKernelTestUtil.h - kernels/cuda against kernels/cpu --*- C++ -*-===//
+//
+// The CUDA kernels compiled for the host (the emulator, kernels/cuda/Device.h)
+// run the GPU's arithmetic on host memory, so every machine can check them
+// against the CPU kernels: compareCudaWithCpu runs one op through both on the
+// same inputs and compares every output.
+//
+//===----------------------------------------------------------------------===//
+#ifndef HEADROOM_TEST_UNIT_KERNELS_CUDAKERNELTESTUTIL_H
+#define HEADROOM_TEST_UNIT_KERNELS_CUDAKERNELTESTUTIL_H
+
+#ifndef HEADROOM_CUDA_EMULATED
+#define HEADROOM_CUDA_EMULATED 1
+#endif
+#include "kernels/cpu/Kernel.h"
+#include "kernels/cuda/Kernel.h"
+
+#include "compiler/Types.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace headroom {
+namespace cudatest {
+
+/// A tensor of `type` with elements uniform in [lo, hi) (integers: in
+/// [lo, hi) truncated; bool: random), the same for the same seed.
+inline Tensor randomTensor(TensorType type, unsigned seed, double lo = -2,
+                           double hi = 2) {
+  Tensor t(type);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  for (int64_t i = 0; i < t.numElements(); ++i) {
+    double v = dist(rng);
+    if (type.dtype() == DType::Bool)
+      v = v > (lo + hi) / 2;
+    else if (!isFloat(type.dtype()))
+      v = std::floor(v);
+    t.setDouble(i, v);
+  }
+  return t;
+}
+
+struct Tolerance {
+  double Atol = 1e-6, Rtol = 1e-5;
+};
+
+/// "" when `got` equals `want` within `tol` (NaN where NaN; integers and
+/// bools exactly), else the first difference.
+inline std::string compareTensors(const Tensor &got, const Tensor &want,
+                                  Tolerance tol) {
+  if (got.type() != want.type())
+    return "type " + got.type().str() + ", expected " + want.type().str();
+  DType t = want.type().dtype();
+  for (int64_t i = 0; i < want.numElements(); ++i) {
+    if (isFloat(t)) {
+      double g = got.getDouble(i), w = want.getDouble(i);
+      if (std::isnan(w) ? std::isnan(g)
+                        : (g == w || std::fabs(g - w) <=
+                                         tol.Atol + tol.Rtol * std::fabs(w)))
+        continue;
+      return "element " + std::to_string(i) + " is " + std::to_string(g) +
+             ", the CPU's " + std::to_string(w);
+    }
+    if (got.getInt(i) != want.getInt(i))
+      return "element " + std::to_string(i) + " is " +
+             std::to_string(got.getInt(i)) + ", the CPU's " +
+             std::to_string(want.getInt(i));
+  }
+  return "";
+}
+
+/// A tensor's bytes; an address even when it has no elements (a null view
+/// is an absent operand).
+inline void *dataOf(Tensor &t) {
+  static uint64_t empty = 0;
+  return t.numElements() ? static_cast<void *>(t.data()) : &empty;
+}
+
+struct CudaCase {
+  std::string Op;
+  std::vector<Tensor> Inputs;
+  std::vector<bool> Absent;        // per input: passed as absent (null)
+  std::vector<bool> Constant;      // per input: given as a plan constant
+  std::vector<TensorType> Outputs; // result types
+  AttributeMap Attrs;
+  /// Extra outputs both kernels update in place (an update op's state),
+  /// with their initial values.
+  std::vector<Tensor> InOut;
+  Tolerance Tol;
+  uint64_t Seed = 0;
+};
+
+/// Runs `c` on the CPU kernels and the emulated CUDA kernels; "" when both
+/// succeed and agree, else what differs (or the error of either).
+inline std::string compareCudaWithCpu(const CudaCase &c) {
+  auto run = [&](bool onCuda, std::vector<Tensor> &outs) -> std::string {
+    std::vector<Tensor> ins = c.Inputs;
+    std::vector<cpu::TensorView> inViews, outViews;
+    std::vector<const Tensor *> constants;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      bool absent = i < c.Absent.size() && c.Absent[i];
+      inViews.push_back(absent ? cpu::TensorView()
+                               : cpu::TensorView{ins[i].type().dtype(),
+                                                 ins[i].type().shape(),
+                                                 dataOf(ins[i])});
+      bool constant = i < c.Constant.size() && c.Constant[i];
+      constants.push_back(constant && !absent ? &ins[i] : nullptr);
+    }
+    outs.clear();
+    for (const TensorType &t : c.Outputs) {
+      Tensor o(t);
+      // Garbage, not zeros: a kernel must write every element.
+      for (int64_t i = 0; i < o.numElements(); ++i)
+        o.setDouble(i, isFloat(t.dtype()) ? 12345.0 : 7.0);
+      outs.push_back(std::move(o));
+    }
+    for (const Tensor &t : c.InOut)
+      outs.push_back(t);
+    for (Tensor &o : outs)
+      outViews.push_back(cpu::TensorView{o.type().dtype(), o.type().shape(),
+                                         dataOf(o)});
+    uint64_t step = 3;
+    llvm::Error e = llvm::Error::success();
+    if (onCuda) {
+      cuda::KernelContext ctx{{c.Op, inViews, outViews, c.Attrs, 0}};
+      ctx.Step = &step;
+      ctx.RunSeed = c.Seed;
+      ctx.RandomStream = 5;
+      ctx.Constants = constants;
+      e = cuda::runKernel(ctx);
+    } else {
+      uint64_t seed = cuda::mixSeed(c.Seed, step, 5);
+      cpu::KernelContext ctx{c.Op, inViews, outViews, c.Attrs, seed};
+      e = cpu::runKernel(ctx);
+    }
+    return e ? llvm::toString(std::move(e)) : "";
+  };
+  std::vector<Tensor> want, got;
+  if (std::string err = run(false, want); !err.empty())
+    return "cpu: " + err;
+  if (std::string err = run(true, got); !err.empty())
+    return "cuda: " + err;
+  for (size_t k = 0; k < want.size(); ++k)
+    if (std::string d = compareTensors(got[k], want[k], c.Tol); !d.empty())
+      return c.Op + " output " + std::to_string(k) + ": " + d;
+  return "";
+}
+
+} // namespace cudatest
+} // namespace headroom
+
+#endif // HEADROOM_TEST_UNIT_KERNELS_CUDAKERNELTESTUTIL_H

@@ -1,0 +1,2 @@
+//===- CudaLinalgTest.cpp - (being written) ---===//
+#include "CudaKernelTestUtil.h"

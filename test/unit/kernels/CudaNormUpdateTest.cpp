@@ -1,0 +1,2 @@
+//===- CudaNormUpdateTest.cpp - (being written) ---===//
+#include "CudaKernelTestUtil.h"

@@ -1,0 +1,2 @@
+//===- CudaReduceLossTest.cpp - (being written) ---===//
+#include "CudaKernelTestUtil.h"

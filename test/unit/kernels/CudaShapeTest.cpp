@@ -1,0 +1,2 @@
+//===- CudaShapeTest.cpp - (being written) ---===//
+#include "CudaKernelTestUtil.h"
