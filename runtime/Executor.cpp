@@ -3,6 +3,9 @@
 
 #include "compiler/ByteSize.h"
 #include "runtime/Devices.h"
+#include "runtime/cuda/CudaExecutor.h"
+
+#include <cstdlib>
 
 using namespace headroom;
 
@@ -20,16 +23,29 @@ headroom::createExecutor(Plan plan, const ExecutorOptions &options) {
           formatBytes(peak).c_str(), formatBytes(available).c_str());
     return createCpuExecutor(std::move(plan), options);
   }
-  if (plan.TargetName == "cuda")
+  if (plan.TargetName == "cuda") {
+    if (const char *emulate = std::getenv("HEADROOM_CUDA_EMULATOR");
+        emulate && std::string(emulate) == "1")
+      return createEmulatedCudaExecutor(std::move(plan), options);
+#ifdef HEADROOM_HAVE_CUDA
+    return createCudaExecutor(std::move(plan), options);
+#else
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
-        "the plan is for --device cuda, and this headroom has no CUDA "
-        "executor yet: plans for cuda can be compiled and reported, and run "
-        "on the CPU when compiled with --device cpu");
+        "the plan is for --device cuda, and this headroom was built without "
+        "the CUDA backend (nvcc was not found when it was built); compile "
+        "with --device cpu to run it here");
+#endif
+  }
   return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                  "the plan is for target '%s', which this "
                                  "headroom cannot run (it runs cpu plans)",
                                  plan.TargetName.c_str());
 }
 
-std::string headroom::defaultDevice() { return "cpu"; }
+std::string headroom::defaultDevice() {
+  for (const DeviceInfo &d : listDevices())
+    if (d.Backend == "cuda")
+      return "cuda";
+  return "cpu";
+}

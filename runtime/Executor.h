@@ -20,6 +20,10 @@ struct ExecutorOptions {
   /// Seeds random ops (Dropout). Each run of a function advances the step;
   /// the seed of a call is derived from (Seed, step, call), so runs replay.
   uint64_t Seed = 0;
+  /// cuda: the device to run on, and whether functions are captured as CUDA
+  /// graphs and replayed (off: every call is launched each run).
+  int CudaDevice = 0;
+  bool CudaGraphs = true;
 };
 
 class Executor {
@@ -49,6 +53,10 @@ public:
   /// setting it replays a step's random numbers exactly.
   virtual void setStep(uint64_t step) = 0;
 
+  /// The bytes the executor allocated for the plan on its device (state,
+  /// arena, workspace, library bytes, and on cuda the uploaded constants).
+  virtual uint64_t deviceBytes() const { return 0; }
+
   const Plan &plan() const { return ThePlan; }
 
 protected:
@@ -61,13 +69,14 @@ llvm::Expected<std::unique_ptr<Executor>>
 createCpuExecutor(Plan plan, const ExecutorOptions &options = {});
 
 /// The executor of the plan's target (Plan::TargetName); a target this build
-/// cannot run is an error naming it.
+/// cannot run is an error naming it. A cuda plan runs on the GPU, or on the
+/// emulator (runtime/cuda/CudaExecutor.h) when HEADROOM_CUDA_EMULATOR=1.
 llvm::Expected<std::unique_ptr<Executor>>
 createExecutor(Plan plan, const ExecutorOptions &options = {});
 
 /// What `--device auto` means on this machine: the target plans are made
-/// for when the user names none. "cpu" until the CUDA executor exists; then
-/// "cuda" when a GPU is present.
+/// for when the user names none: "cuda" when this headroom has the CUDA
+/// backend and a GPU is present, else "cpu".
 std::string defaultDevice();
 
 } // namespace headroom

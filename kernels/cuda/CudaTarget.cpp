@@ -21,6 +21,32 @@ constexpr OpKind kCudaOps[] = {
 #undef HR_CUDA_OP
 };
 
+/// Operands kernels/cuda reads on the host when it launches the call (shape
+/// operands, scalar parameters): a CUDA graph replays launches, so these must
+/// be constants of the plan, never values computed on the device.
+struct HostOperands {
+  OpKind Op;
+  std::initializer_list<unsigned> Operands;
+  const char *Names;
+};
+const HostOperands kHostOperands[] = {
+    {OpKind::Clip, {1, 2}, "min and max"},
+    {OpKind::Dropout, {1, 2}, "ratio and training_mode"},
+    {OpKind::Trilu, {1}, "k"},
+    {OpKind::Split, {1}, "split"},
+    {OpKind::Slice, {1, 2, 3, 4}, "starts, ends, axes and steps"},
+    {OpKind::SliceGrad, {1, 2, 3, 4}, "starts, ends, axes and steps"},
+    {OpKind::Tile, {1}, "repeats"},
+    {OpKind::Pad, {1}, "pads"},
+    {OpKind::ConstantOfShape, {0}, "shape"},
+    {OpKind::Range, {0, 1, 2}, "start, limit and delta"},
+    {OpKind::ReduceMean, {1}, "axes"},
+    {OpKind::ReduceSum, {1}, "axes"},
+    {OpKind::ReduceMax, {1}, "axes"},
+    {OpKind::ReduceMin, {1}, "axes"},
+    {OpKind::ReduceProd, {1}, "axes"},
+};
+
 constexpr DType kCudaIntTypes[] = {DType::I8, DType::I32, DType::I64, DType::U8,
                                    DType::Bool};
 
@@ -37,6 +63,18 @@ public:
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "has no kernel for op '%s'",
                                      n.op().c_str());
+    for (const HostOperands &h : kHostOperands) {
+      if (!n.is(h.Op))
+        continue;
+      for (unsigned i : h.Operands)
+        if (i < n.numOperands() && n.operand(i) &&
+            !(n.operand(i)->definingNode() &&
+              n.operand(i)->definingNode()->is(OpKind::Constant)))
+          return llvm::createStringError(
+              llvm::inconvertibleErrorCode(),
+              "needs %s to be constants on cuda (operand %u is computed)",
+              h.Names, i);
+    }
     // Integers: the types the kernels instantiate (kernels/cuda/Kernel.h).
     for (const Value *v : llvm::concat<Value *const>(n.operands(), n.results()))
       if (v && !isFloat(v->type().dtype()) &&

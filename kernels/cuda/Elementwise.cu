@@ -135,7 +135,8 @@ template <typename T, typename E> HR_HD T power(T base, E e) {
   } else {
     if (e == mtrunc(e) && mabs(e) < E(9.2e18))
       return intPow(base, static_cast<int64_t>(e));
-    return floatToInt<T>(mpow(static_cast<double>(base), static_cast<double>(e)));
+    return floatToInt<T>(
+        mpow(static_cast<double>(base), static_cast<double>(e)));
   }
 }
 
@@ -186,8 +187,8 @@ HR_UNARY(LogOp, mlog(x))
 HR_UNARY(SqrtOp, msqrt(x))
 HR_UNARY(ReciprocalOp, T(1) / x)
 HR_UNARY(TanhOp, mtanh(x))
-HR_UNARY(SigmoidOp, x >= T(0) ? T(1) / (T(1) + mexp(-x))
-                              : mexp(x) / (T(1) + mexp(x)))
+HR_UNARY(SigmoidOp,
+         x >= T(0) ? T(1) / (T(1) + mexp(-x)) : mexp(x) / (T(1) + mexp(x)))
 HR_UNARY(ReluOp, relu(x))
 HR_UNARY(ErfOp, merf(x))
 HR_UNARY(SinOp, msin(x))
@@ -245,8 +246,7 @@ template <typename C> struct HardSigmoidOp {
 
 /// Launches UnaryBody<T, Op<Compute>> built by make(Compute) for the types
 /// in Types.
-template <template <typename> class Op, typename Make>
-struct ParamUnaryApply {
+template <template <typename> class Op, typename Make> struct ParamUnaryApply {
   const KernelContext &Ctx;
   Make M;
   template <typename T> Error apply() const {
@@ -287,8 +287,8 @@ struct MakeHardSigmoid {
 
 Error leakyRelu(const KernelContext &ctx) {
   MakeLeaky m{ctx.attrFloat("alpha", 0.01)};
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type,
-                                   ParamUnaryApply<LeakyReluOp, MakeLeaky>{ctx, m});
+  return dispatch<cpu::FloatTypes>(
+      ctx, ctx.Inputs[0].Type, ParamUnaryApply<LeakyReluOp, MakeLeaky>{ctx, m});
 }
 
 Error clip(const KernelContext &ctx) {
@@ -372,8 +372,8 @@ template <typename Op> struct VariadicApply {
       copyAsync(Ctx, y.Data, Ctx.Inputs[0].Data, y.sizeInBytes());
       return Error::success();
     }
-    if (Error e = launchBinary<T, T, T>(Ctx, Ctx.Inputs[0], Ctx.Inputs[1], y,
-                                        Op{}))
+    if (Error e =
+            launchBinary<T, T, T>(Ctx, Ctx.Inputs[0], Ctx.Inputs[1], y, Op{}))
       return e;
     for (size_t k = 2; k < Ctx.Inputs.size(); ++k)
       if (Error e = launchBinary<T, T, T>(Ctx, y, Ctx.Inputs[k], y, Op{}))
@@ -523,14 +523,9 @@ struct DropoutApply {
   uint64_t Threshold;
   double Scale;
   template <typename T> Error apply() const {
-    DropoutBody<T> body{Ctx.Inputs[0].as<T>(),
-                        Ctx.Outputs[0].as<T>(),
-                        Mask,
-                        Ctx.Step,
-                        Ctx.RunSeed,
-                        Ctx.RandomStream,
-                        Threshold,
-                        Scale};
+    DropoutBody<T> body{
+        Ctx.Inputs[0].as<T>(), Ctx.Outputs[0].as<T>(), Mask,      Ctx.Step,
+        Ctx.RunSeed,           Ctx.RandomStream,       Threshold, Scale};
     forEach(Ctx, Ctx.Outputs[0].numElements(), body);
     return Error::success();
   }
@@ -559,7 +554,8 @@ Error dropout(const KernelContext &ctx) {
   if (!(ratio >= 0 && ratio < 1))
     return ctx.unsupported("ratio " + std::to_string(ratio) +
                            " is not in [0, 1)");
-  uint8_t *mask = hasMask ? static_cast<uint8_t *>(ctx.Outputs[1].Data) : nullptr;
+  uint8_t *mask =
+      hasMask ? static_cast<uint8_t *>(ctx.Outputs[1].Data) : nullptr;
   if (ratio == 0) {
     copyAsync(ctx, y.Data, x.Data, y.sizeInBytes());
     if (mask)

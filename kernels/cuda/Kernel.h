@@ -109,8 +109,7 @@ template <unsigned N> struct Broadcast {
 /// merged dimensions.
 template <unsigned N>
 bool makeBroadcast(llvm::ArrayRef<int64_t> out,
-                   std::array<llvm::ArrayRef<int64_t>, N> ins,
-                   Broadcast<N> &b);
+                   std::array<llvm::ArrayRef<int64_t>, N> ins, Broadcast<N> &b);
 
 /// Calls fn.template apply<T>() with T the storage type of `t` when T is
 /// among the types `Types` names (cpu::TypeSet), else the kernel's

@@ -1,7 +1,538 @@
-//===- Loss.cu - (being written) ---------------------------------------===//
+//===- Loss.cu - Cross-entropy losses and their gradient on CUDA ----------===//
+//
+// kernels/cpu/Loss.cpp's ops with its semantics: scores [N, C, D], labels
+// [N, D], per-target weights w_i (0 for ignore_index, else weight[label] or
+// 1), loss -w_i * log_prob[label], reductions none / sum / mean (the sum
+// over sum_i w_i). A target is a column of C classes D apart.
+//
+// Launch shapes, none of which needs scratch:
+//  - per target (reduction none, log_prob, the gradient): a block per
+//    target sharing its classes when there are many of them and they are
+//    contiguous (or there are few targets), else a thread per target;
+//  - sum and mean: the total crosses every target, so it is one block
+//    (forEachRow with one row) that walks all targets, each one's
+//    log-sum-exp shared by the block's threads (or one target per thread
+//    when C is small), and sums in double as the CPU does. That is one SM:
+//    fine for an LM's 16k targets x 50k classes, slow for millions of
+//    targets. SoftmaxCrossEntropyLoss with log_prob avoids it: log_prob is
+//    written in parallel first and the single block only gathers N*D values;
+//  - the gradient's mean needs sum_i w_i before any row: without weights
+//    or ignore_index it is N*D, known on the host; otherwise a first
+//    one-block launch sums it and parks the double in the first 8 bytes of
+//    d scores (the only memory the op owns), the rows that do not overlap
+//    those bytes run in parallel, and one last block reads it, then writes
+//    the overlapping rows.
+//
+// The CPU checks labels on the host; here they live on the device, so a
+// label that is neither ignore_index nor in [0, C) is no error but gives a
+// NaN loss (a NaN row of the gradient, and NaN everywhere through a mean)
+// and is never used to index.
+//
+//===----------------------------------------------------------------------===//
 #include "kernels/cuda/Launch.h"
+#include "kernels/cuda/Math.h"
+
+#include "compiler/Types.h"
 
 using namespace headroom;
 using namespace headroom::cuda;
+using llvm::Error;
+using llvm::Expected;
 
-void cuda::registerLossKernels() {}
+namespace {
+
+/// From this many classes a target's log-sum-exp is a block's work.
+constexpr int64_t kBlockClasses = 64;
+/// With this many targets, threads walking strided classes fill the GPU.
+constexpr int64_t kManyTargets = 16384;
+
+enum class Reduction { None, Sum, Mean };
+
+/// The problem's sizes and attributes, checked against the operands.
+struct LossShape {
+  int64_t N = 0, C = 0, D = 1;
+  Reduction Red = Reduction::Mean;
+  bool HasIgnore = false;
+  int64_t IgnoreIndex = 0;
+
+  int64_t targets() const { return N * D; }
+  /// Whether one target is a block's work (else a thread's).
+  bool blockPerTarget() const {
+    return C >= kBlockClasses && (D == 1 || targets() < kManyTargets);
+  }
+};
+
+Expected<LossShape> lossShape(const KernelContext &ctx,
+                              const TensorView &scores,
+                              const TensorView &labels,
+                              const TensorView *weight) {
+  LossShape s;
+  std::string red = ctx.attrString("reduction", "mean");
+  if (red == "none")
+    s.Red = Reduction::None;
+  else if (red == "sum")
+    s.Red = Reduction::Sum;
+  else if (red != "mean")
+    return ctx.unsupported("reduction '" + red + "' is not supported");
+  if (const Attribute *ii = ctx.attr("ignore_index")) {
+    s.HasIgnore = true;
+    s.IgnoreIndex = ii->asInt();
+  }
+  if (scores.rank() < 2)
+    return ctx.unsupported("scores must have rank >= 2");
+  if (labels.Type != DType::I64 && labels.Type != DType::I32)
+    return ctx.unsupported("labels of type " + dtypeName(labels.Type) +
+                           " are not supported");
+  s.N = scores.Shape[0];
+  s.C = scores.Shape[1];
+  for (unsigned i = 2; i < scores.rank(); ++i)
+    s.D *= scores.Shape[i];
+  if (labels.rank() + 1 != scores.rank() || labels.Shape[0] != s.N ||
+      labels.numElements() != s.N * s.D)
+    return ctx.unsupported("labels do not have the shape [N, d1, ...]");
+  if (weight && weight->present() &&
+      (weight->Type != scores.Type || weight->rank() != 1 ||
+       weight->Shape[0] != s.C))
+    return ctx.unsupported("weight must have the scores' type and shape [C]");
+  return s;
+}
+
+Error checkLossType(const KernelContext &ctx, const LossShape &s,
+                    const TensorView &loss) {
+  int64_t want = s.Red == Reduction::None ? s.targets() : 1;
+  if (loss.numElements() != want)
+    return ctx.unsupported("result type does not match the reduction");
+  return Error::success();
+}
+
+/// Each target's label and weight, on the device.
+template <typename T> struct TargetView {
+  using A = Accum<T>;
+  const void *Labels;
+  bool Labels64;
+  const T *ClassWeight; // or null
+  int64_t C, D;
+  bool HasIgnore;
+  int64_t IgnoreIndex;
+
+  HR_HD int64_t label(int64_t i) const {
+    return Labels64 ? static_cast<const int64_t *>(Labels)[i]
+                    : static_cast<const int32_t *>(Labels)[i];
+  }
+  /// w_i: 0 when ignored, NaN for a label out of [0, C).
+  HR_HD A weight(int64_t i) const {
+    int64_t l = label(i);
+    if (HasIgnore && l == IgnoreIndex)
+      return A(0);
+    if (l < 0 || l >= C)
+      return std::numeric_limits<A>::quiet_NaN();
+    return ClassWeight ? A(ld(ClassWeight, l)) : A(1);
+  }
+  /// Element offset of target i's class 0 in [N, C, D]; classes are D apart.
+  HR_HD int64_t base(int64_t i) const {
+    if (D == 1)
+      return i * C;
+    int64_t n = i / D;
+    return n * C * D + (i - n * D);
+  }
+};
+
+template <typename T>
+TargetView<T> makeTargets(const LossShape &s, const TensorView &labels,
+                          const TensorView *weight) {
+  return {labels.Data,
+          labels.Type == DType::I64,
+          weight && weight->present() ? weight->as<T>() : nullptr,
+          s.C,
+          s.D,
+          s.HasIgnore,
+          s.IgnoreIndex};
+}
+
+/// The loss of a target of weight w whose label's log-probability is
+/// logProb() (not asked for an ignored target or an invalid label).
+template <typename A, typename LogProb>
+HR_HD A targetLoss(A w, const LogProb &logProb) {
+  if (w == A(0))
+    return A(0);
+  if (w != w)
+    return w;
+  return -w * logProb();
+}
+
+/// Max and log(sum(exp(x - max))) of the C classes at x, D apart: by one
+/// thread, or shared by r's block.
+template <typename T> struct Lse { Accum<T> Max, LogSum; };
+
+template <typename T>
+HR_HD Lse<T> serialLse(const T *x, int64_t c, int64_t stride) {
+  using A = Accum<T>;
+  A max = -std::numeric_limits<A>::infinity();
+  for (int64_t k = 0; k < c; ++k) {
+    A v = ld(x, k * stride);
+    max = v > max || v != v ? v : max;
+  }
+  A sum = 0;
+  for (int64_t k = 0; k < c; ++k)
+    sum += mexp(A(ld(x, k * stride)) - max);
+  return {max, mlog(sum)};
+}
+
+template <typename T>
+HR_HD Lse<T> rowLse(const Row &r, const T *x, int64_t c, int64_t stride) {
+  using A = Accum<T>;
+  A max = r.max<A>(c, [&](int64_t k) { return A(ld(x, k * stride)); });
+  A sum =
+      r.sum<A>(c, [&](int64_t k) { return mexp(A(ld(x, k * stride)) - max); });
+  return {max, mlog(sum)};
+}
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+/// Where a target's log-probability comes from: an [N, C, D] array of them
+/// (NegativeLogLikelihoodLoss, or SoftmaxCrossEntropyLoss's log_prob), or
+/// the scores, through the target's log-sum-exp.
+template <typename T, bool FromScores> struct LossSource {
+  using A = Accum<T>;
+  const T *X;
+  TargetView<T> Tg;
+  /// Target i's loss, by this thread alone.
+  HR_HD A serial(int64_t i) const {
+    A w = Tg.weight(i);
+    const T *x = X + Tg.base(i);
+    return targetLoss(w, [&]() {
+      A xl = ld(x, Tg.label(i) * Tg.D);
+      if constexpr (!FromScores)
+        return xl;
+      Lse<T> l = serialLse(x, Tg.C, Tg.D);
+      return (xl - l.Max) - l.LogSum;
+    });
+  }
+  /// The same, shared by r's block (every thread gets it).
+  HR_HD A shared(int64_t i, const Row &r) const {
+    if constexpr (!FromScores)
+      return serial(i);
+    A w = Tg.weight(i);
+    if (w == A(0) || w != w) // the same for the whole block
+      return w == A(0) ? A(0) : w;
+    const T *x = X + Tg.base(i);
+    Lse<T> l = rowLse(r, x, Tg.C, Tg.D);
+    A xl = ld(x, Tg.label(i) * Tg.D);
+    return -w * ((xl - l.Max) - l.LogSum);
+  }
+};
+
+/// Reduction none, a thread or a block per target.
+template <typename T, bool FromScores> struct LossNoneBody {
+  LossSource<T, FromScores> Src;
+  T *Loss;
+  HR_HD void operator()(int64_t i) const { st(Loss, i, Src.serial(i)); }
+  HR_HD void operator()(int64_t i, const Row &r) const {
+    auto l = Src.shared(i, r);
+    r.each(1, [&](int64_t) { st(Loss, i, l); });
+  }
+};
+
+/// Sum and mean: the one block's walk over every target.
+template <typename T, bool FromScores> struct LossTotalBody {
+  LossSource<T, FromScores> Src;
+  T *Loss;
+  int64_t Targets;
+  bool Mean, Shared;
+  HR_HD void operator()(int64_t, const Row &r) const {
+    double total = 0;
+    if (Shared) {
+      for (int64_t i = 0; i < Targets; ++i)
+        total += double(Src.shared(i, r));
+    } else {
+      total = r.sum<double>(Targets,
+                            [&](int64_t i) { return double(Src.serial(i)); });
+    }
+    double weights = 0;
+    if (Mean)
+      weights = r.sum<double>(
+          Targets, [&](int64_t i) { return double(Src.Tg.weight(i)); });
+    using A = Accum<T>;
+    r.each(1, [&](int64_t) { st(Loss, 0, A(Mean ? total / weights : total)); });
+  }
+};
+
+template <typename T, bool FromScores>
+void launchLoss(const KernelContext &ctx, const LossShape &s, const T *x,
+                const TargetView<T> &tg, T *loss) {
+  LossSource<T, FromScores> src{x, tg};
+  // Gathering log-probabilities is one load a target: no block needed.
+  bool shared = FromScores && s.blockPerTarget();
+  if (s.Red == Reduction::None) {
+    LossNoneBody<T, FromScores> body{src, loss};
+    if (shared)
+      forEachRow(ctx, s.targets(), body);
+    else
+      forEach(ctx, s.targets(), body);
+    return;
+  }
+  forEachRow(ctx, 1,
+             LossTotalBody<T, FromScores>{src, loss, s.targets(),
+                                          s.Red == Reduction::Mean, shared});
+}
+
+struct NllApply {
+  const KernelContext &Ctx;
+  template <typename T> Error apply() const {
+    const TensorView &input = Ctx.Inputs[0], &labels = Ctx.Inputs[1];
+    const TensorView *weight = Ctx.hasInput(2) ? &Ctx.Inputs[2] : nullptr;
+    auto s = lossShape(Ctx, input, labels, weight);
+    if (!s)
+      return s.takeError();
+    if (Error e = checkLossType(Ctx, *s, Ctx.Outputs[0]))
+      return e;
+    launchLoss<T, false>(Ctx, *s, input.as<T>(),
+                         makeTargets<T>(*s, labels, weight),
+                         Ctx.Outputs[0].as<T>());
+    return Error::success();
+  }
+};
+
+/// log_softmax over the classes of each target.
+template <typename T> struct LogSoftmaxBody {
+  using A = Accum<T>;
+  const T *X;
+  T *Y;
+  TargetView<T> Tg;
+  HR_HD void operator()(int64_t i) const {
+    int64_t b = Tg.base(i);
+    Lse<T> l = serialLse(X + b, Tg.C, Tg.D);
+    for (int64_t k = 0; k < Tg.C; ++k)
+      st(Y + b, k * Tg.D, (A(ld(X + b, k * Tg.D)) - l.Max) - l.LogSum);
+  }
+  HR_HD void operator()(int64_t i, const Row &r) const {
+    int64_t b = Tg.base(i);
+    const T *x = X + b;
+    T *y = Y + b;
+    int64_t d = Tg.D;
+    Lse<T> l = rowLse(r, x, Tg.C, d);
+    r.each(Tg.C, [&](int64_t k) {
+      st(y, k * d, (A(ld(x, k * d)) - l.Max) - l.LogSum);
+    });
+  }
+};
+
+struct SoftmaxCrossEntropyApply {
+  const KernelContext &Ctx;
+  template <typename T> Error apply() const {
+    const TensorView &scores = Ctx.Inputs[0], &labels = Ctx.Inputs[1];
+    const TensorView *weight = Ctx.hasInput(2) ? &Ctx.Inputs[2] : nullptr;
+    auto s = lossShape(Ctx, scores, labels, weight);
+    if (!s)
+      return s.takeError();
+    if (Error e = checkLossType(Ctx, *s, Ctx.Outputs[0]))
+      return e;
+    TargetView<T> tg = makeTargets<T>(*s, labels, weight);
+    T *loss = Ctx.Outputs[0].as<T>();
+    if (Ctx.Outputs.size() > 1 && Ctx.Outputs[1].present()) {
+      if (Ctx.Outputs[1].numElements() != scores.numElements())
+        return Ctx.unsupported("log_prob type does not match the scores");
+      T *logProb = Ctx.Outputs[1].as<T>();
+      LogSoftmaxBody<T> body{scores.as<T>(), logProb, tg};
+      if (s->blockPerTarget())
+        forEachRow(Ctx, s->targets(), body);
+      else
+        forEach(Ctx, s->targets(), body);
+      launchLoss<T, false>(Ctx, *s, logProb, tg, loss);
+      return Error::success();
+    }
+    launchLoss<T, true>(Ctx, *s, scores.as<T>(), tg, loss);
+    return Error::success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// The gradient
+//===----------------------------------------------------------------------===//
+
+HR_HD inline double readParked(const void *p) {
+  double v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/// Sums the weights and parks the double at the start of d scores.
+template <typename T> struct ParkNormBody {
+  TargetView<T> Tg;
+  int64_t Targets;
+  void *Park;
+  HR_HD void operator()(int64_t, const Row &r) const {
+    double norm =
+        r.sum<double>(Targets, [&](int64_t i) { return double(Tg.weight(i)); });
+    r.each(1, [&](int64_t) { std::memcpy(Park, &norm, sizeof norm); });
+  }
+};
+
+/// d scores of target i: (softmax - onehot(label)) * w_i * g_i / norm, for
+/// the targets from First on (the body's index i counts from there).
+template <typename T> struct GradBody {
+  using A = Accum<T>;
+  const T *G, *X;
+  T *Dx;
+  TargetView<T> Tg;
+  int64_t First;
+  bool PerTarget; // dloss has one value per target (reduction none)
+  double Norm;    // the normalizer, when not parked
+
+  HR_HD A scale(int64_t i, double norm) const {
+    A w = Tg.weight(i);
+    A gi = ld(G, PerTarget ? i : 0);
+    // An ignored target contributes nothing, even when norm is 0.
+    return w == A(0) ? A(0) : A(double(w * gi) / norm);
+  }
+  /// The row's value at class k, with its log-sum-exp l.
+  HR_HD A value(A x, Lse<T> l, A sc, bool isLabel) const {
+    A v = mexp((x - l.Max) - l.LogSum) * sc;
+    return isLabel ? v - sc : v;
+  }
+  /// Target i's row by this thread; `norm` already read.
+  HR_HD void serial(int64_t i, double norm) const {
+    int64_t b = Tg.base(i);
+    const T *x = X + b;
+    T *dx = Dx + b;
+    int64_t d = Tg.D, label = Tg.label(i);
+    A w = Tg.weight(i), sc = scale(i, norm);
+    bool hit = w != A(0) && w == w; // the label is a class index
+    Lse<T> l = serialLse(x, Tg.C, d);
+    for (int64_t k = 0; k < Tg.C; ++k)
+      st(dx, k * d, value(ld(x, k * d), l, sc, hit && k == label));
+  }
+  HR_HD void shared(int64_t i, double norm, const Row &r) const {
+    int64_t b = Tg.base(i);
+    const T *x = X + b;
+    T *dx = Dx + b;
+    int64_t d = Tg.D, label = Tg.label(i);
+    A w = Tg.weight(i), sc = scale(i, norm);
+    bool hit = w != A(0) && w == w;
+    Lse<T> l = rowLse(r, x, Tg.C, d);
+    r.each(Tg.C, [&](int64_t k) {
+      st(dx, k * d, value(ld(x, k * d), l, sc, hit && k == label));
+    });
+  }
+};
+
+/// The targets from First on, a thread or a block each.
+template <typename T> struct GradRowsBody {
+  GradBody<T> B;
+  const void *Park; // the parked normalizer, or null
+  HR_HD double norm() const { return Park ? readParked(Park) : B.Norm; }
+  HR_HD void operator()(int64_t i) const { B.serial(B.First + i, norm()); }
+  HR_HD void operator()(int64_t i, const Row &r) const {
+    B.shared(B.First + i, norm(), r);
+  }
+};
+
+/// The targets [0, Count) whose rows overlap the parked bytes: one block
+/// reads the normalizer, waits for every thread to have it, then writes.
+/// Without a parked value (d scores under 8 bytes: a few targets at most)
+/// the block sums the weights of all Targets itself.
+template <typename T> struct GradParkedRowsBody {
+  GradBody<T> B;
+  const void *Park; // or null
+  int64_t Count, Targets;
+  bool Shared;
+  HR_HD void operator()(int64_t, const Row &r) const {
+    double norm =
+        Park ? readParked(Park) : r.sum<double>(Targets, [&](int64_t i) {
+          return double(B.Tg.weight(i));
+        });
+    r.each(0, [](int64_t) {}); // a barrier: every thread has read it
+    if (Shared) {
+      for (int64_t i = 0; i < Count; ++i)
+        B.shared(i, norm, r);
+      return;
+    }
+    r.each(Count, [&](int64_t i) { B.serial(i, norm); });
+  }
+};
+
+template <typename T>
+void launchGradRows(const KernelContext &ctx, const LossShape &s,
+                    GradBody<T> body, const void *park, int64_t count) {
+  GradRowsBody<T> rows{body, park};
+  if (s.blockPerTarget())
+    forEachRow(ctx, count, rows);
+  else
+    forEach(ctx, count, rows);
+}
+
+struct GradApply {
+  const KernelContext &Ctx;
+  template <typename T> Error apply() const {
+    const TensorView &dloss = Ctx.Inputs[0], &scores = Ctx.Inputs[1],
+                     &labels = Ctx.Inputs[2];
+    const TensorView *weight = Ctx.hasInput(3) ? &Ctx.Inputs[3] : nullptr;
+    const TensorView &dscores = Ctx.Outputs[0];
+    auto s = lossShape(Ctx, scores, labels, weight);
+    if (!s)
+      return s.takeError();
+    if (Error e = checkLossType(Ctx, *s, dloss))
+      return e;
+    if (dloss.Type != scores.Type || dscores.Type != scores.Type ||
+        dscores.numElements() != scores.numElements())
+      return Ctx.unsupported("dloss and d scores must have the scores' type");
+    TargetView<T> tg = makeTargets<T>(*s, labels, weight);
+    GradBody<T> body{dloss.as<T>(),   scores.as<T>(),
+                     dscores.as<T>(), tg,
+                     /*First=*/0,     s->Red == Reduction::None,
+                     /*Norm=*/1};
+    int64_t targets = s->targets();
+    bool deviceNorm = s->Red == Reduction::Mean &&
+                      ((weight && weight->present()) || s->HasIgnore);
+    if (s->Red == Reduction::Mean && !deviceNorm)
+      body.Norm = double(targets);
+    if (!deviceNorm || targets == 0) {
+      launchGradRows(Ctx, *s, body, nullptr, targets);
+      return Error::success();
+    }
+    bool shared = s->blockPerTarget();
+    if (dscores.sizeInBytes() < sizeof(double)) {
+      forEachRow(
+          Ctx, 1,
+          GradParkedRowsBody<T>{body, nullptr, targets, targets, shared});
+      return Error::success();
+    }
+    void *park = dscores.Data;
+    forEachRow(Ctx, 1, ParkNormBody<T>{tg, targets, park});
+    // Rows of whole batch items n < n0 cover the parked bytes.
+    int64_t elems = int64_t(sizeof(double) / dtypeSize(scores.Type));
+    int64_t perItem = s->C * s->D;
+    int64_t n0 =
+        perItem == 0 ? s->N : std::min(s->N, (elems + perItem - 1) / perItem);
+    int64_t first = n0 * s->D;
+    GradBody<T> rest = body;
+    rest.First = first;
+    launchGradRows(Ctx, *s, rest, park, targets - first);
+    forEachRow(Ctx, 1,
+               GradParkedRowsBody<T>{body, park, first, targets, shared});
+    return Error::success();
+  }
+};
+
+Error nllLossKernel(const KernelContext &ctx) {
+  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type, NllApply{ctx});
+}
+
+Error softmaxCrossEntropyKernel(const KernelContext &ctx) {
+  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type,
+                                   SoftmaxCrossEntropyApply{ctx});
+}
+
+Error softmaxCrossEntropyGradKernel(const KernelContext &ctx) {
+  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[1].Type, GradApply{ctx});
+}
+
+} // namespace
+
+void cuda::registerLossKernels() {
+  registerKernel("NegativeLogLikelihoodLoss", nllLossKernel);
+  registerKernel("SoftmaxCrossEntropyLoss", softmaxCrossEntropyKernel);
+  registerKernel("SoftmaxCrossEntropyLossGrad", softmaxCrossEntropyGradKernel);
+}

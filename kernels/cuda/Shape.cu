@@ -1,7 +1,1552 @@
-//===- Shape.cu - (being written) ---------------------------------------===//
+//===- Shape.cu - Data-movement CUDA kernels ------------------------------===//
+//
+// kernels/cpu/Shape.cpp's ops on the GPU, one thread per element written.
+// As on the CPU, the ops that only move elements move raw units of the
+// element's size (so they take every type) and zero is all-zero bytes.
+//
+//  - Reshape, Flatten, Squeeze, Unsqueeze: one device copy, none when the
+//    executor gave input and result the same buffer.
+//  - Transpose, Slice, SliceGrad (after a zero fill), Expand, Tile, and
+//    Concat and Split (one launch per part): a strided copy whose axes are
+//    merged as the CPU's copyStrided merges them; when the innermost axis is
+//    contiguous on both sides the copy moves units of up to 16 bytes.
+//  - Gather, GatherElements, GatherND: one thread per result element
+//    (Gather and GatherND also in wide units along their contiguous rows).
+//  - GatherGrad, GatherElementsGrad: a zero fill, then one thread per
+//    element of dy adding it into dx atomically; ScatterElements and
+//    ScatterND: a copy of data, then one thread per update, written or
+//    combined atomically (a compare-and-swap loop for "mul" and for integer
+//    "add").
+//  - Pad, Trilu, ConstantOfShape, Range: one thread per result element.
+//
+// Shape operands (Split's sizes, Slice's starts/ends/axes/steps, Tile's
+// repeats, Pad's pads, Trilu's k, ConstantOfShape's shape, Range's scalars)
+// must be plan constants: they are read on the host. Operands the CPU kernel
+// does not read (Reshape's or Expand's shape, Squeeze's axes) are not read.
+// Pad's constant_value is read by the device, so it need not be constant.
+//
+// Where this differs from the CPU: index tensors (Gather's indices, ...) are
+// device data, so their values are not checked on the host. An index out of
+// range, which the CPU reports as an error, reads zeros in the gathers and
+// is skipped by GatherGrad, GatherElementsGrad and the scatters (ScatterND
+// skips the whole slice of a tuple with a bad coordinate); it never touches
+// memory outside the buffers. Repeated indices under reduction "none" keep
+// one of the updates, not necessarily the last. Atomic sums run in no fixed
+// order, and f16/bf16 GatherGrad rounds after each addition (the CPU widens
+// to f32, sums, and rounds once).
+//
+//===----------------------------------------------------------------------===//
 #include "kernels/cuda/Launch.h"
+
+#include "compiler/Types.h"
+
+#include "llvm/ADT/SmallVector.h"
 
 using namespace headroom;
 using namespace headroom::cuda;
+using llvm::ArrayRef;
+using llvm::Error;
+using llvm::Expected;
+using llvm::Twine;
 
-void cuda::registerShapeKernels() {}
+namespace {
+
+using Dims = llvm::SmallVector<int64_t, 8>;
+
+//===----------------------------------------------------------------------===//
+// Device helpers
+//===----------------------------------------------------------------------===//
+
+/// The widest unit a copy moves per thread.
+struct alignas(16) Bits128 {
+  uint64_t Lo, Hi;
+};
+
+/// i % d, leaving i / d in i; in 32 bits when `narrow` (i and d are below
+/// 2^31: 64-bit division is several times slower on the GPU).
+HR_HD inline int64_t takeCoord(int64_t &i, int64_t d, bool narrow) {
+  if (narrow) {
+    uint32_t q = uint32_t(i) / uint32_t(d);
+    int64_t c = uint32_t(i) - q * uint32_t(d);
+    i = q;
+    return c;
+  }
+  int64_t q = i / d, c = i - q * d;
+  i = q;
+  return c;
+}
+
+/// Whether one launch over n elements can use 32-bit index arithmetic.
+bool narrowCount(int64_t n) { return n < (int64_t(1) << 31); }
+
+template <typename T>
+using WrapType = std::common_type_t<std::make_unsigned_t<T>, unsigned>;
+
+/// a + b and a * b, wrapping for integers (what the CPU's a + b stores).
+template <typename C> HR_HD C wrapAdd(C a, C b) {
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>)
+    return C(WrapType<C>(a) + WrapType<C>(b));
+  else
+    return a + b;
+}
+template <typename C> HR_HD C wrapMul(C a, C b) {
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>)
+    return C(WrapType<C>(a) * WrapType<C>(b));
+  else
+    return a * b;
+}
+
+/// *p = f(*p) atomically: a compare-and-swap loop on the 32- or 64-bit word
+/// that holds *p (1- and 2-byte elements share their word with neighbours,
+/// which the loop leaves as they are). A plain update in the emulator.
+template <typename T, typename F> HR_HD void atomicApply(T *p, const F &f) {
+#if HR_ON_DEVICE
+  static_assert(sizeof(T) <= 8, "no wider atomics");
+  if constexpr (sizeof(T) == 8) {
+    auto *word = reinterpret_cast<unsigned long long *>(p);
+    unsigned long long old = *word, assumed;
+    do {
+      assumed = old;
+      T cur, next;
+      memcpy(&cur, &assumed, 8);
+      next = f(cur);
+      unsigned long long bits;
+      memcpy(&bits, &next, 8);
+      old = atomicCAS(word, assumed, bits);
+    } while (old != assumed);
+  } else {
+    uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+    auto *word = reinterpret_cast<unsigned int *>(addr & ~uintptr_t(3));
+    unsigned shift = unsigned(addr & 3) * 8;
+    constexpr unsigned kOnes = sizeof(T) == 1   ? 0xffu
+                               : sizeof(T) == 2 ? 0xffffu
+                                                : 0xffffffffu;
+    unsigned mask = kOnes << shift;
+    unsigned int old = *word, assumed;
+    do {
+      assumed = old;
+      unsigned curBits = (assumed & mask) >> shift, nextBits = 0;
+      T cur, next;
+      memcpy(&cur, &curBits, sizeof(T));
+      next = f(cur);
+      memcpy(&nextBits, &next, sizeof(T));
+      old = atomicCAS(word, assumed, (assumed & ~mask) | (nextBits << shift));
+    } while (old != assumed);
+  }
+#else
+  *p = f(*p);
+#endif
+}
+
+template <typename T> struct AddBy {
+  T V;
+  HR_HD T operator()(T cur) const {
+    return Elem<T>::store(wrapAdd(Elem<T>::load(cur), Elem<T>::load(V)));
+  }
+};
+template <typename T> struct MulBy {
+  T V;
+  HR_HD T operator()(T cur) const {
+    return Elem<T>::store(wrapMul(Elem<T>::load(cur), Elem<T>::load(V)));
+  }
+};
+
+/// *p += v atomically: the hardware's float atomics where there are some,
+/// else a compare-and-swap loop.
+template <typename T> HR_HD void atomicAddAny(T *p, T v) {
+  if constexpr (std::is_same_v<T, double>)
+    atomicAddF64(p, v);
+  else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, Half> ||
+                     std::is_same_v<T, BFloat16>)
+    atomicAddElem<T>(p, Elem<T>::load(v));
+  else
+    atomicApply(p, AddBy<T>{v});
+}
+
+/// How a scatter combines an update into its element.
+struct AssignOp {
+  template <typename T> HR_HD void operator()(T *p, T v) const { *p = v; }
+};
+struct AddOp {
+  template <typename T> HR_HD void operator()(T *p, T v) const {
+    atomicAddAny(p, v);
+  }
+};
+struct MulOp {
+  template <typename T> HR_HD void operator()(T *p, T v) const {
+    atomicApply(p, MulBy<T>{v});
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Host helpers
+//===----------------------------------------------------------------------===//
+
+Dims contiguousStrides(ArrayRef<int64_t> shape) {
+  Dims s(shape.size(), 1);
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i)
+    s[i] = s[i + 1] * shape[i + 1];
+  return s;
+}
+
+int64_t product(ArrayRef<int64_t> dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    n *= d;
+  return n;
+}
+
+char *bytesAt(const TensorView &t, int64_t element) {
+  return static_cast<char *>(t.Data) + element * dtypeSize(t.Type);
+}
+
+/// Whether optional operand `i` is given. A zero-element operand has no
+/// buffer, so its null Data does not mean "absent" (an absent view is rank 0).
+bool hasOperand(const KernelContext &ctx, unsigned i) {
+  return i < ctx.Inputs.size() &&
+         (ctx.Inputs[i].present() || ctx.Inputs[i].numElements() == 0);
+}
+
+/// An error unless operand `i` is i32 or i64 (an index tensor, or a shape).
+Error expectIndexType(const KernelContext &ctx, unsigned i) {
+  DType t = ctx.Inputs[i].Type;
+  if (t == DType::I32 || t == DType::I64)
+    return Error::success();
+  return ctx.unsupported("operand " + Twine(i) + " is " + dtypeName(t) +
+                         ", expected i32 or i64");
+}
+
+/// The elements of integer operand `i`, a plan constant read on the host.
+Expected<std::vector<int64_t>> constantInts(const KernelContext &ctx,
+                                            unsigned i, llvm::StringRef what) {
+  if (Error e = expectIndexType(ctx, i))
+    return Expected<std::vector<int64_t>>(std::move(e));
+  auto t = ctx.constant(i, what);
+  if (!t)
+    return t.takeError();
+  return (*t)->toInts();
+}
+
+Expected<int64_t> normAxis(const KernelContext &ctx, int64_t axis,
+                           int64_t rank) {
+  if (axis < -rank || axis >= rank)
+    return ctx.unsupported("axis " + Twine(axis) +
+                           " is out of range for rank " + Twine(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+Error expectResultShape(const KernelContext &ctx, const TensorView &result,
+                        ArrayRef<int64_t> shape) {
+  if (result.Shape == shape)
+    return Error::success();
+  return ctx.unsupported("the operands give shape " + shapeString(shape) +
+                         " but the result type is " + result.type().str());
+}
+
+Error expectSameType(const KernelContext &ctx, const TensorView &a,
+                     const TensorView &b) {
+  if (a.Type == b.Type)
+    return Error::success();
+  return ctx.unsupported("element types " + dtypeName(a.Type) + " and " +
+                         dtypeName(b.Type) + " differ");
+}
+
+/// A visitor that instantiates nothing: dispatch<Types>(ctx, t, NoApply())
+/// checks that `t` is among Types before a kernel writes anything.
+struct NoApply {
+  template <typename T> Error apply() const { return Error::success(); }
+};
+
+Error tooManyDims(const KernelContext &ctx) {
+  return ctx.unsupported("more than " + Twine(kMaxDims) +
+                         " dimensions after merging");
+}
+
+/// Calls fn.template apply<T>() with T the unsigned unit of `bytes` bytes
+/// (1 to 16), the type that kernels which only move elements move them as.
+template <typename Fn> Error withUnit(unsigned bytes, const Fn &fn) {
+  switch (bytes) {
+  case 1:
+    return fn.template apply<uint8_t>();
+  case 2:
+    return fn.template apply<uint16_t>();
+  case 4:
+    return fn.template apply<uint32_t>();
+  case 8:
+    return fn.template apply<uint64_t>();
+  default:
+    assert(bytes == 16 && "units are 1, 2, 4, 8 or 16 bytes");
+    return fn.template apply<Bits128>();
+  }
+}
+
+/// Calls fn.template apply<I>() with I the index type of operand `i`.
+template <typename Fn>
+Error withIndexType(const KernelContext &ctx, unsigned i, const Fn &fn) {
+  if (Error e = expectIndexType(ctx, i))
+    return e;
+  if (ctx.Inputs[i].Type == DType::I32)
+    return fn.template apply<int32_t>();
+  return fn.template apply<int64_t>();
+}
+
+/// The widest unit (at most 16 bytes) that rows of elements of `bytes`
+/// bytes can be moved in: one whose element count g divides every count in
+/// `multiples`, with every address in `ptrs` aligned to it.
+unsigned widestUnit(unsigned bytes, ArrayRef<int64_t> multiples,
+                    ArrayRef<const void *> ptrs) {
+  for (unsigned u = 16; u > bytes; u /= 2) {
+    int64_t g = u / bytes;
+    bool ok = true;
+    for (int64_t m : multiples)
+      ok &= m % g == 0;
+    for (const void *p : ptrs)
+      ok &= reinterpret_cast<uintptr_t>(p) % u == 0;
+    if (ok)
+      return u;
+  }
+  return bytes;
+}
+
+//===----------------------------------------------------------------------===//
+// The strided copy
+//===----------------------------------------------------------------------===//
+
+/// Up to kMaxDims axes, each with a source and a destination stride (in
+/// units, possibly 0 or negative); element i of the row-major index space
+/// is at offsets(i).
+struct StridedIndex {
+  int Rank = 0;
+  bool Narrow = false;
+  int64_t Dims[kMaxDims] = {};
+  int64_t Src[kMaxDims] = {}, Dst[kMaxDims] = {};
+
+  HR_HD void offsets(int64_t i, int64_t &src, int64_t &dst) const {
+    src = 0;
+    dst = 0;
+    for (int k = Rank - 1; k > 0; --k) {
+      int64_t c = takeCoord(i, Dims[k], Narrow);
+      src += c * Src[k];
+      dst += c * Dst[k];
+    }
+    if (Rank > 0) {
+      src += i * Src[0];
+      dst += i * Dst[0];
+    }
+  }
+};
+
+template <typename T> struct CopyBody {
+  T *Dst;
+  const T *Src;
+  StridedIndex Index;
+  HR_HD void operator()(int64_t i) const {
+    int64_t s, d;
+    Index.offsets(i, s, d);
+    Dst[d] = Src[s];
+  }
+};
+
+struct CopyApply {
+  const KernelContext &Ctx;
+  const StridedIndex &Index;
+  int64_t Count;
+  void *Dst;
+  const void *Src;
+  template <typename T> Error apply() const {
+    forEach(
+        Ctx, Count,
+        CopyBody<T>{static_cast<T *>(Dst), static_cast<const T *>(Src), Index});
+    return Error::success();
+  }
+};
+
+/// Copies a `shape` of elements of `bytes` bytes; dst and src point at the
+/// element of index 0 on each side, strides are in elements. Size-1 axes
+/// are dropped and axes contiguous on both sides merged, as the CPU's
+/// copyStrided does; a row contiguous on both sides is moved in wide units.
+Error stridedCopy(const KernelContext &ctx, unsigned bytes, void *dst,
+                  const void *src, ArrayRef<int64_t> shape,
+                  ArrayRef<int64_t> dstStrides, ArrayRef<int64_t> srcStrides) {
+  int64_t count = product(shape);
+  if (count == 0)
+    return Error::success();
+  Dims dims, ds, ss;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 1)
+      continue;
+    if (!dims.empty() && ds.back() == dstStrides[i] * shape[i] &&
+        ss.back() == srcStrides[i] * shape[i]) {
+      dims.back() *= shape[i];
+      ds.back() = dstStrides[i];
+      ss.back() = srcStrides[i];
+      continue;
+    }
+    dims.push_back(shape[i]);
+    ds.push_back(dstStrides[i]);
+    ss.push_back(srcStrides[i]);
+  }
+  if (dims.size() > kMaxDims)
+    return tooManyDims(ctx);
+  unsigned unit = bytes;
+  if (!dims.empty() && ds.back() == 1 && ss.back() == 1) {
+    Dims multiples{dims.back()};
+    for (size_t k = 0; k + 1 < dims.size(); ++k)
+      multiples.append({ds[k], ss[k]});
+    unit = widestUnit(bytes, multiples, {dst, src});
+    int64_t g = unit / bytes;
+    dims.back() /= g;
+    for (size_t k = 0; k + 1 < dims.size(); ++k) {
+      ds[k] /= g;
+      ss[k] /= g;
+    }
+    count /= g;
+  }
+  StridedIndex index;
+  index.Rank = dims.size();
+  index.Narrow = narrowCount(count);
+  for (size_t k = 0; k < dims.size(); ++k) {
+    index.Dims[k] = dims[k];
+    index.Dst[k] = ds[k];
+    index.Src[k] = ss[k];
+  }
+  return withUnit(unit, CopyApply{ctx, index, count, dst, src});
+}
+
+//===----------------------------------------------------------------------===//
+// Layout-preserving ops, Transpose, Concat, Split
+//===----------------------------------------------------------------------===//
+
+/// Reshape, Flatten, Squeeze, Unsqueeze: the bytes are unchanged.
+Error copyKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (x.Type != y.Type || x.numElements() != y.numElements())
+    return ctx.unsupported("input " + x.type().str() + " and result " +
+                           y.type().str() + " differ in size");
+  copyAsync(ctx, y.Data, x.Data, y.sizeInBytes());
+  return Error::success();
+}
+
+Error transposeKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  int64_t rank = x.rank();
+  std::vector<int64_t> perm = ctx.attrInts("perm");
+  if (!ctx.attr("perm"))
+    for (int64_t d = rank - 1; d >= 0; --d)
+      perm.push_back(d);
+  if (static_cast<int64_t>(perm.size()) != rank)
+    return ctx.unsupported("perm has " + Twine(perm.size()) +
+                           " entries for rank " + Twine(rank));
+  std::vector<bool> seen(rank, false);
+  Dims shape, srcStrides, xStrides = contiguousStrides(x.Shape);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= rank || seen[p])
+      return ctx.unsupported("perm is not a permutation of 0.." +
+                             Twine(rank - 1));
+    seen[p] = true;
+    shape.push_back(x.Shape[p]);
+    srcStrides.push_back(xStrides[p]);
+  }
+  if (Error e = expectResultShape(ctx, y, shape))
+    return e;
+  if (Error e = expectSameType(ctx, x, y))
+    return e;
+  return stridedCopy(ctx, dtypeSize(x.Type), y.Data, x.Data, y.Shape,
+                     contiguousStrides(y.Shape), srcStrides);
+}
+
+/// Checks that `part` matches `whole` on every axis but `axis`.
+Error expectSameOffAxis(const KernelContext &ctx, const TensorView &part,
+                        const TensorView &whole, int64_t axis) {
+  bool same = part.rank() == whole.rank() && part.Type == whole.Type;
+  for (unsigned d = 0; same && d < part.rank(); ++d)
+    same = d == axis || part.Shape[d] == whole.Shape[d];
+  if (same)
+    return Error::success();
+  return ctx.unsupported(part.type().str() + " and " + whole.type().str() +
+                         " differ off axis " + Twine(axis));
+}
+
+/// Concat and Split: copies `parts` into or out of `whole` along `axis`,
+/// one launch per part. Seen as [outer, axis, inner], a part is a block of
+/// rows in every outer slice of the whole.
+Error joinOrSplit(const KernelContext &ctx, const TensorView &whole,
+                  ArrayRef<TensorView> parts, bool join) {
+  auto axis = normAxis(ctx, ctx.attrInt("axis", 0), whole.rank());
+  if (!axis)
+    return axis.takeError();
+  int64_t total = 0;
+  for (const TensorView &p : parts) {
+    if (Error e = expectSameOffAxis(ctx, p, whole, *axis))
+      return e;
+    total += p.Shape[*axis];
+  }
+  if (total != whole.Shape[*axis])
+    return ctx.unsupported("the parts' axis sizes sum to " + Twine(total) +
+                           ", expected " + Twine(whole.Shape[*axis]));
+  int64_t outer = product(whole.Shape.take_front(*axis));
+  int64_t inner = product(whole.Shape.drop_front(*axis + 1));
+  int64_t wholeRow = whole.Shape[*axis] * inner, offset = 0;
+  unsigned bytes = dtypeSize(whole.Type);
+  for (const TensorView &p : parts) {
+    int64_t n = p.Shape[*axis];
+    int64_t shape[] = {outer, n * inner};
+    int64_t wholeStrides[] = {wholeRow, 1}, partStrides[] = {n * inner, 1};
+    char *w = bytesAt(whole, offset);
+    Error e = join ? stridedCopy(ctx, bytes, w, p.Data, shape, wholeStrides,
+                                 partStrides)
+                   : stridedCopy(ctx, bytes, p.Data, w, shape, partStrides,
+                                 wholeStrides);
+    if (e)
+      return e;
+    offset += n * inner;
+  }
+  return Error::success();
+}
+
+Error concatKernel(const KernelContext &ctx) {
+  return joinOrSplit(ctx, ctx.Outputs[0], ctx.Inputs, /*join=*/true);
+}
+
+Error splitKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0];
+  if (hasOperand(ctx, 1)) {
+    auto split = constantInts(ctx, 1, "split");
+    if (!split)
+      return split.takeError();
+    auto axis = normAxis(ctx, ctx.attrInt("axis", 0), x.rank());
+    if (!axis)
+      return axis.takeError();
+    bool same = split->size() == ctx.Outputs.size();
+    for (size_t i = 0; same && i < split->size(); ++i)
+      same = ctx.Outputs[i].rank() == x.rank() &&
+             (*split)[i] == ctx.Outputs[i].Shape[*axis];
+    if (!same)
+      return ctx.unsupported("the split sizes do not match the result types");
+  }
+  return joinOrSplit(ctx, x, ctx.Outputs, /*join=*/false);
+}
+
+//===----------------------------------------------------------------------===//
+// Slice and SliceGrad
+//===----------------------------------------------------------------------===//
+
+/// The elements Slice reads from data of `dataShape`: a box of Shape
+/// elements starting at index Begin with step Step along each axis.
+struct SliceBox {
+  Dims Begin, Step, Shape;
+};
+
+/// Operands (starts, ends, axes?, steps?) begin at operand 1, for Slice and
+/// SliceGrad alike, clamped as the ONNX spec (and the CPU kernel) does.
+Expected<SliceBox> sliceBox(const KernelContext &ctx,
+                            ArrayRef<int64_t> dataShape) {
+  int64_t rank = dataShape.size();
+  auto starts = constantInts(ctx, 1, "starts");
+  if (!starts)
+    return starts.takeError();
+  auto ends = constantInts(ctx, 2, "ends");
+  if (!ends)
+    return ends.takeError();
+  size_t n = starts->size();
+  std::vector<int64_t> axes, steps(n, 1);
+  for (size_t i = 0; i < n; ++i)
+    axes.push_back(i);
+  for (unsigned operand : {3u, 4u}) {
+    if (!hasOperand(ctx, operand))
+      continue;
+    auto v = constantInts(ctx, operand, operand == 3 ? "axes" : "steps");
+    if (!v)
+      return v.takeError();
+    (operand == 3 ? axes : steps) = std::move(*v);
+  }
+  if (ends->size() != n || axes.size() != n || steps.size() != n)
+    return ctx.unsupported("starts, ends, axes and steps differ in length");
+  SliceBox box{Dims(rank, 0), Dims(rank, 1),
+               Dims(dataShape.begin(), dataShape.end())};
+  std::vector<bool> seen(rank, false);
+  for (size_t i = 0; i < n; ++i) {
+    auto a = normAxis(ctx, axes[i], rank);
+    if (!a)
+      return a.takeError();
+    int64_t step = steps[i], dim = dataShape[*a];
+    if (step == 0 || seen[*a])
+      return ctx.unsupported("a step is 0 or an axis repeats");
+    seen[*a] = true;
+    auto clampTo = [](int64_t v, int64_t dim, int64_t lo, int64_t hi) {
+      return std::max(lo, std::min(v < 0 ? v + dim : v, hi));
+    };
+    int64_t b = step > 0 ? clampTo((*starts)[i], dim, 0, dim)
+                         : clampTo((*starts)[i], dim, 0, dim - 1);
+    int64_t e = step > 0 ? clampTo((*ends)[i], dim, 0, dim)
+                         : clampTo((*ends)[i], dim, -1, dim - 1);
+    int64_t len =
+        step > 0 ? (e - b + step - 1) / step : (b - e + (-step) - 1) / -step;
+    box.Begin[*a] = b;
+    box.Step[*a] = step;
+    box.Shape[*a] = std::max<int64_t>(0, len);
+  }
+  return box;
+}
+
+/// The box's first element's offset and its strides, in elements of data
+/// with `dataShape`.
+int64_t boxLayout(const SliceBox &box, ArrayRef<int64_t> dataShape,
+                  Dims &strides) {
+  strides = contiguousStrides(dataShape);
+  int64_t first = 0;
+  for (size_t d = 0; d < strides.size(); ++d) {
+    first += box.Begin[d] * strides[d];
+    strides[d] *= box.Step[d];
+  }
+  return first;
+}
+
+Error sliceKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  auto box = sliceBox(ctx, x.Shape);
+  if (!box)
+    return box.takeError();
+  if (Error e = expectResultShape(ctx, y, box->Shape))
+    return e;
+  if (Error e = expectSameType(ctx, x, y))
+    return e;
+  if (y.numElements() == 0)
+    return Error::success();
+  Dims strides;
+  int64_t first = boxLayout(*box, x.Shape, strides);
+  return stridedCopy(ctx, dtypeSize(x.Type), y.Data, bytesAt(x, first), y.Shape,
+                     contiguousStrides(y.Shape), strides);
+}
+
+/// SliceGrad(dy, starts, ends, axes?, steps?): zeros shaped like Slice's
+/// data, with dy written where Slice read (each position at most once).
+Error sliceGradKernel(const KernelContext &ctx) {
+  const TensorView &dy = ctx.Inputs[0], &dx = ctx.Outputs[0];
+  auto box = sliceBox(ctx, dx.Shape);
+  if (!box)
+    return box.takeError();
+  if (dy.Shape != ArrayRef<int64_t>(box->Shape))
+    return ctx.unsupported("dy is " + dy.type().str() + ", but the slice of " +
+                           dx.type().str() + " is " + shapeString(box->Shape));
+  if (Error e = expectSameType(ctx, dy, dx))
+    return e;
+  fillZeroAsync(ctx, dx.Data, dx.sizeInBytes());
+  if (dy.numElements() == 0)
+    return Error::success();
+  Dims strides;
+  int64_t first = boxLayout(*box, dx.Shape, strides);
+  return stridedCopy(ctx, dtypeSize(dx.Type), bytesAt(dx, first), dy.Data,
+                     dy.Shape, strides, contiguousStrides(dy.Shape));
+}
+
+//===----------------------------------------------------------------------===//
+// Gather and GatherGrad
+//===----------------------------------------------------------------------===//
+
+/// Gather's data seen as [Outer, N, Inner] around the axis, K indices.
+struct GatherLayout {
+  int64_t Outer, N, Inner, K;
+};
+
+/// `data` is Gather's data (for GatherGrad, its result); `gathered` is
+/// Gather's result (GatherGrad's dy), checked against data and indices.
+Expected<GatherLayout> gatherLayout(const KernelContext &ctx,
+                                    const TensorView &data,
+                                    const TensorView &gathered) {
+  const TensorView &indices = ctx.Inputs[1];
+  auto axis = normAxis(ctx, ctx.attrInt("axis", 0), data.rank());
+  if (!axis)
+    return axis.takeError();
+  if (Error e = expectIndexType(ctx, 1))
+    return Expected<GatherLayout>(std::move(e));
+  GatherLayout l{product(data.Shape.take_front(*axis)), data.Shape[*axis],
+                 product(data.Shape.drop_front(*axis + 1)),
+                 indices.numElements()};
+  Dims shape(data.Shape.begin(), data.Shape.begin() + *axis);
+  shape.append(indices.Shape.begin(), indices.Shape.end());
+  shape.append(data.Shape.begin() + *axis + 1, data.Shape.end());
+  if (gathered.Shape != ArrayRef<int64_t>(shape))
+    return ctx.unsupported(
+        "data " + data.type().str() + " and indices " + indices.type().str() +
+        " gather " + shapeString(shape) + ", not " + gathered.type().str());
+  if (Error e = expectSameType(ctx, data, gathered))
+    return Expected<GatherLayout>(std::move(e));
+  return l;
+}
+
+/// Element e of the gathered tensor [Outer, K, Inner] is element
+/// (o, Idx[j], i) of the data, or none (-1) when the index is out of range.
+template <typename I> struct GatherIndex {
+  const I *Idx;
+  int64_t N, K, Inner;
+  bool Narrow;
+  HR_HD int64_t source(int64_t e) const {
+    int64_t i = takeCoord(e, Inner, Narrow), j = takeCoord(e, K, Narrow);
+    int64_t n = int64_t(Idx[j]);
+    n = n < 0 ? n + N : n;
+    if (n < 0 || n >= N)
+      return -1;
+    return (e * N + n) * Inner + i;
+  }
+};
+
+template <typename T, typename I> struct GatherBody {
+  const T *X;
+  T *Y;
+  GatherIndex<I> Index;
+  HR_HD void operator()(int64_t e) const {
+    int64_t s = Index.source(e);
+    Y[e] = s < 0 ? T{} : X[s];
+  }
+};
+
+template <typename T> struct GatherIndexApply {
+  const KernelContext &Ctx;
+  const GatherLayout &L;
+  int64_t Inner, Count;
+  template <typename I> Error apply() const {
+    GatherIndex<I> index{Ctx.Inputs[1].as<I>(), L.N, L.K, Inner,
+                         narrowCount(Count)};
+    forEach(
+        Ctx, Count,
+        GatherBody<T, I>{Ctx.Inputs[0].as<T>(), Ctx.Outputs[0].as<T>(), index});
+    return Error::success();
+  }
+};
+
+struct GatherApply {
+  const KernelContext &Ctx;
+  const GatherLayout &L;
+  unsigned Bytes;
+  template <typename T> Error apply() const {
+    int64_t g = sizeof(T) / Bytes;
+    return withIndexType(Ctx, 1,
+                         GatherIndexApply<T>{Ctx, L, L.Inner / g,
+                                             Ctx.Outputs[0].numElements() / g});
+  }
+};
+
+Error gatherKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  auto l = gatherLayout(ctx, x, y);
+  if (!l)
+    return l.takeError();
+  if (y.numElements() == 0)
+    return Error::success();
+  unsigned bytes = dtypeSize(x.Type);
+  unsigned unit = widestUnit(bytes, {l->Inner}, {x.Data, y.Data});
+  return withUnit(unit, GatherApply{ctx, *l, bytes});
+}
+
+template <typename T, typename I> struct GatherGradBody {
+  const T *Dy;
+  T *Dx;
+  GatherIndex<I> Index;
+  HR_HD void operator()(int64_t e) const {
+    int64_t s = Index.source(e);
+    if (s >= 0)
+      atomicAddAny(Dx + s, Dy[e]);
+  }
+};
+
+template <typename T> struct GatherGradIndexApply {
+  const KernelContext &Ctx;
+  const GatherLayout &L;
+  template <typename I> Error apply() const {
+    int64_t count = Ctx.Inputs[0].numElements();
+    GatherIndex<I> index{Ctx.Inputs[1].as<I>(), L.N, L.K, L.Inner,
+                         narrowCount(count)};
+    forEach(Ctx, count,
+            GatherGradBody<T, I>{Ctx.Inputs[0].as<T>(), Ctx.Outputs[0].as<T>(),
+                                 index});
+    return Error::success();
+  }
+};
+
+struct GatherGradApply {
+  const KernelContext &Ctx;
+  const GatherLayout &L;
+  template <typename T> Error apply() const {
+    return withIndexType(Ctx, 1, GatherGradIndexApply<T>{Ctx, L});
+  }
+};
+
+/// GatherGrad(dy, indices) {axis}: zeros shaped like Gather's data with each
+/// row of dy added at the row it was gathered from.
+Error gatherGradKernel(const KernelContext &ctx) {
+  const TensorView &dy = ctx.Inputs[0], &dx = ctx.Outputs[0];
+  auto l = gatherLayout(ctx, dx, dy);
+  if (!l)
+    return l.takeError();
+  if (Error e = dispatch<cpu::FloatTypes>(ctx, dx.Type, NoApply{}))
+    return e;
+  fillZeroAsync(ctx, dx.Data, dx.sizeInBytes());
+  return dispatch<cpu::FloatTypes>(ctx, dx.Type, GatherGradApply{ctx, *l});
+}
+
+//===----------------------------------------------------------------------===//
+// GatherElements, ScatterElements, GatherElementsGrad
+//===----------------------------------------------------------------------===//
+
+/// For each element e of the indices (of Dims), the flat offset into the
+/// data (of Strides) of the element it addresses: its own coordinates, with
+/// the index (normalized) along Axis; -1 when the index is out of range.
+template <typename I> struct ElementIndex {
+  const I *Idx;
+  int Rank = 0, Axis = 0;
+  bool Narrow = false;
+  int64_t N = 0;
+  int64_t Dims[kMaxDims] = {}, Strides[kMaxDims] = {};
+  HR_HD int64_t offset(int64_t e) const {
+    int64_t n = int64_t(Idx[e]);
+    n = n < 0 ? n + N : n;
+    if (n < 0 || n >= N)
+      return -1;
+    int64_t off = n * Strides[Axis];
+    for (int d = Rank - 1; d >= 0; --d) {
+      int64_t c = d > 0 ? takeCoord(e, Dims[d], Narrow) : e;
+      if (d != Axis)
+        off += c * Strides[d];
+    }
+    return off;
+  }
+};
+
+/// Checks the indices (operand 1, of `shape`) against `data` as the CPU's
+/// elementOffsets does; `axis` is set to the normalized axis.
+Error checkElementIndices(const KernelContext &ctx, const TensorView &data,
+                          ArrayRef<int64_t> shape, int64_t &axis) {
+  auto a = normAxis(ctx, ctx.attrInt("axis", 0), data.rank());
+  if (!a)
+    return a.takeError();
+  axis = *a;
+  if (shape.size() != data.rank())
+    return ctx.unsupported("indices of shape " + shapeString(shape) +
+                           " do not have the rank of " + data.type().str());
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (int64_t(d) != axis && shape[d] > data.Shape[d])
+      return ctx.unsupported("indices of shape " + shapeString(shape) +
+                             " exceed " + data.type().str() + " on axis " +
+                             Twine(d));
+  if (Error e = expectIndexType(ctx, 1))
+    return e;
+  if (shape.size() > kMaxDims)
+    return tooManyDims(ctx);
+  return Error::success();
+}
+
+template <typename I>
+ElementIndex<I> elementIndex(const KernelContext &ctx, const TensorView &data,
+                             int64_t axis) {
+  const TensorView &indices = ctx.Inputs[1];
+  ElementIndex<I> x;
+  x.Idx = indices.as<I>();
+  x.Rank = indices.rank();
+  x.Axis = axis;
+  x.Narrow = narrowCount(indices.numElements());
+  x.N = data.Shape[axis];
+  Dims strides = contiguousStrides(data.Shape);
+  for (unsigned d = 0; d < indices.rank(); ++d) {
+    x.Dims[d] = indices.Shape[d];
+    x.Strides[d] = strides[d];
+  }
+  return x;
+}
+
+template <typename T, typename I> struct GatherElementsBody {
+  const T *X;
+  T *Y;
+  ElementIndex<I> Index;
+  HR_HD void operator()(int64_t e) const {
+    int64_t s = Index.offset(e);
+    Y[e] = s < 0 ? T{} : X[s];
+  }
+};
+
+/// y[offset(e)] op= u[e], for GatherElementsGrad and ScatterElements.
+template <typename T, typename I, typename Op> struct ScatterElementsBody {
+  const T *U;
+  T *Y;
+  ElementIndex<I> Index;
+  HR_HD void operator()(int64_t e) const {
+    int64_t s = Index.offset(e);
+    if (s >= 0)
+      Op()(Y + s, U[e]);
+  }
+};
+
+/// Runs Body<T, I> over the indices' elements, with I the index type:
+/// Body{operand 0 (data or updates/dy), result, index}.
+template <typename T, template <typename, typename> class Body>
+struct ElementsIndexApply {
+  const KernelContext &Ctx;
+  const TensorView &Data, &From;
+  int64_t Axis;
+  template <typename I> Error apply() const {
+    forEach(Ctx, Ctx.Inputs[1].numElements(),
+            Body<T, I>{From.as<T>(), Ctx.Outputs[0].as<T>(),
+                       elementIndex<I>(Ctx, Data, Axis)});
+    return Error::success();
+  }
+};
+
+template <template <typename, typename> class Body> struct ElementsApply {
+  const KernelContext &Ctx;
+  const TensorView &Data, &From;
+  int64_t Axis;
+  template <typename T> Error apply() const {
+    return withIndexType(Ctx, 1,
+                         ElementsIndexApply<T, Body>{Ctx, Data, From, Axis});
+  }
+};
+
+template <typename Op> struct ScatterOf {
+  template <typename T, typename I> using Body = ScatterElementsBody<T, I, Op>;
+};
+
+/// GatherElements(data, indices) {axis}: y[e] = data[offset(e)].
+Error gatherElementsKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (y.Type != x.Type || y.Shape != ctx.Inputs[1].Shape)
+    return ctx.unsupported("result " + y.type().str() + " is not " +
+                           dtypeName(x.Type) + " shaped like the indices " +
+                           ctx.Inputs[1].type().str());
+  int64_t axis;
+  if (Error e = checkElementIndices(ctx, x, y.Shape, axis))
+    return e;
+  return withUnit(dtypeSize(x.Type),
+                  ElementsApply<GatherElementsBody>{ctx, x, x, axis});
+}
+
+/// ScatterElements and ScatterND: copies data (operand 0) into the result,
+/// then runs Apply<Op>{ctx, args} for the reduction: "none" on raw units of
+/// `noneUnit` bytes, "add" and "mul" on the element type.
+template <template <typename> class Apply, typename Args>
+Error scatterWith(const KernelContext &ctx, const Args &args,
+                  unsigned noneUnit) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  std::string reduction = ctx.attrString("reduction", "none");
+  if (reduction != "none" && reduction != "add" && reduction != "mul")
+    return ctx.unsupported("reduction '" + reduction + "'");
+  constexpr unsigned Num = cpu::FloatTypes | cpu::IntTypes;
+  if (reduction != "none")
+    if (Error e = dispatch<Num>(ctx, x.Type, NoApply{}))
+      return e;
+  copyAsync(ctx, y.Data, x.Data, x.sizeInBytes());
+  if (reduction == "none")
+    return withUnit(noneUnit, Apply<AssignOp>{ctx, args});
+  if (reduction == "add")
+    return dispatch<Num>(ctx, x.Type, Apply<AddOp>{ctx, args});
+  return dispatch<Num>(ctx, x.Type, Apply<MulOp>{ctx, args});
+}
+
+template <typename Op> struct ScatterElementsApply {
+  const KernelContext &Ctx;
+  int64_t Axis;
+  template <typename T> Error apply() const {
+    return ElementsApply<ScatterOf<Op>::template Body>{Ctx, Ctx.Inputs[0],
+                                                       Ctx.Inputs[2], Axis}
+        .template apply<T>();
+  }
+};
+
+/// ScatterElements(data, indices, updates) {axis, reduction}.
+Error scatterElementsKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &u = ctx.Inputs[2], &y = ctx.Outputs[0];
+  if (Error e = expectSameType(ctx, x, y))
+    return e;
+  if (u.Type != x.Type || u.Shape != ctx.Inputs[1].Shape)
+    return ctx.unsupported("updates " + u.type().str() + " are not " +
+                           dtypeName(x.Type) + " shaped like the indices " +
+                           ctx.Inputs[1].type().str());
+  int64_t axis;
+  if (Error e = checkElementIndices(ctx, x, u.Shape, axis))
+    return e;
+  return scatterWith<ScatterElementsApply>(ctx, axis, dtypeSize(x.Type));
+}
+
+/// GatherElementsGrad(dy, indices) {axis}: zeros of the result's type with
+/// dy[e] added at offset(e).
+Error gatherElementsGradKernel(const KernelContext &ctx) {
+  const TensorView &dy = ctx.Inputs[0], &dx = ctx.Outputs[0];
+  if (dy.Type != dx.Type || dy.Shape != ctx.Inputs[1].Shape)
+    return ctx.unsupported("dy " + dy.type().str() + " is not " +
+                           dtypeName(dx.Type) + " shaped like the indices " +
+                           ctx.Inputs[1].type().str());
+  int64_t axis;
+  if (Error e = checkElementIndices(ctx, dx, dy.Shape, axis))
+    return e;
+  if (Error e = dispatch<cpu::FloatTypes>(ctx, dx.Type, NoApply{}))
+    return e;
+  fillZeroAsync(ctx, dx.Data, dx.sizeInBytes());
+  return dispatch<cpu::FloatTypes>(
+      ctx, dx.Type, ElementsApply<ScatterOf<AddOp>::Body>{ctx, dx, dy, axis});
+}
+
+//===----------------------------------------------------------------------===//
+// GatherND, ScatterND
+//===----------------------------------------------------------------------===//
+
+/// The index tuples (shape [..., K]) into data: tuple t addresses the slice
+/// (Slice units) at offset(t), -1 when a coordinate is out of range. The
+/// first Batch axes of data and indices are paired (GatherND's
+/// batch_dims): PerBatch tuples per batch element, BatchStride apart.
+template <typename I> struct NdIndex {
+  const I *Idx;
+  int64_t K = 0, Slice = 1, PerBatch = 0, BatchStride = 0;
+  bool Narrow = false;
+  int64_t Dims[kMaxDims] = {}, Strides[kMaxDims] = {};
+  HR_HD int64_t offset(int64_t t) const {
+    int64_t b = t, off = 0;
+    if (PerBatch) {
+      takeCoord(b, PerBatch, Narrow);
+      off = b * BatchStride;
+    }
+    for (int64_t j = 0; j < K; ++j) {
+      int64_t i = int64_t(Idx[t * K + j]), n = Dims[j];
+      i = i < 0 ? i + n : i;
+      if (i < 0 || i >= n)
+        return -1;
+      off += i * Strides[j];
+    }
+    return off;
+  }
+};
+
+/// Host side of NdIndex, in elements, checked as the CPU's ndLayout does.
+struct NdLayout {
+  int64_t K = 0, Slice = 1, Batch = 0, PerBatch = 0, BatchStride = 0;
+  Dims Extents, Strides;
+};
+
+Expected<NdLayout> ndLayout(const KernelContext &ctx, const TensorView &data) {
+  const TensorView &indices = ctx.Inputs[1];
+  int64_t b = ctx.attrInt("batch_dims", 0);
+  if (indices.rank() == 0)
+    return ctx.unsupported("indices must have rank >= 1");
+  if (b < 0 || b >= int64_t(indices.rank()) || b >= int64_t(data.rank()))
+    return ctx.unsupported("batch_dims " + Twine(b) + " for indices " +
+                           indices.type().str() + " and " + data.type().str());
+  for (int64_t d = 0; d < b; ++d)
+    if (indices.Shape[d] != data.Shape[d])
+      return ctx.unsupported("batch axis " + Twine(d) + " of indices " +
+                             indices.type().str() + " differs from " +
+                             data.type().str());
+  NdLayout l;
+  l.Batch = b;
+  l.K = indices.Shape.back();
+  if (l.K < 1 || b + l.K > int64_t(data.rank()))
+    return ctx.unsupported("index tuples of " + Twine(l.K) +
+                           " coordinates into " + data.type().str() +
+                           " after " + Twine(b) + " batch axes");
+  if (l.K > kMaxDims)
+    return ctx.unsupported("index tuples of more than " + Twine(kMaxDims) +
+                           " coordinates");
+  if (Error e = expectIndexType(ctx, 1))
+    return Expected<NdLayout>(std::move(e));
+  l.Slice = product(data.Shape.drop_front(b + l.K));
+  Dims strides = contiguousStrides(data.Shape);
+  l.BatchStride = product(data.Shape.drop_front(b));
+  l.PerBatch = product(indices.Shape.drop_front(b).drop_back());
+  for (int64_t j = 0; j < l.K; ++j) {
+    l.Extents.push_back(data.Shape[b + j]);
+    l.Strides.push_back(strides[b + j]);
+  }
+  return l;
+}
+
+/// The shape GatherND gives (and ScatterND's updates have).
+Dims ndSliceShape(const TensorView &data, const TensorView &indices,
+                  const NdLayout &l) {
+  Dims shape(indices.Shape.begin(), indices.Shape.end() - 1);
+  shape.append(data.Shape.begin() + l.Batch + l.K, data.Shape.end());
+  return shape;
+}
+
+/// The device index of `l` in units of g elements (g divides Slice, so
+/// every offset).
+template <typename I>
+NdIndex<I> ndIndex(const KernelContext &ctx, const NdLayout &l, int64_t g,
+                   int64_t count) {
+  NdIndex<I> x;
+  x.Idx = ctx.Inputs[1].as<I>();
+  x.K = l.K;
+  x.Slice = l.Slice / g;
+  x.PerBatch = l.PerBatch;
+  x.BatchStride = l.BatchStride / g;
+  x.Narrow = narrowCount(count);
+  for (int64_t j = 0; j < l.K; ++j) {
+    x.Dims[j] = l.Extents[j];
+    x.Strides[j] = l.Strides[j] / g;
+  }
+  return x;
+}
+
+template <typename T, typename I> struct GatherNdBody {
+  const T *X;
+  T *Y;
+  NdIndex<I> Index;
+  HR_HD void operator()(int64_t e) const {
+    int64_t t = e;
+    int64_t i = takeCoord(t, Index.Slice, Index.Narrow);
+    int64_t s = Index.offset(t);
+    Y[e] = s < 0 ? T{} : X[s + i];
+  }
+};
+
+template <typename T> struct GatherNdIndexApply {
+  const KernelContext &Ctx;
+  const NdLayout &L;
+  int64_t G, Count;
+  template <typename I> Error apply() const {
+    forEach(Ctx, Count,
+            GatherNdBody<T, I>{Ctx.Inputs[0].as<T>(), Ctx.Outputs[0].as<T>(),
+                               ndIndex<I>(Ctx, L, G, Count)});
+    return Error::success();
+  }
+};
+
+struct GatherNdApply {
+  const KernelContext &Ctx;
+  const NdLayout &L;
+  unsigned Bytes;
+  template <typename T> Error apply() const {
+    int64_t g = sizeof(T) / Bytes;
+    return withIndexType(
+        Ctx, 1,
+        GatherNdIndexApply<T>{Ctx, L, g, Ctx.Outputs[0].numElements() / g});
+  }
+};
+
+/// GatherND(data, indices) {batch_dims}: the slice at each index tuple.
+Error gatherNdKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  auto l = ndLayout(ctx, x);
+  if (!l)
+    return l.takeError();
+  Dims shape = ndSliceShape(x, ctx.Inputs[1], *l);
+  if (y.Type != x.Type || y.Shape != ArrayRef<int64_t>(shape))
+    return ctx.unsupported("result " + y.type().str() + " is not " +
+                           TensorType(x.Type, shape).str());
+  if (y.numElements() == 0)
+    return Error::success();
+  unsigned bytes = dtypeSize(x.Type);
+  unsigned unit = widestUnit(bytes, {l->Slice}, {x.Data, y.Data});
+  return withUnit(unit, GatherNdApply{ctx, *l, bytes});
+}
+
+template <typename T, typename I, typename Op> struct ScatterNdBody {
+  const T *U;
+  T *Y;
+  NdIndex<I> Index;
+  HR_HD void operator()(int64_t e) const {
+    int64_t t = e;
+    int64_t i = takeCoord(t, Index.Slice, Index.Narrow);
+    int64_t s = Index.offset(t);
+    if (s >= 0)
+      Op()(Y + s + i, U[e]);
+  }
+};
+
+template <typename T, typename Op> struct ScatterNdIndexApply {
+  const KernelContext &Ctx;
+  const NdLayout &L;
+  int64_t G, Count;
+  template <typename I> Error apply() const {
+    forEach(Ctx, Count,
+            ScatterNdBody<T, I, Op>{Ctx.Inputs[2].as<T>(),
+                                    Ctx.Outputs[0].as<T>(),
+                                    ndIndex<I>(Ctx, L, G, Count)});
+    return Error::success();
+  }
+};
+
+template <typename Op> struct ScatterNdApply {
+  const KernelContext &Ctx;
+  const NdLayout &L;
+  template <typename T> Error apply() const {
+    // Reduction "none" may move units wider than an element.
+    int64_t g = sizeof(T) / dtypeSize(Ctx.Inputs[0].Type);
+    return withIndexType(
+        Ctx, 1,
+        ScatterNdIndexApply<T, Op>{Ctx, L, g, Ctx.Inputs[2].numElements() / g});
+  }
+};
+
+/// ScatterND(data, indices, updates) {reduction}: every element of the
+/// slice at each index tuple.
+Error scatterNdKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &u = ctx.Inputs[2], &y = ctx.Outputs[0];
+  if (Error e = expectSameType(ctx, x, y))
+    return e;
+  auto l = ndLayout(ctx, x);
+  if (!l)
+    return l.takeError();
+  Dims shape = ndSliceShape(x, ctx.Inputs[1], *l);
+  if (u.Type != x.Type || u.Shape != ArrayRef<int64_t>(shape))
+    return ctx.unsupported("updates " + u.type().str() + " are not " +
+                           TensorType(x.Type, shape).str());
+  unsigned unit = widestUnit(dtypeSize(x.Type), {l->Slice}, {y.Data, u.Data});
+  return scatterWith<ScatterNdApply>(ctx, *l, unit);
+}
+
+//===----------------------------------------------------------------------===//
+// Expand, Tile, Pad, Trilu
+//===----------------------------------------------------------------------===//
+
+Error expandKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (Error e = expectSameType(ctx, x, y))
+    return e;
+  if (x.rank() > y.rank())
+    return ctx.unsupported(x.type().str() + " has a higher rank than " +
+                           y.type().str());
+  // x's axes align with y's last ones; a size-1 axis of x is read with
+  // stride 0.
+  size_t lead = y.rank() - x.rank();
+  Dims xStrides = contiguousStrides(x.Shape), srcStrides(y.rank(), 0);
+  for (size_t d = 0; d < x.rank(); ++d) {
+    if (x.Shape[d] == y.Shape[lead + d])
+      srcStrides[lead + d] = xStrides[d];
+    else if (x.Shape[d] != 1)
+      return ctx.unsupported(x.type().str() + " does not broadcast to " +
+                             y.type().str());
+  }
+  return stridedCopy(ctx, dtypeSize(x.Type), y.Data, x.Data, y.Shape,
+                     contiguousStrides(y.Shape), srcStrides);
+}
+
+/// Tile sees the result's axis d as [repeats[d], x.Shape[d]]: a copy of x
+/// with stride 0 over the repeats.
+Error tileKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  auto repeats = constantInts(ctx, 1, "repeats");
+  if (!repeats)
+    return repeats.takeError();
+  if (repeats->size() != x.rank())
+    return ctx.unsupported("repeats has " + Twine(repeats->size()) +
+                           " entries for rank " + Twine(x.rank()));
+  Dims shape, xStrides = contiguousStrides(x.Shape);
+  for (size_t d = 0; d < x.rank(); ++d)
+    shape.push_back(x.Shape[d] * (*repeats)[d]);
+  if (Error e = expectResultShape(ctx, y, shape))
+    return e;
+  if (Error e = expectSameType(ctx, x, y))
+    return e;
+  Dims yStrides = contiguousStrides(y.Shape), loops, dst, src;
+  for (size_t d = 0; d < x.rank(); ++d) {
+    loops.append({(*repeats)[d], x.Shape[d]});
+    dst.append({yStrides[d] * x.Shape[d], yStrides[d]});
+    src.append({0, xStrides[d]});
+  }
+  return stridedCopy(ctx, dtypeSize(x.Type), y.Data, x.Data, loops, dst, src);
+}
+
+enum PadMode : int { PadConstant, PadReflect, PadEdge };
+
+/// Pad's result element e: the input element it copies (the CPU's
+/// padSources, computed per element), or -1 for the fill.
+struct PadIndex {
+  int Rank = 0, Mode = PadConstant;
+  bool Narrow = false;
+  int64_t Out[kMaxDims] = {}, In[kMaxDims] = {}, Before[kMaxDims] = {},
+          Stride[kMaxDims] = {};
+  HR_HD int64_t source(int64_t e) const {
+    int64_t off = 0;
+    for (int d = Rank - 1; d >= 0; --d) {
+      int64_t o = d > 0 ? takeCoord(e, Out[d], Narrow) : e;
+      int64_t i = o - Before[d], n = In[d];
+      if (i < 0 || i >= n) {
+        if (Mode == PadConstant)
+          return -1;
+        if (Mode == PadEdge || n == 1) {
+          i = i < 0 ? 0 : n - 1;
+        } else { // reflect without repeating the edge, as numpy.pad does
+          int64_t period = 2 * (n - 1);
+          i = ((i % period) + period) % period;
+          i = i < n ? i : period - i;
+        }
+      }
+      off += i * Stride[d];
+    }
+    return off;
+  }
+};
+
+template <typename T> struct PadBody {
+  const T *X;
+  T *Y;
+  const T *Fill; // or null for zeros
+  PadIndex Index;
+  HR_HD void operator()(int64_t e) const {
+    int64_t s = Index.source(e);
+    Y[e] = s >= 0 ? X[s] : (Fill ? *Fill : T{});
+  }
+};
+
+struct PadApply {
+  const KernelContext &Ctx;
+  const PadIndex &Index;
+  const void *Fill;
+  template <typename T> Error apply() const {
+    forEach(Ctx, Ctx.Outputs[0].numElements(),
+            PadBody<T>{Ctx.Inputs[0].as<T>(), Ctx.Outputs[0].as<T>(),
+                       static_cast<const T *>(Fill), Index});
+    return Error::success();
+  }
+};
+
+/// Pad(data, pads, constant_value?) {mode}. Negative pads crop. The fill
+/// is read on the device (so it need not be a plan constant).
+Error padKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  std::string modeName = ctx.attrString("mode", "constant");
+  PadMode mode = modeName == "reflect" ? PadReflect
+                 : modeName == "edge"  ? PadEdge
+                                       : PadConstant;
+  if (mode == PadConstant && modeName != "constant")
+    return ctx.unsupported("mode '" + modeName + "' is not supported");
+  if (hasOperand(ctx, 3))
+    return ctx.unsupported("the axes operand (opset 18) is not supported");
+  auto pads = constantInts(ctx, 1, "pads");
+  if (!pads)
+    return pads.takeError();
+  size_t rank = x.rank();
+  if (pads->size() != 2 * rank)
+    return ctx.unsupported("pads has " + Twine(pads->size()) +
+                           " entries for rank " + Twine(rank));
+  if (Error e = expectSameType(ctx, x, y))
+    return e;
+  Dims shape, xStrides = contiguousStrides(x.Shape);
+  PadIndex index;
+  index.Mode = mode;
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t before = (*pads)[d], after = (*pads)[rank + d];
+    shape.push_back(x.Shape[d] + before + after);
+    if (mode != PadConstant && x.Shape[d] == 0 && shape.back() > 0)
+      return ctx.unsupported("cannot pad an empty axis in mode '" + modeName +
+                             "'");
+    // Runs of unpadded axes merge into one (fewer divisions per element).
+    int r = index.Rank;
+    if (before == 0 && after == 0 && r > 0 && index.Before[r - 1] == 0 &&
+        index.Out[r - 1] == index.In[r - 1]) {
+      index.Out[r - 1] *= x.Shape[d];
+      index.In[r - 1] *= x.Shape[d];
+      index.Stride[r - 1] = xStrides[d];
+      continue;
+    }
+    if (r == int(kMaxDims))
+      return tooManyDims(ctx);
+    index.Out[r] = shape.back();
+    index.In[r] = x.Shape[d];
+    index.Before[r] = before;
+    index.Stride[r] = xStrides[d];
+    ++index.Rank;
+  }
+  if (Error e = expectResultShape(ctx, y, shape))
+    return e;
+  if (y.numElements() == 0)
+    return Error::success();
+  index.Narrow = narrowCount(y.numElements());
+  bool hasFill = hasOperand(ctx, 2) && ctx.Inputs[2].numElements() > 0;
+  if (hasFill)
+    if (Error e = expectSameType(ctx, x, ctx.Inputs[2]))
+      return e;
+  return withUnit(dtypeSize(x.Type),
+                  PadApply{ctx, index, hasFill ? ctx.Inputs[2].Data : nullptr});
+}
+
+template <typename T> struct TriluBody {
+  const T *X;
+  T *Y;
+  int64_t Rows, Cols, K;
+  bool Upper, Narrow;
+  HR_HD void operator()(int64_t i) const {
+    int64_t r = i, col = takeCoord(r, Cols, Narrow);
+    int64_t row = takeCoord(r, Rows, Narrow);
+    // Columns [0, split) are zeroed (upper) or kept (lower).
+    int64_t split = Upper ? row + K : row + K + 1;
+    split = split < 0 ? 0 : (split > Cols ? Cols : split);
+    bool keep = Upper ? col >= split : col < split;
+    Y[i] = keep ? X[i] : T{};
+  }
+};
+
+struct TriluApply {
+  const KernelContext &Ctx;
+  int64_t Rows, Cols, K;
+  bool Upper;
+  template <typename T> Error apply() const {
+    int64_t n = Ctx.Outputs[0].numElements();
+    forEach(Ctx, n,
+            TriluBody<T>{Ctx.Inputs[0].as<T>(), Ctx.Outputs[0].as<T>(), Rows,
+                         Cols, K, Upper, narrowCount(n)});
+    return Error::success();
+  }
+};
+
+/// Trilu(x, k?) {upper}: keeps, in each matrix of the last two axes, the
+/// elements with col - row >= k (upper) or <= k (lower).
+Error triluKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (x.rank() < 2)
+    return ctx.unsupported("the input must have rank >= 2, not " +
+                           x.type().str());
+  if (x.type() != y.type())
+    return ctx.unsupported("result " + y.type().str() + " differs from " +
+                           x.type().str());
+  int64_t rows = x.Shape[x.rank() - 2], cols = x.Shape.back();
+  int64_t k = 0;
+  if (hasOperand(ctx, 1)) {
+    auto kv = constantInts(ctx, 1, "k");
+    if (!kv)
+      return kv.takeError();
+    if (kv->size() != 1)
+      return ctx.unsupported("k must have one element");
+    // Clamped so that row + k cannot overflow; the kept columns are the same.
+    k = std::max(-rows - 1, std::min((*kv)[0], cols + 1));
+  }
+  bool upper = ctx.attrInt("upper", 1) != 0;
+  if (x.numElements() == 0)
+    return Error::success();
+  return withUnit(dtypeSize(x.Type), TriluApply{ctx, rows, cols, k, upper});
+}
+
+//===----------------------------------------------------------------------===//
+// ConstantOfShape, Range
+//===----------------------------------------------------------------------===//
+
+template <typename T> struct FillBody {
+  T *Y;
+  T V;
+  HR_HD void operator()(int64_t i) const { Y[i] = V; }
+};
+
+struct FillApply {
+  const KernelContext &Ctx;
+  const uint8_t *Bytes;
+  template <typename T> Error apply() const {
+    FillBody<T> body{Ctx.Outputs[0].as<T>(), T{}};
+    std::memcpy(&body.V, Bytes, sizeof(T));
+    forEach(Ctx, Ctx.Outputs[0].numElements(), body);
+    return Error::success();
+  }
+};
+
+/// ConstantOfShape(shape) {value}: the fill is the one element of `value`
+/// (default f32 0).
+Error constantOfShapeKernel(const KernelContext &ctx) {
+  const TensorView &y = ctx.Outputs[0];
+  auto shape = constantInts(ctx, 0, "shape");
+  if (!shape)
+    return shape.takeError();
+  if (Error e = expectResultShape(ctx, y, *shape))
+    return e;
+  const Attribute *value = ctx.attr("value");
+  if (!value) {
+    if (y.Type != DType::F32)
+      return ctx.unsupported("without `value` the result must be f32");
+    fillZeroAsync(ctx, y.Data, y.sizeInBytes());
+    return Error::success();
+  }
+  if (value->kind() != Attribute::Kind::Tensor ||
+      value->asTensor().numElements() != 1 ||
+      value->asTensor().type().dtype() != y.Type)
+    return ctx.unsupported("`value` must be one element of the result type");
+  const std::vector<uint8_t> &bytes = value->asTensor().bytes();
+  if (std::all_of(bytes.begin(), bytes.end(), [](uint8_t b) { return !b; })) {
+    fillZeroAsync(ctx, y.Data, y.sizeInBytes());
+    return Error::success();
+  }
+  return withUnit(dtypeSize(y.Type), FillApply{ctx, bytes.data()});
+}
+
+/// Range's element i is start + i * delta (the ONNX spec's formula), in
+/// double for floats and int64 for integers, as on the CPU.
+template <typename T> struct RangeBody {
+  using S = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+  T *Y;
+  S Start, Delta;
+  HR_HD void operator()(int64_t i) const {
+    if constexpr (std::is_floating_point_v<T>) {
+#if HR_ON_DEVICE
+      // Rounded multiply, then add: no fused multiply-add, as on the CPU.
+      Y[i] = T(__dadd_rn(Start, __dmul_rn(double(i), Delta)));
+#else
+      Y[i] = T(Start + double(i) * Delta);
+#endif
+    } else {
+      Y[i] = T(Start + i * Delta);
+    }
+  }
+};
+
+template <typename T> Error range(const KernelContext &ctx) {
+  const TensorView &y = ctx.Outputs[0];
+  T v[3];
+  const char *names[] = {"start", "limit", "delta"};
+  for (unsigned i = 0; i < 3; ++i) {
+    const TensorView &t = ctx.Inputs[i];
+    if (t.numElements() != 1 || t.Type != y.Type)
+      return ctx.unsupported("start, limit and delta must be scalars of the "
+                             "result's element type");
+    auto c = ctx.constant(i, names[i]);
+    if (!c)
+      return c.takeError();
+    std::memcpy(&v[i], (*c)->bytes().data(), sizeof(T));
+  }
+  T start = v[0], limit = v[1], delta = v[2];
+  if (delta == 0)
+    return ctx.unsupported("delta is 0");
+  double count = std::ceil((double(limit) - double(start)) / double(delta));
+  int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  if (y.rank() != 1 || y.Shape[0] != n)
+    return ctx.unsupported("the operands give " + Twine(n) +
+                           " elements, but the result type is " +
+                           y.type().str());
+  using S = typename RangeBody<T>::S;
+  forEach(ctx, n, RangeBody<T>{y.as<T>(), S(start), S(delta)});
+  return Error::success();
+}
+
+Error rangeKernel(const KernelContext &ctx) {
+  switch (ctx.Outputs[0].Type) {
+  case DType::F32:
+    return range<float>(ctx);
+  case DType::F64:
+    return range<double>(ctx);
+  case DType::I32:
+    return range<int32_t>(ctx);
+  case DType::I64:
+    return range<int64_t>(ctx);
+  default:
+    return ctx.unsupported("element type " + dtypeName(ctx.Outputs[0].Type) +
+                           " is not supported");
+  }
+}
+
+} // namespace
+
+void cuda::registerShapeKernels() {
+  for (const char *op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+    registerKernel(op, copyKernel);
+  registerKernel("Transpose", transposeKernel);
+  registerKernel("Concat", concatKernel);
+  registerKernel("Split", splitKernel);
+  registerKernel("Slice", sliceKernel);
+  registerKernel("SliceGrad", sliceGradKernel);
+  registerKernel("Gather", gatherKernel);
+  registerKernel("GatherGrad", gatherGradKernel);
+  registerKernel("GatherElements", gatherElementsKernel);
+  registerKernel("GatherElementsGrad", gatherElementsGradKernel);
+  registerKernel("ScatterElements", scatterElementsKernel);
+  registerKernel("GatherND", gatherNdKernel);
+  registerKernel("ScatterND", scatterNdKernel);
+  registerKernel("Expand", expandKernel);
+  registerKernel("Tile", tileKernel);
+  registerKernel("Pad", padKernel);
+  registerKernel("Trilu", triluKernel);
+  registerKernel("ConstantOfShape", constantOfShapeKernel);
+  registerKernel("Range", rangeKernel);
+}

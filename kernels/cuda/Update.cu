@@ -1,7 +1,168 @@
-//===- Update.cu - (being written) ---------------------------------------===//
+//===- Update.cu - In-place state updates on the GPU ----------------------===//
+//
+// The update ops of kernels/cpu/Update.cpp, one thread per element; the
+// executor passes the state slot as the (only) output, read and written in
+// place:
+//   SgdUpdate   w -= lr * (scale * g + weight_decay * w), unless `enabled`
+//               (operand 2) is false
+//   Accumulate  acc += scale * g   (acc = scale * g when first = 1)
+// SgdUpdate's scale and enabled operands live on the device, so every thread
+// reads them there instead of the host deciding (a CUDA graph replays the
+// launch whatever they hold). Products are rounded before they are added,
+// never fused into an FMA, so f32/f64 weights equal the `optimizer` pass's
+// sgd ops (and the CPU's) bit for bit; f16/bf16 compute in float and round
+// once, as the CPU's widened kernels do.
+//
+//===----------------------------------------------------------------------===//
 #include "kernels/cuda/Launch.h"
+
+#include "compiler/Types.h"
 
 using namespace headroom;
 using namespace headroom::cuda;
+using llvm::Error;
 
-void cuda::registerUpdateKernels() {}
+namespace {
+
+/// a * b rounded on its own: nvcc would fuse it into a following add.
+HR_HD inline float mulRn(float a, float b) {
+#if HR_ON_DEVICE
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+HR_HD inline double mulRn(double a, double b) {
+#if HR_ON_DEVICE
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+/// Whether the state's element type is computed as f32 (f16 and bf16 are,
+/// as the CPU widens them).
+DType widened(DType t) {
+  return t == DType::F16 || t == DType::BF16 ? DType::F32 : t;
+}
+
+Error checkState(const KernelContext &ctx) {
+  if (ctx.Outputs.size() != 1 || !ctx.Outputs[0].present())
+    return ctx.unsupported("needs its state slot as the output");
+  if (ctx.Inputs[0].type() != ctx.Outputs[0].type())
+    return ctx.unsupported("gradient " + ctx.Inputs[0].type().str() +
+                           " does not match the state " +
+                           ctx.Outputs[0].type().str());
+  return Error::success();
+}
+
+/// The four forms of kernels/cpu's sgdUpdate, so that no operation the sgd
+/// ops skip is done here (x * 1 and x + 0 * w are exact, but -0 and NaN/Inf
+/// weights would tell). S is the scale's storage type.
+template <typename T, typename S> struct SgdBody {
+  using C = typename Elem<T>::Compute;
+  T *W;
+  const T *G;
+  const S *Scale;      // null: unscaled
+  const Bool *Enabled; // null: always
+  C Lr, Wd;
+
+  HR_HD void operator()(int64_t i) const {
+    if (Enabled && !Enabled->Value)
+      return; // a skipped step: w stays as it is
+    C w = ld(W, i), g = ld(G, i);
+    if (Scale) {
+      C d = mulRn(g, C(ld(Scale, 0)));
+      if (Wd != C(0))
+        d = d + mulRn(w, Wd);
+      w = w - mulRn(d, Lr);
+    } else if (Wd != C(0)) {
+      C d = g + mulRn(w, Wd);
+      w = w - mulRn(d, Lr);
+    } else {
+      w = w - mulRn(g, Lr);
+    }
+    st(W, i, w);
+  }
+};
+
+template <typename T> struct SgdScaleApply {
+  const KernelContext &Ctx;
+  template <typename S> Error apply() const {
+    using C = typename Elem<T>::Compute;
+    const TensorView &w = Ctx.Outputs[0];
+    SgdBody<T, S> body{w.as<T>(),
+                       Ctx.Inputs[0].as<T>(),
+                       Ctx.hasInput(1) ? Ctx.Inputs[1].as<S>() : nullptr,
+                       Ctx.hasInput(2) ? Ctx.Inputs[2].as<Bool>() : nullptr,
+                       static_cast<C>(Ctx.attrFloat("lr", 0.0)),
+                       static_cast<C>(Ctx.attrFloat("weight_decay", 0.0))};
+    forEach(Ctx, w.numElements(), body);
+    return Error::success();
+  }
+};
+
+struct SgdApply {
+  const KernelContext &Ctx;
+  template <typename T> Error apply() const {
+    if (!Ctx.hasInput(1))
+      return SgdScaleApply<T>{Ctx}.template apply<T>();
+    return dispatch<cpu::FloatTypes>(Ctx, Ctx.Inputs[1].Type,
+                                     SgdScaleApply<T>{Ctx});
+  }
+};
+
+/// SgdUpdate(g, scale?, enabled?) {lr, weight_decay} -> (w, in place).
+Error sgdUpdate(const KernelContext &ctx) {
+  if (Error e = checkState(ctx))
+    return e;
+  DType state = ctx.Outputs[0].Type;
+  if (ctx.hasInput(1) && (ctx.Inputs[1].numElements() != 1 ||
+                          widened(ctx.Inputs[1].Type) != widened(state)))
+    return ctx.unsupported("scale must be a scalar of the state's type");
+  if (ctx.hasInput(2) &&
+      (ctx.Inputs[2].Type != DType::Bool || ctx.Inputs[2].numElements() != 1))
+    return ctx.unsupported("enabled must be a bool scalar");
+  return dispatch<cpu::FloatTypes>(ctx, state, SgdApply{ctx});
+}
+
+template <typename T> struct AccumulateBody {
+  using C = typename Elem<T>::Compute;
+  T *Acc;
+  const T *G;
+  C Scale;
+  bool First;
+
+  HR_HD void operator()(int64_t i) const {
+    C d = mulRn(ld(G, i), Scale);
+    st(Acc, i, First ? d : ld(Acc, i) + d);
+  }
+};
+
+struct AccumulateApply {
+  const KernelContext &Ctx;
+  template <typename T> Error apply() const {
+    using C = typename Elem<T>::Compute;
+    const TensorView &acc = Ctx.Outputs[0];
+    AccumulateBody<T> body{acc.as<T>(), Ctx.Inputs[0].as<T>(),
+                           static_cast<C>(Ctx.attrFloat("scale", 1.0)),
+                           Ctx.attrInt("first", 0) != 0};
+    forEach(Ctx, acc.numElements(), body);
+    return Error::success();
+  }
+};
+
+/// Accumulate(g) {scale, first} -> (acc, in place).
+Error accumulate(const KernelContext &ctx) {
+  if (Error e = checkState(ctx))
+    return e;
+  return dispatch<cpu::FloatTypes>(ctx, ctx.Outputs[0].Type,
+                                   AccumulateApply{ctx});
+}
+
+} // namespace
+
+void cuda::registerUpdateKernels() {
+  registerKernel("SgdUpdate", sgdUpdate);
+  registerKernel("Accumulate", accumulate);
+}

@@ -40,6 +40,7 @@ public:
     return Gradients;
   }
   void setStep(uint64_t step) override { Step = step; }
+  uint64_t deviceBytes() const override { return Total; }
 
 private:
   llvm::Error runCall(const PlanFunction &f, const KernelCall &call);
@@ -75,6 +76,7 @@ private:
   std::vector<void *> Pointers; // where each buffer's data is (may alias)
   std::map<std::string, Tensor> Gradients;
   uint64_t Step = 0;
+  uint64_t Total = 0;
 };
 
 /// splitmix64: a seed per (run seed, step, call) with no visible structure.
@@ -106,6 +108,7 @@ llvm::Error CpuExecutor::allocate() {
   Block = std::unique_ptr<uint8_t[], AlignedDeleter>(
       new (std::align_val_t(align), std::nothrow) uint8_t[total],
       AlignedDeleter{std::align_val_t(align)});
+  Total = total;
   if (!Block)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),

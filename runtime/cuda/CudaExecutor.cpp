@@ -1,1 +1,538 @@
-//===- CudaExecutor.cpp - (being written) ---------------------------------===//
+//===- CudaExecutor.cpp - The CUDA backend --------------------------------===//
+//
+// One device allocation holds everything a plan touches on the GPU, each
+// part at the plan's alignment: the state slots, the arena, the kernels'
+// workspace, cuBLASLt's workspace (the target's library bytes), the plan's
+// constants (uploaded once) and the step counter random kernels read. So
+// the device memory of a step is the planned peak plus the constants, and
+// nothing is allocated after the executor is created.
+//
+// Each function is captured as a CUDA graph on its first run and replayed
+// after: arguments are copied in from pinned host buffers before the
+// launch, results and reported gradients copied out to pinned buffers by
+// nodes of the graph itself (a gradient's buffer is reused later in the
+// step), and the step counter is written to the device before each launch,
+// so that a replayed Dropout draws a new mask every step.
+//
+// This file is compiled twice, like kernels/cuda: against the CUDA runtime
+// (createCudaExecutor) and as the emulator (createEmulatedCudaExecutor),
+// where device memory is host memory, copies are memcpy, and functions run
+// call by call instead of as graphs.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cuda/CudaExecutor.h"
+
+#include "kernels/cuda/CudaTarget.h"
+#include "kernels/cuda/Kernel.h"
+
+#include "compiler/ByteSize.h"
+
+#include <cstring>
+#include <new>
+
+#if !defined(HEADROOM_CUDA_EMULATED)
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#endif
+
+using namespace headroom;
+using llvm::Error;
+
+namespace headroom {
+namespace cuda {
+inline namespace HR_CUDA_BUILD {
+namespace {
+
+Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
+}
+
+//===----------------------------------------------------------------------===//
+// The few runtime calls the executor makes, on the GPU or emulated
+//===----------------------------------------------------------------------===//
+
+#if defined(HEADROOM_CUDA_EMULATED)
+
+constexpr bool kGraphs = false;
+Error check(int, const char *) { return Error::success(); }
+Error deviceAlloc(void **p, uint64_t bytes) {
+  *p = ::operator new[](bytes ? bytes : 1, std::align_val_t(256), std::nothrow);
+  return *p ? Error::success()
+            : fail("cannot allocate " + formatBytes(bytes) + " (emulated)");
+}
+void deviceFree(void *p) { ::operator delete[](p, std::align_val_t(256)); }
+Error hostAlloc(void **p, uint64_t bytes) {
+  *p = ::operator new[](bytes ? bytes : 1, std::nothrow);
+  return *p ? Error::success() : fail("cannot allocate host staging");
+}
+void hostFree(void *p) { ::operator delete[](p); }
+void toDevice(void *dst, const void *src, uint64_t n, void *) {
+  std::memcpy(dst, src, n);
+}
+void toHost(void *dst, const void *src, uint64_t n, void *) {
+  std::memcpy(dst, src, n);
+}
+void onDevice(void *dst, const void *src, uint64_t n, void *) {
+  std::memmove(dst, src, n);
+}
+Error synchronize(void *) { return Error::success(); }
+
+#else
+
+constexpr bool kGraphs = true;
+Error check(cudaError_t e, const char *what) {
+  if (e == cudaSuccess)
+    return Error::success();
+  cudaGetLastError(); // clear a non-sticky error
+  return fail(llvm::Twine(what) + ": " + cudaGetErrorString(e));
+}
+Error deviceAlloc(void **p, uint64_t bytes) {
+  if (cudaError_t e = cudaMalloc(p, bytes ? bytes : 256); e != cudaSuccess) {
+    size_t free = 0, total = 0;
+    cudaGetLastError();
+    cudaMemGetInfo(&free, &total);
+    return fail("cannot allocate the plan's " + formatBytes(bytes) +
+                " on the GPU (" + formatBytes(free) + " of " +
+                formatBytes(total) + " free): " + cudaGetErrorString(e) +
+                "; `headroom report --device cuda --memory-budget device` "
+                "finds a step that fits");
+  }
+  return Error::success();
+}
+void deviceFree(void *p) { cudaFree(p); }
+Error hostAlloc(void **p, uint64_t bytes) {
+  return check(cudaMallocHost(p, bytes ? bytes : 1), "pinned host memory");
+}
+void hostFree(void *p) { cudaFreeHost(p); }
+void toDevice(void *dst, const void *src, uint64_t n, void *stream) {
+  cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice,
+                  static_cast<cudaStream_t>(stream));
+}
+void toHost(void *dst, const void *src, uint64_t n, void *stream) {
+  cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost,
+                  static_cast<cudaStream_t>(stream));
+}
+void onDevice(void *dst, const void *src, uint64_t n, void *stream) {
+  cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice,
+                  static_cast<cudaStream_t>(stream));
+}
+Error synchronize(void *stream) {
+  return check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
+               "the step failed on the GPU");
+}
+
+#endif
+
+uint64_t alignTo(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+/// The random stream of a call (as runtime/cpu/CpuExecutor.cpp picks it).
+uint64_t randomStream(const KernelCall &c) {
+  auto it = c.Attrs.find("stream");
+  if (it != c.Attrs.end() && it->second.kind() == Attribute::Kind::Int)
+    return static_cast<uint64_t>(it->second.asInt());
+  return c.Id;
+}
+
+/// Pinned host bytes a function's arguments, results and reported gradients
+/// pass through, at fixed offsets.
+struct Staging {
+  uint8_t *Base = nullptr;
+  std::vector<uint64_t> Args, Results, Grads; // offsets into Base
+  uint64_t Bytes = 0;
+};
+
+class CudaExecutor : public Executor {
+public:
+  CudaExecutor(Plan plan, const ExecutorOptions &options)
+      : Executor(std::move(plan)), Options(options) {}
+  ~CudaExecutor() override;
+  Error allocate();
+
+  llvm::Expected<std::vector<Tensor>>
+  run(llvm::StringRef function, llvm::ArrayRef<const Tensor *> args) override;
+  llvm::Expected<Tensor> readState(llvm::StringRef name) const override;
+  Error writeState(llvm::StringRef name, const Tensor &value) override;
+  Error readStateBytes(size_t index, uint64_t offset,
+                       llvm::MutableArrayRef<uint8_t> out) const override;
+  Error writeStateBytes(size_t index, uint64_t offset,
+                        llvm::ArrayRef<uint8_t> bytes) override;
+  const std::map<std::string, Tensor> &gradients() const override {
+    return Gradients;
+  }
+  void setStep(uint64_t step) override { Step = step; }
+  uint64_t deviceBytes() const override { return Total; }
+
+private:
+  Error runCalls(const PlanFunction &f, const Staging &s);
+  Error runCall(const PlanFunction &f, const KernelCall &c, const Staging &s,
+                unsigned &grad);
+  cpu::TensorView view(int buffer) const {
+    if (buffer < 0)
+      return cpu::TensorView();
+    const TensorType &t = ThePlan.Buffers[buffer];
+    return cpu::TensorView{t.dtype(), t.shape(), Pointers[buffer]};
+  }
+  uint8_t *state(int i) const { return Base + StateOffsets[i]; }
+  uint64_t stateBytes(int i) const {
+    return ThePlan.States[i].Type.sizeInBytes();
+  }
+  Error checkStateRange(size_t index, uint64_t offset, uint64_t size) const;
+
+  ExecutorOptions Options;
+  uint8_t *Base = nullptr; // the one device allocation
+  uint64_t Total = 0;
+  std::vector<uint64_t> StateOffsets;
+  uint8_t *Workspace = nullptr, *BlasWorkspace = nullptr;
+  uint64_t *StepOnDevice = nullptr;
+  uint64_t *StepStaging = nullptr;           // pinned
+  std::vector<void *> Pointers;              // per buffer, device addresses
+  std::vector<const Tensor *> HostConstants; // per buffer, or null
+  std::map<std::string, Staging> Stagings;   // per function
+  std::map<std::string, Tensor> Gradients;
+  uint64_t Step = 0;
+  void *Stream = nullptr;
+  void *BlasLt = nullptr;
+#if !defined(HEADROOM_CUDA_EMULATED)
+  std::map<std::string, cudaGraphExec_t> Graphs;
+#endif
+};
+
+CudaExecutor::~CudaExecutor() {
+#if !defined(HEADROOM_CUDA_EMULATED)
+  if (Stream)
+    cudaStreamSynchronize(static_cast<cudaStream_t>(Stream));
+  for (auto &[name, g] : Graphs)
+    cudaGraphExecDestroy(g);
+  if (BlasLt)
+    cublasLtDestroy(static_cast<cublasLtHandle_t>(BlasLt));
+  if (Stream)
+    cudaStreamDestroy(static_cast<cudaStream_t>(Stream));
+#endif
+  for (auto &[name, s] : Stagings)
+    if (s.Base)
+      hostFree(s.Base);
+  if (StepStaging)
+    hostFree(StepStaging);
+  if (Base)
+    deviceFree(Base);
+}
+
+Error CudaExecutor::allocate() {
+#if !defined(HEADROOM_CUDA_EMULATED)
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || !count) {
+    cudaGetLastError();
+    return fail(llvm::Twine("the plan is for --device cuda, and this machine "
+                            "has no usable CUDA device (") +
+                (e != cudaSuccess ? cudaGetErrorString(e) : "none found") +
+                "); compile with --device cpu to run it here");
+  }
+  if (Error e = check(cudaSetDevice(Options.CudaDevice), "selecting the GPU"))
+    return e;
+  cudaStream_t stream;
+  if (Error e = check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                      "creating a stream"))
+    return e;
+  Stream = stream;
+  cublasLtHandle_t lt;
+  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS)
+    return fail("cannot create the cuBLASLt handle");
+  BlasLt = lt;
+#endif
+  uint64_t align = std::max<uint64_t>(ThePlan.Alignment, 256);
+  StateOffsets = ThePlan.stateOffsets();
+  uint64_t arena = StateOffsets.back();
+  uint64_t workspace = arena + ThePlan.ArenaBytes;
+  uint64_t blas = alignTo(workspace + ThePlan.WorkspaceBytes, align);
+  uint64_t constants = alignTo(blas + ThePlan.LibraryBytes, align);
+  // Where each constant goes.
+  std::vector<uint64_t> constantAt(ThePlan.Buffers.size(), 0);
+  uint64_t end = constants;
+  for (size_t i = 0; i < ThePlan.Buffers.size(); ++i)
+    if (ThePlan.Placements[i].Where == Placement::Kind::Constant) {
+      constantAt[i] = end;
+      end = alignTo(end + ThePlan.Buffers[i].sizeInBytes(), align);
+    }
+  uint64_t stepAt = end;
+  Total = stepAt + align;
+  void *base = nullptr;
+  if (Error e = deviceAlloc(&base, Total))
+    return e;
+  Base = static_cast<uint8_t *>(base);
+  Workspace = Base + workspace;
+  BlasWorkspace = Base + blas;
+  StepOnDevice = reinterpret_cast<uint64_t *>(Base + stepAt);
+  void *stepStaging = nullptr;
+  if (Error e = hostAlloc(&stepStaging, sizeof(uint64_t)))
+    return e;
+  StepStaging = static_cast<uint64_t *>(stepStaging);
+
+  // State starts zeroed; constants are uploaded once.
+  std::vector<uint8_t> zeros(std::min<uint64_t>(arena, 64ull << 20), 0);
+  for (uint64_t at = 0; at < arena; at += zeros.size())
+    toDevice(Base + at, zeros.data(),
+             std::min<uint64_t>(zeros.size(), arena - at), Stream);
+  Pointers.assign(ThePlan.Buffers.size(), nullptr);
+  HostConstants.assign(ThePlan.Buffers.size(), nullptr);
+  for (size_t i = 0; i < ThePlan.Buffers.size(); ++i) {
+    const Placement &p = ThePlan.Placements[i];
+    switch (p.Where) {
+    case Placement::Kind::Arena:
+      Pointers[i] = Base + arena + p.Offset;
+      break;
+    case Placement::Kind::State:
+      Pointers[i] = state(p.Index);
+      break;
+    case Placement::Kind::Constant: {
+      const Tensor &t =
+          ThePlan.Functions[p.Index].Calls[p.Call].Attrs.at("value").asTensor();
+      Pointers[i] = Base + constantAt[i];
+      HostConstants[i] = &t;
+      if (!t.bytes().empty())
+        toDevice(Pointers[i], t.bytes().data(), t.bytes().size(), Stream);
+      break;
+    }
+    }
+  }
+
+  // Pinned staging per function.
+  for (const PlanFunction &f : ThePlan.Functions) {
+    Staging s;
+    auto add = [&](std::vector<uint64_t> &offsets, int buffer) {
+      offsets.push_back(s.Bytes);
+      s.Bytes = alignTo(s.Bytes + ThePlan.Buffers[buffer].sizeInBytes(), 64);
+    };
+    for (int b : f.Args)
+      add(s.Args, b);
+    for (int b : f.Results)
+      add(s.Results, b);
+    for (const KernelCall &c : f.Calls)
+      if (c.Kind == OpKind::ParamGrad)
+        add(s.Grads, c.Inputs[0]);
+    void *p = nullptr;
+    if (Error e = hostAlloc(&p, s.Bytes))
+      return e;
+    s.Base = static_cast<uint8_t *>(p);
+    Stagings[f.Name] = std::move(s);
+  }
+  return synchronize(Stream);
+}
+
+Error CudaExecutor::runCall(const PlanFunction &f, const KernelCall &c,
+                            const Staging &s, unsigned &grad) {
+  switch (c.Kind) {
+  case OpKind::Read:
+    if (c.Attrs.count("copy") && stateBytes(c.State))
+      onDevice(Pointers[c.Outputs[0]], state(c.State), stateBytes(c.State),
+               Stream);
+    return Error::success();
+  case OpKind::Assign:
+    if (stateBytes(c.State) && Pointers[c.Inputs[0]] != state(c.State))
+      onDevice(state(c.State), Pointers[c.Inputs[0]], stateBytes(c.State),
+               Stream);
+    return Error::success();
+  case OpKind::ParamGrad: {
+    uint64_t bytes = ThePlan.Buffers[c.Inputs[0]].sizeInBytes();
+    if (bytes)
+      toHost(s.Base + s.Grads[grad], Pointers[c.Inputs[0]], bytes, Stream);
+    ++grad;
+    return Error::success();
+  }
+  case OpKind::Constant:
+    return Error::success();
+  default:
+    break;
+  }
+  llvm::SmallVector<cpu::TensorView, 4> ins, outs;
+  llvm::SmallVector<const Tensor *, 4> constants;
+  for (int b : c.Inputs) {
+    ins.push_back(view(b));
+    constants.push_back(b >= 0 ? HostConstants[b] : nullptr);
+  }
+  for (int b : c.Outputs)
+    outs.push_back(view(b));
+  if (c.State >= 0) { // update ops write their slot in place
+    const TensorType &t = ThePlan.States[c.State].Type;
+    outs.push_back(cpu::TensorView{t.dtype(), t.shape(), state(c.State)});
+  }
+  KernelContext ctx{
+      {c.Op, ins, outs, c.Attrs, 0, Workspace, ThePlan.WorkspaceBytes}};
+  ctx.Stream = Stream;
+  ctx.BlasLt = BlasLt;
+  ctx.BlasWorkspace = BlasWorkspace;
+  ctx.BlasWorkspaceBytes = ThePlan.LibraryBytes;
+  ctx.Step = StepOnDevice;
+  ctx.RunSeed = Options.Seed;
+  ctx.RandomStream = randomStream(c);
+  ctx.Constants = constants;
+  if (Error e = runKernel(ctx))
+    return fail("@" + f.Name + " call " + llvm::Twine(c.Id) + ": " +
+                llvm::toString(std::move(e)));
+  return Error::success();
+}
+
+Error CudaExecutor::runCalls(const PlanFunction &f, const Staging &s) {
+  unsigned grad = 0;
+  for (const KernelCall &c : f.Calls)
+    if (Error e = runCall(f, c, s, grad))
+      return e;
+  for (size_t i = 0; i < f.Results.size(); ++i)
+    if (uint64_t bytes = ThePlan.Buffers[f.Results[i]].sizeInBytes())
+      toHost(s.Base + s.Results[i], Pointers[f.Results[i]], bytes, Stream);
+  return Error::success();
+}
+
+llvm::Expected<std::vector<Tensor>>
+CudaExecutor::run(llvm::StringRef function,
+                  llvm::ArrayRef<const Tensor *> args) {
+  const PlanFunction *f = ThePlan.function(function);
+  if (!f)
+    return fail("the plan has no function @" + function);
+  if (args.size() != f->Args.size())
+    return fail("@" + function + " takes " + llvm::Twine(f->Args.size()) +
+                " arguments, got " + llvm::Twine(args.size()));
+  const Staging &s = Stagings.at(f->Name);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const TensorType &want = ThePlan.Buffers[f->Args[i]];
+    if (args[i]->type() != want)
+      return fail("argument " + llvm::Twine(i) + " of @" + function + " is " +
+                  args[i]->type().str() + ", expected " + want.str());
+    if (!args[i]->bytes().empty()) {
+      std::memcpy(s.Base + s.Args[i], args[i]->bytes().data(),
+                  args[i]->bytes().size());
+      toDevice(Pointers[f->Args[i]], s.Base + s.Args[i],
+               args[i]->bytes().size(), Stream);
+    }
+  }
+  *StepStaging = Step;
+  toDevice(StepOnDevice, StepStaging, sizeof(uint64_t), Stream);
+  Gradients.clear();
+
+#if defined(HEADROOM_CUDA_EMULATED)
+  if (Error e = runCalls(*f, s))
+    return std::move(e);
+#else
+  if (!Options.CudaGraphs) {
+    if (Error e = runCalls(*f, s))
+      return std::move(e);
+  } else {
+    auto it = Graphs.find(f->Name);
+    if (it == Graphs.end()) {
+      cudaStream_t stream = static_cast<cudaStream_t>(Stream);
+      if (Error e = check(
+              cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+              "capturing a CUDA graph"))
+        return std::move(e);
+      Error failed = runCalls(*f, s);
+      cudaGraph_t graph = nullptr;
+      cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+      if (failed) {
+        if (graph)
+          cudaGraphDestroy(graph);
+        return std::move(failed);
+      }
+      if (Error e = check(ended, "capturing a CUDA graph"))
+        return std::move(e);
+      cudaGraphExec_t exec;
+      cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      if (Error e = check(made, "instantiating a CUDA graph"))
+        return std::move(e);
+      it = Graphs.emplace(f->Name, exec).first;
+    }
+    if (Error e = check(
+            cudaGraphLaunch(it->second, static_cast<cudaStream_t>(Stream)),
+            "launching a CUDA graph"))
+      return std::move(e);
+  }
+#endif
+  if (Error e = synchronize(Stream))
+    return fail("@" + function + ": " + llvm::toString(std::move(e)));
+  ++Step;
+
+  unsigned grad = 0;
+  for (const KernelCall &c : f->Calls)
+    if (c.Kind == OpKind::ParamGrad) {
+      const TensorType &t = ThePlan.Buffers[c.Inputs[0]];
+      const uint8_t *p = s.Base + s.Grads[grad++];
+      Gradients[ThePlan.States[c.State].Name] =
+          Tensor(t, std::vector<uint8_t>(p, p + t.sizeInBytes()));
+    }
+  std::vector<Tensor> results;
+  for (size_t i = 0; i < f->Results.size(); ++i) {
+    const TensorType &t = ThePlan.Buffers[f->Results[i]];
+    const uint8_t *p = s.Base + s.Results[i];
+    results.emplace_back(t, std::vector<uint8_t>(p, p + t.sizeInBytes()));
+  }
+  return results;
+}
+
+Error CudaExecutor::checkStateRange(size_t index, uint64_t offset,
+                                    uint64_t size) const {
+  if (index >= ThePlan.States.size())
+    return fail("no state slot " + llvm::Twine(index));
+  uint64_t bytes = stateBytes(index);
+  if (offset > bytes || size > bytes - offset)
+    return fail("bytes [" + llvm::Twine(offset) + ", " +
+                llvm::Twine(offset + size) + ") are outside state @" +
+                ThePlan.States[index].Name + " (" + llvm::Twine(bytes) +
+                " bytes)");
+  return Error::success();
+}
+
+Error CudaExecutor::readStateBytes(size_t index, uint64_t offset,
+                                   llvm::MutableArrayRef<uint8_t> out) const {
+  if (Error e = checkStateRange(index, offset, out.size()))
+    return e;
+  toHost(out.data(), state(index) + offset, out.size(), Stream);
+  return synchronize(Stream);
+}
+
+Error CudaExecutor::writeStateBytes(size_t index, uint64_t offset,
+                                    llvm::ArrayRef<uint8_t> bytes) {
+  if (Error e = checkStateRange(index, offset, bytes.size()))
+    return e;
+  toDevice(state(index) + offset, bytes.data(), bytes.size(), Stream);
+  return synchronize(Stream);
+}
+
+llvm::Expected<Tensor> CudaExecutor::readState(llvm::StringRef name) const {
+  int i = ThePlan.stateIndex(name);
+  if (i < 0)
+    return fail("no state slot @" + name);
+  std::vector<uint8_t> bytes(stateBytes(i));
+  if (Error e = readStateBytes(i, 0, bytes))
+    return std::move(e);
+  return Tensor(ThePlan.States[i].Type, std::move(bytes));
+}
+
+Error CudaExecutor::writeState(llvm::StringRef name, const Tensor &value) {
+  int i = ThePlan.stateIndex(name);
+  if (i < 0)
+    return fail("no state slot @" + name);
+  if (value.type() != ThePlan.States[i].Type)
+    return fail("state @" + name + " is " + ThePlan.States[i].Type.str() +
+                ", got " + value.type().str());
+  return writeStateBytes(i, 0, value.bytes());
+}
+
+} // namespace
+} // namespace HR_CUDA_BUILD
+} // namespace cuda
+} // namespace headroom
+
+llvm::Expected<std::unique_ptr<Executor>>
+#if defined(HEADROOM_CUDA_EMULATED)
+headroom::createEmulatedCudaExecutor(Plan plan,
+                                     const ExecutorOptions &options) {
+#else
+headroom::createCudaExecutor(Plan plan, const ExecutorOptions &options) {
+#endif
+  if (plan.TargetName != "cuda")
+    return cuda::fail("the plan is for --device " + plan.TargetName +
+                      ", not cuda");
+  auto e = std::make_unique<cuda::CudaExecutor>(std::move(plan), options);
+  if (Error err = e->allocate())
+    return std::move(err);
+  return std::unique_ptr<Executor>(std::move(e));
+}

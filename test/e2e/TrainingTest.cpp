@@ -169,7 +169,14 @@ struct Config {
   /// of 2 must give plain batch-8 training's weights (models without
   /// BatchNorm, whose statistics do depend on the batch).
   unsigned Accum = 0;
+  /// The target: "cuda" runs kernels/cuda and the CUDA executor on the
+  /// emulator (runtime/cuda/CudaExecutor.h).
+  const char *Device = "cpu";
 };
+
+/// Makes createExecutor run cuda plans on the emulator: this binary runs
+/// where there is no GPU (test/gpu runs the same cases on one).
+void useCudaEmulator() { setenv("HEADROOM_CUDA_EMULATOR", "1", 1); }
 
 class TrainingMatchesPyTorch : public ::testing::TestWithParam<Config> {};
 
@@ -183,6 +190,8 @@ TEST_P(TrainingMatchesPyTorch, WeightsAndLosses) {
   CompileOptions o;
   o.Import.Batch = *ref.root().getInteger("batch");
   o.DisableDropout = true;
+  o.Target = c.Device;
+  useCudaEmulator();
   std::string opt = cfg->getString("optimizer")->str();
   o.Optimizer.Kind = opt == "AdamW"        ? OptimizerOptions::Kind::AdamW
                      : opt == "AdaLomo"    ? OptimizerOptions::Kind::AdaLomo
@@ -324,6 +333,25 @@ INSTANTIATE_TEST_SUITE_P(
              (info.param.Accum ? "_accum" + std::to_string(info.param.Accum)
                                : std::string());
     });
+
+// The CUDA backend (emulated here) against the same references.
+static std::vector<Config> onCuda() {
+  std::vector<Config> out;
+  for (const char *m : {"mlp", "lenet", "gpt", "llama"}) {
+    for (const char *name : {"sgd", "momentum", "adamw", "sgd_clip", "sgd_wd",
+                             "sgd_accum", "adalomo"})
+      out.push_back({m, name, nullptr, 0, "cuda"});
+    out.push_back({m, "sgd_clip", "lomo", 0, "cuda"});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, TrainingMatchesPyTorch,
+                         ::testing::ValuesIn(onCuda()), [](const auto &info) {
+                           return std::string(info.param.Model) + "_" +
+                                  info.param.Name +
+                                  (info.param.Optimizer ? "_lomo" : "");
+                         });
 
 class GradientsMatchPyTorch : public ::testing::TestWithParam<const char *> {};
 

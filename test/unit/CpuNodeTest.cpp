@@ -13,7 +13,9 @@
 #include "NodeTests.h"
 #include "TestUtil.h"
 #include "kernels/cpu/CpuTarget.h"
+#include "kernels/cuda/CudaTarget.h"
 #include "runtime/Executor.h"
+#include "runtime/cuda/CudaExecutor.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -25,11 +27,10 @@ using namespace headroom;
 
 namespace {
 
-std::map<std::string, std::string> loadExceptions() {
+std::map<std::string, std::string> loadExceptions(const char *folder) {
   std::map<std::string, std::string> out;
   std::error_code ec;
-  std::string dir =
-      std::string(HEADROOM_SOURCE_DIR) + "/test/unit/cpu_node_exceptions";
+  std::string dir = std::string(HEADROOM_SOURCE_DIR) + "/test/unit/" + folder;
   for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
        it.increment(ec)) {
     auto buf = llvm::MemoryBuffer::getFile(it->path());
@@ -73,16 +74,23 @@ std::string compare(const Tensor &got, const Tensor &want) {
   return "";
 }
 
-/// Runs every data set of one test; "" when all outputs match.
-std::string runNodeTest(const NodeTestCase &c) {
+/// Runs every data set of one test; "" when all outputs match. On the cuda
+/// target, `notLowered` is set when the target refuses the model (an op or
+/// type outside its contract) instead.
+std::string runNodeTest(const NodeTestCase &c, bool onCuda = false,
+                        bool *notLowered = nullptr) {
   std::map<std::string, Tensor> constants;
   auto m = importNodeTest(c, constants);
   if (!m)
     return "import: " + llvm::toString(m.takeError());
-  auto plan = lowerModule(**m, cpuTarget());
-  if (!plan)
+  auto plan = lowerModule(**m, onCuda ? cudaTarget() : cpuTarget());
+  if (!plan) {
+    if (notLowered)
+      *notLowered = true;
     return "lower: " + llvm::toString(plan.takeError());
-  auto exec = createCpuExecutor(std::move(*plan));
+  }
+  auto exec = onCuda ? createEmulatedCudaExecutor(std::move(*plan))
+                     : createCpuExecutor(std::move(*plan));
   if (!exec)
     return "executor: " + llvm::toString(exec.takeError());
   auto sets = loadNodeTestData(c);
@@ -123,7 +131,8 @@ TEST(CpuNodeTest, KernelsMatchOnnxOutputs) {
   std::vector<NodeTestCase> cases = loadNodeTests();
   if (cases.empty())
     GTEST_SKIP() << "libonnx-testdata is not installed";
-  std::map<std::string, std::string> exceptions = loadExceptions();
+  std::map<std::string, std::string> exceptions =
+      loadExceptions("cpu_node_exceptions");
   unsigned passed = 0, listed = 0;
   for (const NodeTestCase &c : cases) {
     if (!whyNotAccepted(c.Proto).empty())
@@ -146,6 +155,50 @@ TEST(CpuNodeTest, KernelsMatchOnnxOutputs) {
     passed += error.empty();
   }
   std::cout << "[ cpu kernels ] " << passed << " node tests pass, " << listed
+            << " listed as unsupported\n";
+}
+
+// The CUDA kernels and executor (on the emulator) against the same outputs:
+// every test the CPU passes must pass on cuda, unless the cuda target
+// refuses its model when the plan is made (an op or element type outside
+// kernels/cuda/CudaOps.def: counted, not failed) or it is listed with the
+// reason in test/unit/cuda_node_exceptions/.
+TEST(CudaNodeTest, EmulatedKernelsMatchOnnxOutputs) {
+  std::vector<NodeTestCase> cases = loadNodeTests();
+  if (cases.empty())
+    GTEST_SKIP() << "libonnx-testdata is not installed";
+  std::map<std::string, std::string> cpuExceptions =
+      loadExceptions("cpu_node_exceptions");
+  std::map<std::string, std::string> exceptions =
+      loadExceptions("cuda_node_exceptions");
+  unsigned passed = 0, refused = 0, listed = 0;
+  for (const NodeTestCase &c : cases) {
+    if (!whyNotAccepted(c.Proto).empty() || cpuExceptions.count(c.Name))
+      continue;
+    std::map<std::string, Tensor> constants;
+    auto m = importNodeTest(c, constants);
+    if (!m) {
+      llvm::consumeError(m.takeError());
+      continue;
+    }
+    bool notLowered = false;
+    std::string error = runNodeTest(c, /*onCuda=*/true, &notLowered);
+    if (notLowered) {
+      ++refused;
+      continue;
+    }
+    auto listedIt = exceptions.find(c.Name);
+    if (listedIt != exceptions.end()) {
+      ++listed;
+      EXPECT_NE(error, "") << c.Name << " is listed in cuda_node_exceptions ("
+                           << listedIt->second << ") but passes";
+      continue;
+    }
+    EXPECT_EQ(error, "") << c.Name;
+    passed += error.empty();
+  }
+  std::cout << "[ cuda kernels, emulated ] " << passed << " node tests pass, "
+            << refused << " refused by the cuda target, " << listed
             << " listed as unsupported\n";
 }
 

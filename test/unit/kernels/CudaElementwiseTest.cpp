@@ -65,8 +65,8 @@ CudaCase binary(const char *op, DType t, std::vector<int64_t> a,
 }
 
 TEST(CudaElementwise, UnaryOpsMatchTheCpu) {
-  const char *floatOps[] = {"Abs",  "Neg",  "Exp",     "Tanh", "Sigmoid",
-                            "Relu", "Erf",  "Sin",     "Cos",  "Floor",
+  const char *floatOps[] = {"Abs",  "Neg",  "Exp",        "Tanh", "Sigmoid",
+                            "Relu", "Erf",  "Sin",        "Cos",  "Floor",
                             "Ceil", "Sqrt", "Reciprocal", "Log"};
   for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16})
     for (const char *op : floatOps) {
@@ -112,9 +112,12 @@ TEST(CudaElementwise, ParameterizedUnaryOps) {
 
 TEST(CudaElementwise, BroadcastingBinaryOps) {
   std::vector<std::vector<std::vector<int64_t>>> shapes = {
-      {{4, 5}, {4, 5}, {4, 5}},          {{4, 5}, {5}, {4, 5}},
-      {{4, 1}, {1, 5}, {4, 5}},          {{}, {3, 2}, {3, 2}},
-      {{2, 1, 3, 1}, {4, 1, 5}, {2, 4, 3, 5}}, {{6, 1, 7}, {6, 3, 1}, {6, 3, 7}}};
+      {{4, 5}, {4, 5}, {4, 5}},
+      {{4, 5}, {5}, {4, 5}},
+      {{4, 1}, {1, 5}, {4, 5}},
+      {{}, {3, 2}, {3, 2}},
+      {{2, 1, 3, 1}, {4, 1, 5}, {2, 4, 3, 5}},
+      {{6, 1, 7}, {6, 3, 1}, {6, 3, 7}}};
   for (const auto &s : shapes)
     for (DType t : {DType::F32, DType::BF16, DType::I64})
       for (const char *op : {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"}) {

@@ -5,12 +5,22 @@
 // against the CPU kernels: compareCudaWithCpu runs one op through both on the
 // same inputs and compares every output.
 //
+// The same test files are compiled a second time into test/gpu's binary
+// with HEADROOM_CUDA_TEST_ON_GPU: then compareCudaWithCpu runs the nvcc
+// build of the kernels on the GPU (operands copied to device memory, a
+// stream, cuBLASLt), so every case here is also a GPU test.
+//
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_TEST_UNIT_KERNELS_CUDAKERNELTESTUTIL_H
 #define HEADROOM_TEST_UNIT_KERNELS_CUDAKERNELTESTUTIL_H
 
-#ifndef HEADROOM_CUDA_EMULATED
+#if !defined(HEADROOM_CUDA_TEST_ON_GPU) && !defined(HEADROOM_CUDA_EMULATED)
 #define HEADROOM_CUDA_EMULATED 1
+#endif
+#if defined(HEADROOM_CUDA_TEST_ON_GPU)
+#include "kernels/cuda/CudaTarget.h"
+#include <cublasLt.h>
+#include <cuda_runtime.h>
 #endif
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cuda/Kernel.h"
@@ -95,8 +105,72 @@ struct CudaCase {
   uint64_t Seed = 0;
 };
 
-/// Runs `c` on the CPU kernels and the emulated CUDA kernels; "" when both
-/// succeed and agree, else what differs (or the error of either).
+#if defined(HEADROOM_CUDA_TEST_ON_GPU)
+/// The stream, cuBLASLt handle and workspace every GPU case runs with.
+struct GpuContext {
+  cudaStream_t Stream = nullptr;
+  cublasLtHandle_t Lt = nullptr;
+  void *Workspace = nullptr;
+  uint64_t *Step = nullptr;
+  static GpuContext &get() {
+    static GpuContext g = [] {
+      GpuContext g;
+      cudaStreamCreate(&g.Stream);
+      cublasLtCreate(&g.Lt);
+      cudaMalloc(&g.Workspace, kCublasLtWorkspaceBytes);
+      cudaMalloc(&g.Step, sizeof(uint64_t));
+      uint64_t step = 3;
+      cudaMemcpy(g.Step, &step, sizeof(step), cudaMemcpyHostToDevice);
+      return g;
+    }();
+    return g;
+  }
+};
+
+/// Runs the kernel on the GPU: views of host tensors in, outputs back.
+inline llvm::Error runOnGpu(cuda::KernelContext ctx,
+                            std::vector<cpu::TensorView> &ins,
+                            std::vector<cpu::TensorView> &outs) {
+  GpuContext &g = GpuContext::get();
+  std::vector<void *> allocations;
+  auto toDevice = [&](std::vector<cpu::TensorView> &views) {
+    std::vector<cpu::TensorView> device = views;
+    for (cpu::TensorView &v : device) {
+      if (!v.present())
+        continue;
+      void *p = nullptr;
+      cudaMalloc(&p, std::max<uint64_t>(v.sizeInBytes(), 1));
+      cudaMemcpy(p, v.Data, v.sizeInBytes(), cudaMemcpyHostToDevice);
+      allocations.push_back(p);
+      v.Data = p;
+    }
+    return device;
+  };
+  std::vector<cpu::TensorView> dIns = toDevice(ins), dOuts = toDevice(outs);
+  ctx.Inputs = dIns;
+  ctx.Outputs = dOuts;
+  ctx.Stream = g.Stream;
+  ctx.BlasLt = g.Lt;
+  ctx.BlasWorkspace = g.Workspace;
+  ctx.BlasWorkspaceBytes = kCublasLtWorkspaceBytes;
+  ctx.Step = g.Step;
+  llvm::Error e = cuda::runKernel(ctx);
+  cudaError_t sync = cudaStreamSynchronize(g.Stream);
+  for (size_t k = 0; k < outs.size(); ++k)
+    cudaMemcpy(outs[k].Data, dOuts[k].Data, outs[k].sizeInBytes(),
+               cudaMemcpyDeviceToHost);
+  for (void *p : allocations)
+    cudaFree(p);
+  if (!e && sync != cudaSuccess)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "CUDA error: %s", cudaGetErrorString(sync));
+  return e;
+}
+#endif
+
+/// Runs `c` on the CPU kernels and the CUDA kernels (emulated, or on the
+/// GPU in test/gpu); "" when both succeed and agree, else what differs (or
+/// the error of either).
 inline std::string compareCudaWithCpu(const CudaCase &c) {
   auto run = [&](bool onCuda, std::vector<Tensor> &outs) -> std::string {
     std::vector<Tensor> ins = c.Inputs;
@@ -122,8 +196,8 @@ inline std::string compareCudaWithCpu(const CudaCase &c) {
     for (const Tensor &t : c.InOut)
       outs.push_back(t);
     for (Tensor &o : outs)
-      outViews.push_back(cpu::TensorView{o.type().dtype(), o.type().shape(),
-                                         dataOf(o)});
+      outViews.push_back(
+          cpu::TensorView{o.type().dtype(), o.type().shape(), dataOf(o)});
     uint64_t step = 3;
     llvm::Error e = llvm::Error::success();
     if (onCuda) {
@@ -132,7 +206,11 @@ inline std::string compareCudaWithCpu(const CudaCase &c) {
       ctx.RunSeed = c.Seed;
       ctx.RandomStream = 5;
       ctx.Constants = constants;
+#if defined(HEADROOM_CUDA_TEST_ON_GPU)
+      e = runOnGpu(ctx, inViews, outViews);
+#else
       e = cuda::runKernel(ctx);
+#endif
     } else {
       uint64_t seed = cuda::mixSeed(c.Seed, step, 5);
       cpu::KernelContext ctx{c.Op, inViews, outViews, c.Attrs, seed};
@@ -140,13 +218,28 @@ inline std::string compareCudaWithCpu(const CudaCase &c) {
     }
     return e ? llvm::toString(std::move(e)) : "";
   };
+  Tolerance tol = c.Tol;
+#if defined(HEADROOM_CUDA_TEST_ON_GPU)
+  // The GPU's math library and fused multiply-adds round differently from
+  // the host's within a few ulps; a float result that moves by one may round
+  // to the neighbouring f16/bf16.
+  for (const TensorType &t : c.Outputs) {
+    double atol = 1e-6, rtol = 1e-5;
+    if (t.dtype() == DType::F16)
+      atol = 1e-3, rtol = 2e-3;
+    if (t.dtype() == DType::BF16)
+      atol = 1e-2, rtol = 1e-2;
+    tol.Atol = std::max(tol.Atol, atol);
+    tol.Rtol = std::max(tol.Rtol, rtol);
+  }
+#endif
   std::vector<Tensor> want, got;
   if (std::string err = run(false, want); !err.empty())
     return "cpu: " + err;
   if (std::string err = run(true, got); !err.empty())
     return "cuda: " + err;
   for (size_t k = 0; k < want.size(); ++k)
-    if (std::string d = compareTensors(got[k], want[k], c.Tol); !d.empty())
+    if (std::string d = compareTensors(got[k], want[k], tol); !d.empty())
       return c.Op + " output " + std::to_string(k) + ": " + d;
   return "";
 }

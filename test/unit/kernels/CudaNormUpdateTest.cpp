@@ -1,2 +1,321 @@
-//===- CudaNormUpdateTest.cpp - (being written) ---===//
+//===- CudaNormUpdateTest.cpp - kernels/cuda Norm.cu and Update.cu vs CPU -===//
+//
+// The normalizations and their gradients, over shapes whose rows are shorter
+// and longer than a block and whose columns do not fill the gradient's
+// column tiles, and the in-place update ops, each against kernels/cpu.
+//
+//===----------------------------------------------------------------------===//
 #include "CudaKernelTestUtil.h"
+
+using namespace headroom;
+using namespace headroom::cudatest;
+
+namespace {
+
+TensorType ty(DType t, std::vector<int64_t> shape) { return {t, shape}; }
+
+std::string name(DType t) { return dtypeName(t).str(); }
+
+/// Statistics accumulate in float where the CPU uses double; f16 and bf16
+/// results may then round one ulp apart.
+Tolerance tolFor(DType t) {
+  switch (t) {
+  case DType::F64:
+    return {1e-12, 1e-10};
+  case DType::F16:
+    return {1e-2, 1e-2};
+  case DType::BF16:
+    return {4e-2, 2e-2};
+  default:
+    return {2e-5, 2e-4};
+  }
+}
+
+/// The CUDA kernel's error for `c`, "" when it succeeds (for calls the CPU
+/// kernel refuses too).
+std::string cudaError(CudaCase c) {
+  std::vector<cpu::TensorView> ins, outs;
+  for (size_t i = 0; i < c.Inputs.size(); ++i)
+    ins.push_back(i < c.Absent.size() && c.Absent[i]
+                      ? cpu::TensorView()
+                      : cpu::TensorView{c.Inputs[i].type().dtype(),
+                                        c.Inputs[i].type().shape(),
+                                        dataOf(c.Inputs[i])});
+  std::vector<Tensor> results;
+  for (const TensorType &t : c.Outputs)
+    results.emplace_back(t);
+  for (const Tensor &t : c.InOut)
+    results.push_back(t);
+  for (Tensor &t : results)
+    outs.push_back({t.type().dtype(), t.type().shape(), dataOf(t)});
+  std::vector<const Tensor *> constants(ins.size(), nullptr);
+  uint64_t step = 0;
+  cuda::KernelContext ctx{{c.Op, ins, outs, c.Attrs, 0},
+                          nullptr,
+                          nullptr,
+                          nullptr,
+                          0,
+                          &step,
+                          0,
+                          0,
+                          constants};
+  llvm::Error e = cuda::runKernel(ctx);
+  return e ? llvm::toString(std::move(e)) : "";
+}
+
+std::vector<int64_t> rowsShape(const std::vector<int64_t> &shape,
+                               int64_t axis) {
+  if (axis < 0)
+    axis += shape.size();
+  std::vector<int64_t> s(shape.begin(), shape.begin() + axis);
+  s.resize(shape.size(), 1);
+  return s;
+}
+
+std::vector<int64_t> colsShape(const std::vector<int64_t> &shape,
+                               int64_t axis) {
+  if (axis < 0)
+    axis += shape.size();
+  return std::vector<int64_t>(shape.begin() + axis, shape.end());
+}
+
+CudaCase layerNorm(DType t, std::vector<int64_t> shape, int64_t axis,
+                   DType param, bool bias, bool stats) {
+  CudaCase c;
+  c.Op = "LayerNormalization";
+  std::vector<int64_t> cols = colsShape(shape, axis);
+  c.Inputs = {randomTensor(ty(t, shape), 1, -3, 5),
+              randomTensor(ty(param, cols), 2, 0.5, 1.5),
+              randomTensor(ty(param, cols), 3)};
+  c.Absent = {false, false, !bias};
+  c.Outputs = {ty(t, shape)};
+  if (stats)
+    for (int k = 0; k < 2; ++k)
+      c.Outputs.push_back(ty(DType::F32, rowsShape(shape, axis)));
+  c.Attrs["axis"] = Attribute::getInt(axis);
+  c.Tol = tolFor(t);
+  return c;
+}
+
+TEST(CudaNorm, LayerNormalization) {
+  struct Shape {
+    std::vector<int64_t> Dims;
+    int64_t Axis;
+  } shapes[] = {{{4, 6, 10}, -1}, {{4, 6, 10}, 1}, {{4, 6, 10}, 0},
+                {{3, 1000}, -1},  {{2, 3, 5}, -2}, {{7}, 0},
+                {{0, 8}, 1},      {{5, 300}, 1}};
+  for (const Shape &s : shapes)
+    for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16})
+      for (bool bias : {true, false})
+        for (bool stats : {true, false}) {
+          DType param = t == DType::F64 ? DType::F64 : DType::F32;
+          CudaCase c = layerNorm(t, s.Dims, s.Axis, param, bias, stats);
+          EXPECT_EQ(compareCudaWithCpu(c), "")
+              << name(t) << " axis " << s.Axis << " bias " << bias;
+        }
+  // Parameters in the narrow type, and a non-default epsilon.
+  CudaCase half = layerNorm(DType::F16, {6, 40}, -1, DType::F16, true, true);
+  half.Attrs["epsilon"] = Attribute::getFloat(0.5);
+  EXPECT_EQ(compareCudaWithCpu(half), "");
+  // An empty row: NaN statistics, as on the CPU.
+  CudaCase empty = layerNorm(DType::F32, {3, 0}, 1, DType::F32, true, true);
+  EXPECT_EQ(compareCudaWithCpu(empty), "");
+}
+
+TEST(CudaNorm, LayerNormalizationErrors) {
+  CudaCase axis = layerNorm(DType::F32, {4, 6}, 2, DType::F32, true, false);
+  EXPECT_NE(cudaError(axis).find("axis 2 is out of range"), std::string::npos);
+  CudaCase scale = layerNorm(DType::F32, {4, 6}, 1, DType::F32, true, false);
+  scale.Inputs[1] = randomTensor(ty(DType::F32, {4}), 2);
+  EXPECT_NE(cudaError(scale).find("operand 1 has 4 elements, 6 expected"),
+            std::string::npos);
+  CudaCase ints = layerNorm(DType::F32, {4, 6}, 1, DType::I32, false, false);
+  EXPECT_NE(cudaError(ints).find("operand 1 of element type"),
+            std::string::npos);
+}
+
+CudaCase layerNormGrad(DType t, std::vector<int64_t> shape, int64_t axis,
+                       DType param) {
+  CudaCase c;
+  c.Op = "LayerNormalizationGrad";
+  std::vector<int64_t> cols = colsShape(shape, axis);
+  c.Inputs = {randomTensor(ty(t, shape), 4), randomTensor(ty(t, shape), 5),
+              randomTensor(ty(param, cols), 6, 0.5, 1.5)};
+  c.Outputs = {ty(t, shape), ty(param, cols), ty(param, cols)};
+  c.Attrs["axis"] = Attribute::getInt(axis);
+  c.Tol = tolFor(t);
+  if (t != DType::F64) // sums over the rows, of terms of either sign
+    c.Tol.Atol *= 10;
+  return c;
+}
+
+TEST(CudaNorm, LayerNormalizationGrad) {
+  struct Shape {
+    std::vector<int64_t> Dims;
+    int64_t Axis;
+  } shapes[] = {{{5, 7, 9}, -1}, {{5, 7, 9}, 1},  {{300, 13}, 1},
+                {{4, 1000}, -1}, {{3, 4, 1}, -1}, {{9, 3}, 1},
+                {{6, 2}, -1},    {{0, 5}, 1},     {{33}, 0}};
+  for (const Shape &s : shapes)
+    for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+      DType param = t == DType::F64 ? DType::F64 : DType::F32;
+      CudaCase c = layerNormGrad(t, s.Dims, s.Axis, param);
+      EXPECT_EQ(compareCudaWithCpu(c), "")
+          << name(t) << " shape " << s.Dims.size() << " axis " << s.Axis;
+    }
+  CudaCase half = layerNormGrad(DType::BF16, {20, 24}, -1, DType::BF16);
+  half.Tol = {0.1, 2e-2};
+  half.Attrs["epsilon"] = Attribute::getFloat(1e-3);
+  EXPECT_EQ(compareCudaWithCpu(half), "");
+}
+
+CudaCase batchNorm(DType t, std::vector<int64_t> shape, DType param,
+                   bool training, int runningOutputs) {
+  CudaCase c;
+  c.Op = "BatchNormalization";
+  std::vector<int64_t> ch = {shape[1]};
+  c.Inputs = {randomTensor(ty(t, shape), 1, -1, 3),
+              randomTensor(ty(param, ch), 2, 0.5, 1.5),
+              randomTensor(ty(param, ch), 3), randomTensor(ty(param, ch), 4),
+              randomTensor(ty(param, ch), 5, 0.2, 2)};
+  c.Outputs = {ty(t, shape)};
+  for (int k = 0; k < runningOutputs; ++k)
+    c.Outputs.push_back(ty(param, ch));
+  if (training)
+    c.Attrs["training_mode"] = Attribute::getInt(1);
+  c.Tol = tolFor(t);
+  return c;
+}
+
+TEST(CudaNorm, BatchNormalization) {
+  std::vector<std::vector<int64_t>> shapes = {
+      {2, 3, 4, 5}, {8, 5}, {3, 4, 70}, {1, 3}, {2, 2, 0}, {1, 2, 600}};
+  for (const auto &s : shapes)
+    for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+      DType param = t == DType::F64 ? DType::F64 : DType::F32;
+      EXPECT_EQ(compareCudaWithCpu(batchNorm(t, s, param, false, 0)), "")
+          << name(t) << " inference";
+      for (int outputs : {0, 1, 2}) {
+        CudaCase c = batchNorm(t, s, param, true, outputs);
+        c.Attrs["momentum"] = Attribute::getFloat(0.8);
+        c.Attrs["epsilon"] = Attribute::getFloat(1e-3);
+        EXPECT_EQ(compareCudaWithCpu(c), "")
+            << name(t) << " training, " << outputs << " outputs";
+      }
+    }
+  // f64 statistics of an f32 input, f16 ones of an f16 input.
+  EXPECT_EQ(
+      compareCudaWithCpu(batchNorm(DType::F32, {4, 3, 6}, DType::F64, true, 2)),
+      "");
+  EXPECT_EQ(
+      compareCudaWithCpu(batchNorm(DType::F16, {4, 3, 6}, DType::F16, true, 2)),
+      "");
+}
+
+TEST(CudaNorm, BatchNormalizationErrors) {
+  CudaCase running = batchNorm(DType::F32, {2, 3, 4}, DType::F32, false, 2);
+  EXPECT_NE(cudaError(running).find("only defined in training mode"),
+            std::string::npos);
+  CudaCase rank1 = batchNorm(DType::F32, {2, 3}, DType::F32, false, 0);
+  rank1.Inputs[0] = randomTensor(ty(DType::F32, {6}), 1);
+  rank1.Outputs = {ty(DType::F32, {6})};
+  EXPECT_NE(cudaError(rank1).find("input of rank 1"), std::string::npos);
+}
+
+CudaCase batchNormGrad(DType t, std::vector<int64_t> shape, DType param) {
+  CudaCase c;
+  c.Op = "BatchNormalizationGrad";
+  std::vector<int64_t> ch = {shape[1]};
+  c.Inputs = {randomTensor(ty(t, shape), 6), randomTensor(ty(t, shape), 7),
+              randomTensor(ty(param, ch), 8, 0.5, 1.5)};
+  c.Outputs = {ty(t, shape), ty(param, ch), ty(param, ch)};
+  c.Tol = tolFor(t);
+  if (t != DType::F64)
+    c.Tol.Atol *= 10;
+  return c;
+}
+
+TEST(CudaNorm, BatchNormalizationGrad) {
+  std::vector<std::vector<int64_t>> shapes = {
+      {2, 3, 4, 5}, {8, 5}, {3, 4, 70}, {2, 2, 0}, {1, 2, 600}};
+  for (const auto &s : shapes)
+    for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+      DType param = t == DType::F64 ? DType::F64 : DType::F32;
+      CudaCase c = batchNormGrad(t, s, param);
+      c.Attrs["epsilon"] = Attribute::getFloat(1e-4);
+      EXPECT_EQ(compareCudaWithCpu(c), "") << name(t);
+    }
+}
+
+CudaCase sgd(DType t, bool scaled, double wd, int enabled) {
+  CudaCase c;
+  c.Op = "SgdUpdate";
+  std::vector<int64_t> shape = {7, 33};
+  Tensor scale(ty(t, {})), on(ty(DType::Bool, {}));
+  scale.setDouble(0, 0.25);
+  on.setDouble(0, enabled > 0);
+  c.Inputs = {randomTensor(ty(t, shape), 1), scale, on};
+  c.Absent = {false, !scaled, enabled < 0};
+  c.InOut = {randomTensor(ty(t, shape), 2)};
+  c.Attrs["lr"] = Attribute::getFloat(0.1);
+  if (wd != 0)
+    c.Attrs["weight_decay"] = Attribute::getFloat(wd);
+  c.Tol = {0, 0};
+  return c;
+}
+
+TEST(CudaUpdate, SgdUpdate) {
+  for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16})
+    for (bool scaled : {false, true})
+      for (double wd : {0.0, 0.01})
+        for (int enabled : {-1, 0, 1})
+          EXPECT_EQ(compareCudaWithCpu(sgd(t, scaled, wd, enabled)), "")
+              << name(t) << " scaled " << scaled << " wd " << wd << " enabled "
+              << enabled;
+  // An f32 scale of an f16 state: the CPU widens both.
+  CudaCase mixed = sgd(DType::F16, true, 0.01, 1);
+  mixed.Inputs[1] = Tensor(ty(DType::F32, {}));
+  mixed.Inputs[1].setDouble(0, 3);
+  EXPECT_EQ(compareCudaWithCpu(mixed), "");
+}
+
+TEST(CudaUpdate, SgdUpdateErrors) {
+  CudaCase scale = sgd(DType::F32, true, 0, 1);
+  scale.Inputs[1] = randomTensor(ty(DType::F32, {2}), 3);
+  EXPECT_NE(cudaError(scale).find("scale must be a scalar"), std::string::npos);
+  CudaCase enabled = sgd(DType::F32, false, 0, 1);
+  enabled.Inputs[2] = Tensor(ty(DType::F32, {}));
+  EXPECT_NE(cudaError(enabled).find("enabled must be a bool scalar"),
+            std::string::npos);
+  CudaCase state = sgd(DType::F32, false, 0, 1);
+  state.InOut = {randomTensor(ty(DType::F32, {7, 32}), 2)};
+  EXPECT_NE(cudaError(state).find("does not match the state"),
+            std::string::npos);
+  state.InOut.clear();
+  EXPECT_NE(cudaError(state).find("needs its state slot"), std::string::npos);
+}
+
+TEST(CudaUpdate, Accumulate) {
+  for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16})
+    for (int first : {0, 1})
+      for (double scale : {1.0, 0.125, -3.0}) {
+        CudaCase c;
+        c.Op = "Accumulate";
+        c.Inputs = {randomTensor(ty(t, {5, 41}), 1)};
+        c.InOut = {randomTensor(ty(t, {5, 41}), 2)};
+        c.Attrs["first"] = Attribute::getInt(first);
+        if (scale != 1.0)
+          c.Attrs["scale"] = Attribute::getFloat(scale);
+        c.Tol = {0, 0};
+        EXPECT_EQ(compareCudaWithCpu(c), "")
+            << name(t) << " first " << first << " scale " << scale;
+      }
+  CudaCase ints;
+  ints.Op = "Accumulate";
+  ints.Inputs = {randomTensor(ty(DType::I32, {4}), 1)};
+  ints.InOut = {randomTensor(ty(DType::I32, {4}), 2)};
+  EXPECT_NE(cudaError(ints).find("element type i32 is not supported"),
+            std::string::npos);
+}
+
+} // namespace
