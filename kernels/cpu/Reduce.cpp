@@ -329,6 +329,8 @@ template <typename T> Error softmax(const KernelContext &ctx, bool log) {
     return s.takeError();
   if (y.numElements() != x.numElements())
     return ctx.unsupported("result type does not match the input");
+  if (y.numElements() == 0) // an empty axis (or any empty dimension)
+    return Error::success();
   std::vector<T> scratch(s->Inner == 1 ? 0 : 2 * s->Inner);
   for (int64_t o = 0; o < s->Outer; ++o) {
     const T *in = x.as<T>() + o * s->N * s->Inner;

@@ -203,6 +203,17 @@ TEST(ReduceKernelTest, SoftmaxAlongEachAxis) {
     }
 }
 
+TEST(ReduceKernelTest, SoftmaxOverAnEmptyAxisWritesNothing) {
+  // [2, 0, 3] along axis 1: no element, and no read of x (it has none).
+  std::vector<int64_t> shape = {2, 0, 3};
+  for (llvm::StringRef op : {"Softmax", "LogSoftmax"})
+    EXPECT_EQ(runKernel(op, {{DType::F32, shape, nullptr}},
+                        {{DType::F32, shape, nullptr}},
+                        {{"axis", Attribute::getInt(1)}}),
+              "")
+        << op.str();
+}
+
 TEST(ReduceKernelTest, SoftmaxIsStableForLargeLogits) {
   // exp(1000) overflows even f64; shifted by the maximum it does not, and in
   // f32 log-softmax must keep the small differences of large logits.
