@@ -353,6 +353,64 @@ INSTANTIATE_TEST_SUITE_P(Cuda, TrainingMatchesPyTorch,
                                   (info.param.Optimizer ? "_lomo" : "");
                          });
 
+// Models made with torchvision's and transformers' own classes
+// (test/models/hub/make_hub_models.py: ResNet, MobileNetV2, ViT, BERT, GPT-2,
+// Llama, T5, BART), exported as users export them, trained 2 steps of SGD
+// by PyTorch and here, on the cpu and on cuda (emulated). Buffers torch
+// exports as initializers (BART's final_logits_bias) are frozen, as a user
+// must (--freeze).
+struct HubCase {
+  const char *Model, *Device;
+};
+
+class HubModelsMatchPyTorch : public ::testing::TestWithParam<HubCase> {};
+
+TEST_P(HubModelsMatchPyTorch, WeightsAndLosses) {
+  const HubCase &c = GetParam();
+  std::string base = "hub/" + std::string(c.Model);
+  Reference ref = loadReference(base);
+  CompileOptions o;
+  o.Import.Batch = *ref.root().getInteger("batch");
+  o.Optimizer.Kind = OptimizerOptions::Kind::Sgd;
+  o.Optimizer.Lr = *ref.root().getNumber("lr");
+  o.Target = c.Device;
+  useCudaEmulator();
+  for (const auto &b : *ref.root().getArray("buffers"))
+    o.Import.Freeze.push_back(b.getAsString()->str());
+  auto trainer = takeOrFail(compileTrainer(modelPath(base + ".onnx"), o));
+  ASSERT_TRUE(trainer);
+  auto data = takeOrFail(loadDataset(modelPath(base + ".train.npz")));
+  std::vector<int64_t> order = identityOrder(data.Samples);
+  const llvm::json::Array &losses = *ref.root().getArray("losses");
+  for (size_t s = 0; s < losses.size(); ++s) {
+    auto r = takeOrFail(trainer->step(data, order, s * trainer->batch()));
+    double want = *losses[s].getAsNumber();
+    EXPECT_NEAR(r.Loss, want, 1e-5 + 1e-4 * std::fabs(want)) << "step " << s;
+  }
+  auto want = takeOrFail(readArrays(modelPath(base + ".ref.npz")));
+  EXPECT_EQ(compareArrays(
+                want,
+                [&](const std::string &n) {
+                  return trainer->executor().readState(n);
+                },
+                [](const std::string &, int64_t) { return 1e-5; }, base),
+            0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hub, HubModelsMatchPyTorch, ::testing::ValuesIn([] {
+                           std::vector<HubCase> out;
+                           for (const char *m :
+                                {"resnet", "mobilenet_v2", "vit", "bert",
+                                 "gpt2", "llama", "t5", "bart"})
+                             for (const char *d : {"cpu", "cuda"})
+                               out.push_back({m, d});
+                           return out;
+                         }()),
+                         [](const auto &info) {
+                           return std::string(info.param.Model) + "_" +
+                                  info.param.Device;
+                         });
+
 class GradientsMatchPyTorch : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(GradientsMatchPyTorch, FirstBatch) {
