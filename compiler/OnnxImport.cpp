@@ -21,6 +21,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -36,6 +37,7 @@
 #include <algorithm>
 #include <climits>
 #include <fstream>
+#include <functional>
 #include <mutex>
 
 using namespace headroom;
@@ -178,8 +180,8 @@ private:
   Error makeShapesStatic();
   Expected<bool> expandFunctions();
   Expected<bool>
-  expandLstm(const onnx::NodeProto &n, int index,
-             google::protobuf::RepeatedPtrField<onnx::NodeProto> &nodes);
+  expandRecurrent(const onnx::NodeProto &n, int index,
+                  google::protobuf::RepeatedPtrField<onnx::NodeProto> &nodes);
   Error inferShapes();
   Expected<bool> foldConstants();
   Expected<std::unique_ptr<Module>> translate();
@@ -413,8 +415,8 @@ Expected<bool> Importer::expandFunctions() {
       *nodes.Add() = n;
       continue;
     }
-    if (isDefaultDomain(n.domain()) && n.op_type() == "LSTM") {
-      auto done = expandLstm(n, i, nodes);
+    if (isDefaultDomain(n.domain()) && importerExpandsOp(n.op_type())) {
+      auto done = expandRecurrent(n, i, nodes);
       if (!done)
         return done.takeError();
       changed |= *done;
@@ -491,25 +493,251 @@ Expected<bool> Importer::expandFunctions() {
   return changed;
 }
 
-/// LSTM (what nn.LSTM exports to) unrolled over its static sequence length
-/// into the ops it is made of, once X's type is known (before that the
-/// node is kept and ONNX's shape inference types it): per direction and
-/// step, gates = x_t W^T + h R^T + Wb + Rb split into i, o, f, c;
-/// c' = sigmoid(f) c + sigmoid(i) tanh(c~), h' = sigmoid(o) tanh(c'). Autodiff
-/// then differentiates the primitives (backpropagation through time). What
-/// torch does not emit is refused: layout 1, sequence_lens, peepholes, clip,
-/// input_forget and activations other than the defaults.
-Expected<bool> Importer::expandLstm(
+namespace {
+
+/// Writes the primitive ops that one expanded node is made of: each named
+/// after the node, each value under the expansion's unique prefix.
+class NodeBuilder {
+public:
+  NodeBuilder(const onnx::NodeProto &n, std::string prefix, DType dtype,
+              google::protobuf::RepeatedPtrField<onnx::NodeProto> &out)
+      : N(n), Prefix(std::move(prefix)), Dtype(dtype), Out(out) {}
+
+  static onnx::AttributeProto intAttr(const char *name, int64_t v) {
+    onnx::AttributeProto a;
+    a.set_name(name);
+    a.set_type(onnx::AttributeProto::INT);
+    a.set_i(v);
+    return a;
+  }
+
+  /// A node of `op` with the given outputs; returns the first.
+  std::string emit(llvm::StringRef op, std::vector<std::string> ins,
+                   std::vector<std::string> outs,
+                   std::vector<onnx::AttributeProto> attrs = {}) {
+    onnx::NodeProto *m = Out.Add();
+    m->set_op_type(op.str());
+    m->set_name(N.name().empty() ? Prefix + op.str()
+                                 : N.name() + "/" + op.str());
+    for (auto &i : ins)
+      m->add_input(i);
+    for (auto &o : outs)
+      m->add_output(o);
+    for (auto &a : attrs)
+      *m->add_attribute() = a;
+    return outs.empty() ? std::string() : outs[0];
+  }
+  /// A node of `op` with one fresh output.
+  std::string op(llvm::StringRef op, std::vector<std::string> ins,
+                 std::vector<onnx::AttributeProto> attrs = {}) {
+    return emit(op, std::move(ins), {fresh(op)}, std::move(attrs));
+  }
+  std::string ints(std::vector<int64_t> v, bool scalar = false) {
+    onnx::TensorProto t;
+    t.set_data_type(onnx::TensorProto::INT64);
+    if (!scalar)
+      t.add_dims(int64_t(v.size()));
+    for (int64_t e : v)
+      t.add_int64_data(e);
+    return constant(std::move(t));
+  }
+  std::string zeros(std::vector<int64_t> dims) {
+    onnx::TensorProto t;
+    t.set_data_type(dtypeToOnnx(Dtype));
+    int64_t count = 1;
+    for (int64_t d : dims) {
+      t.add_dims(d);
+      count *= d;
+    }
+    t.set_raw_data(std::string(count * dtypeSize(Dtype), '\0'));
+    return constant(std::move(t));
+  }
+  /// v[i] along axis 0.
+  std::string take(const std::string &v, int64_t i) {
+    return op("Gather", {v, ints({i}, /*scalar=*/true)}, {intAttr("axis", 0)});
+  }
+  /// `v` cut along `axis` into `parts` equal pieces.
+  std::vector<std::string> split(const std::string &v, int64_t parts,
+                                 int64_t axis) {
+    return splitInto(v, {}, parts, axis);
+  }
+  /// `v` cut along `axis` into pieces of the given sizes.
+  std::vector<std::string> split(const std::string &v,
+                                 std::vector<int64_t> sizes, int64_t axis) {
+    return splitInto(v, ints(sizes), int64_t(sizes.size()), axis);
+  }
+
+private:
+  std::string fresh(llvm::StringRef what) {
+    return Prefix + what.str() + std::to_string(Counter++);
+  }
+  std::string constant(onnx::TensorProto t) {
+    onnx::AttributeProto a;
+    a.set_name("value");
+    a.set_type(onnx::AttributeProto::TENSOR);
+    *a.mutable_t() = std::move(t);
+    return emit("Constant", {}, {fresh("const")}, {a});
+  }
+  std::vector<std::string> splitInto(const std::string &v,
+                                     const std::string &sizes, int64_t parts,
+                                     int64_t axis) {
+    std::vector<std::string> outs;
+    for (int64_t i = 0; i < parts; ++i)
+      outs.push_back(fresh("part"));
+    std::vector<std::string> ins = {v};
+    if (!sizes.empty())
+      ins.push_back(sizes);
+    emit("Split", ins, outs, {intAttr("axis", axis)});
+    return outs;
+  }
+
+  const onnx::NodeProto &N;
+  std::string Prefix;
+  DType Dtype;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> &Out;
+  int Counter = 0;
+};
+
+/// One time step of a recurrent cell: the new states (h, and LSTM's c) from
+/// x_t W^T plus the biases added before the loop ([batch, gates * hidden])
+/// and the previous states ([batch, hidden] each).
+using RecurrentStep = std::function<std::vector<std::string>(
+    const std::string &xw, const std::vector<std::string> &states)>;
+
+/// What distinguishes LSTM, GRU and RNN inside the shared unrolling
+/// (Importer::expandRecurrent).
+struct RecurrentCell {
+  /// W's blocks of `hidden` rows: LSTM 4 (i, o, f, c), GRU 3 (z, r, h),
+  /// RNN 1.
+  int Gates = 1;
+  /// The recurrent states: h, and LSTM's c (initial ones are inputs 5 and 6,
+  /// final ones outputs 1 and 2).
+  int States = 1;
+  /// A direction's activations (f, g, h as the op names them) by default.
+  std::vector<std::string> Activations;
+  /// Whether R's bias is added to x W^T once for all steps: all but GRU with
+  /// linear_before_reset, which multiplies it by the reset gate.
+  bool FoldRecurrentBias = true;
+  /// Prepares a direction from R^T ([hidden, gates * hidden]), R's bias
+  /// when it is not folded ("" when folded or absent) and the direction's
+  /// activations; returns its step.
+  std::function<RecurrentStep(NodeBuilder &b, const std::string &rT,
+                              const std::string &rb,
+                              std::vector<std::string> act)>
+      Direction;
+};
+
+/// c' = f(f) c + f(i) g(c~), h' = f(o) h(c'), from gates i, o, f, c~.
+RecurrentCell lstmCell() {
+  RecurrentCell cell;
+  cell.Gates = 4;
+  cell.States = 2;
+  cell.Activations = {"Sigmoid", "Tanh", "Tanh"};
+  cell.Direction = [](NodeBuilder &b, const std::string &rT,
+                      const std::string &, std::vector<std::string> act) {
+    return [&b, rT, act](const std::string &xw,
+                         const std::vector<std::string> &s) {
+      auto g = b.split(b.op("Add", {xw, b.op("MatMul", {s[0], rT})}), 4, 1);
+      std::string c = b.op(
+          "Add", {b.op("Mul", {b.op(act[0], {g[2]}), s[1]}),
+                  b.op("Mul", {b.op(act[0], {g[0]}), b.op(act[1], {g[3]})})});
+      std::string h = b.op("Mul", {b.op(act[0], {g[1]}), b.op(act[2], {c})});
+      return std::vector<std::string>{h, c};
+    };
+  };
+  return cell;
+}
+
+/// z = f(x Wz + h Rz + bz), r = f(x Wr + h Rr + br), h~ = g(x Wh + (r h) Rh
+/// + bh), or with linear_before_reset g(x Wh + Wbh + r (h Rh + Rbh));
+/// h' = (1 - z) h~ + z h, computed as h~ + z (h - h~).
+RecurrentCell gruCell(bool linearBeforeReset, int64_t hidden) {
+  RecurrentCell cell;
+  cell.Gates = 3;
+  cell.Activations = {"Sigmoid", "Tanh"};
+  cell.FoldRecurrentBias = !linearBeforeReset;
+  cell.Direction = [linearBeforeReset,
+                    hidden](NodeBuilder &b, const std::string &rT,
+                            const std::string &rb,
+                            std::vector<std::string> act) -> RecurrentStep {
+    auto blend = [&b](const std::string &z, const std::string &h,
+                      const std::string &candidate) {
+      return std::vector<std::string>{b.op(
+          "Add", {candidate, b.op("Mul", {z, b.op("Sub", {h, candidate})})})};
+    };
+    if (linearBeforeReset)
+      return [&b, rT, rb, act, blend](const std::string &xw,
+                                      const std::vector<std::string> &s) {
+        std::string hr = b.op("MatMul", {s[0], rT});
+        if (!rb.empty())
+          hr = b.op("Add", {hr, rb});
+        auto x = b.split(xw, 3, 1), h = b.split(hr, 3, 1);
+        std::string z = b.op(act[0], {b.op("Add", {x[0], h[0]})});
+        std::string r = b.op(act[0], {b.op("Add", {x[1], h[1]})});
+        std::string candidate =
+            b.op(act[1], {b.op("Add", {x[2], b.op("Mul", {r, h[2]})})});
+        return blend(z, s[0], candidate);
+      };
+    auto parts = b.split(rT, std::vector<int64_t>{2 * hidden, hidden}, 1);
+    return [&b, rzr = parts[0], rh = parts[1], act,
+            blend](const std::string &xw, const std::vector<std::string> &s) {
+      auto x = b.split(xw, 3, 1);
+      auto h = b.split(b.op("MatMul", {s[0], rzr}), 2, 1);
+      std::string z = b.op(act[0], {b.op("Add", {x[0], h[0]})});
+      std::string r = b.op(act[0], {b.op("Add", {x[1], h[1]})});
+      std::string candidate = b.op(
+          act[1],
+          {b.op("Add", {x[2], b.op("MatMul", {b.op("Mul", {r, s[0]}), rh})})});
+      return blend(z, s[0], candidate);
+    };
+  };
+  return cell;
+}
+
+/// h' = f(x W + h R + b).
+RecurrentCell rnnCell() {
+  RecurrentCell cell;
+  cell.Activations = {"Tanh"};
+  cell.Direction = [](NodeBuilder &b, const std::string &rT,
+                      const std::string &, std::vector<std::string> act) {
+    return [&b, rT, act](const std::string &xw,
+                         const std::vector<std::string> &s) {
+      return std::vector<std::string>{
+          b.op(act[0], {b.op("Add", {xw, b.op("MatMul", {s[0], rT})})})};
+    };
+  };
+  return cell;
+}
+
+} // namespace
+
+/// LSTM, GRU and RNN (what nn.LSTM, nn.GRU and nn.RNN export to) unrolled
+/// over their static sequence length into the ops they are made of, once
+/// the inputs' types are known (before that the node is kept and ONNX's
+/// shape inference types it). Per direction, x W^T + biases is one MatMul
+/// over all steps, split into steps; each step is the cell's primitives
+/// (lstmCell, gruCell, rnnCell above). Autodiff then differentiates them
+/// (backpropagation through time). What torch does not emit is refused:
+/// layout 1, sequence_lens, clip, activation_alpha/beta, activations other
+/// than Sigmoid, Tanh and Relu, and LSTM's peepholes and input_forget.
+Expected<bool> Importer::expandRecurrent(
     const onnx::NodeProto &n, int index,
     google::protobuf::RepeatedPtrField<onnx::NodeProto> &nodes) {
+  const std::string &op = n.op_type();
+  auto refuse = [&](const llvm::Twine &what) {
+    return failAt(n, index, op + " " + what);
+  };
+  auto has = [&](int i) { return i < n.input_size() && !n.input(i).empty(); };
+  if (!has(0) || !has(1) || !has(2))
+    return refuse("needs inputs X, W and R");
   auto typeOf = [&](int i) -> const TensorType * {
-    if (i >= n.input_size() || n.input(i).empty())
+    if (!has(i))
       return nullptr;
     auto it = Types.find(n.input(i));
     return it == Types.end() ? nullptr : &it->second;
   };
   const TensorType *x = typeOf(0);
-  if (!x) { // typed by the next round of shape inference
+  if (!x || !typeOf(1) || !typeOf(2)) { // typed by the next inference round
     *nodes.Add() = n;
     return false;
   }
@@ -520,152 +748,153 @@ Expected<bool> Importer::expandLstm(
     return dflt;
   };
   std::string direction = "forward";
+  std::vector<std::string> activations;
   for (const auto &a : n.attribute()) {
     if (a.name() == "direction")
       direction = a.s();
-    if (a.name() == "clip")
-      return failAt(n, index, "LSTM's clip is not supported");
-    if (a.name() == "activations") {
-      for (int k = 0; k < a.strings_size(); ++k)
-        if (a.strings(k) != (k % 3 == 0 ? "Sigmoid" : "Tanh"))
-          return failAt(n, index,
-                        "LSTM activations other than Sigmoid, Tanh, Tanh are "
-                        "not supported");
-    }
+    if (a.name() == "activations")
+      activations.assign(a.strings().begin(), a.strings().end());
+    if (a.name() == "clip" || a.name() == "activation_alpha" ||
+        a.name() == "activation_beta")
+      return refuse(a.name() + " is not supported");
   }
   if (intAttr("layout", 0) != 0)
-    return failAt(n, index, "LSTM layout 1 is not supported");
-  if (intAttr("input_forget", 0) != 0)
-    return failAt(n, index, "LSTM input_forget is not supported");
-  if (n.input_size() > 4 && !n.input(4).empty())
-    return failAt(n, index, "LSTM sequence_lens is not supported");
-  if (n.input_size() > 7 && !n.input(7).empty())
-    return failAt(n, index, "LSTM peepholes (P) are not supported");
+    return refuse("layout 1 is not supported");
+  if (has(4))
+    return refuse("sequence_lens is not supported");
   if (direction != "forward" && direction != "reverse" &&
       direction != "bidirectional")
-    return failAt(n, index, "LSTM direction '" + direction + "'");
+    return refuse("direction '" + direction +
+                  "' is not forward, reverse or bidirectional");
   if (x->rank() != 3)
-    return failAt(n, index, "LSTM input X must have rank 3, not " + x->str());
-  int64_t steps = x->dim(0), batch = x->dim(1);
+    return refuse("input X must have rank 3, not " + x->str());
   int64_t hidden = intAttr("hidden_size", 0);
   if (hidden <= 0)
-    return failAt(n, index, "LSTM needs a positive hidden_size");
+    return refuse("needs a positive hidden_size");
+
+  RecurrentCell cell;
+  if (op == "LSTM") {
+    if (intAttr("input_forget", 0) != 0)
+      return refuse("input_forget is not supported");
+    if (has(7))
+      return refuse("peepholes (P) are not supported");
+    cell = lstmCell();
+  } else if (op == "GRU") {
+    int64_t lbr = intAttr("linear_before_reset", 0);
+    if (lbr != 0 && lbr != 1)
+      return refuse("linear_before_reset must be 0 or 1, not " +
+                    llvm::Twine(lbr));
+    cell = gruCell(lbr == 1, hidden);
+  } else {
+    cell = rnnCell();
+  }
+
   int dirs = direction == "bidirectional" ? 2 : 1;
-  int onnxType = dtypeToOnnx(x->dtype());
+  size_t perDir = cell.Activations.size();
+  if (activations.empty())
+    for (int d = 0; d < dirs; ++d)
+      activations.insert(activations.end(), cell.Activations.begin(),
+                         cell.Activations.end());
+  if (activations.size() != perDir * dirs)
+    return refuse("direction '" + direction + "' takes " +
+                  llvm::Twine(perDir * dirs) + " activations, not " +
+                  llvm::Twine(activations.size()));
+  for (std::string &a : activations) {
+    // Spelled as the ops are (torch's export), or in any case.
+    auto known = llvm::StringSwitch<const char *>(llvm::StringRef(a).lower())
+                     .Case("sigmoid", "Sigmoid")
+                     .Case("tanh", "Tanh")
+                     .Case("relu", "Relu")
+                     .Default(nullptr);
+    if (!known)
+      return refuse("activation '" + a +
+                    "' is not supported (Sigmoid, Tanh and Relu are)");
+    a = known;
+  }
 
-  std::string prefix = "_lstm" + std::to_string(ExpansionCount++) + "/";
-  int counter = 0;
-  auto fresh = [&](const char *what) {
-    return prefix + what + std::to_string(counter++);
+  int64_t steps = x->dim(0), batch = x->dim(1), inputs = x->dim(2);
+  if (steps < 1)
+    return refuse("input X has no time steps (" + x->str() + ")");
+  int64_t width = cell.Gates * hidden;
+  auto check = [&](int i, const char *what,
+                   std::vector<int64_t> want) -> Error {
+    const TensorType *t = typeOf(i);
+    if (!t || t->shape() == llvm::ArrayRef<int64_t>(want))
+      return Error::success();
+    return refuse(llvm::Twine(what) + " must be " +
+                  TensorType(t->dtype(), want).str() + " for hidden_size " +
+                  llvm::Twine(hidden) + ", not " + t->str());
   };
-  auto emit = [&](const char *op, std::vector<std::string> ins,
-                  std::vector<std::string> outs,
-                  std::vector<onnx::AttributeProto> attrs = {}) {
-    onnx::NodeProto *m = nodes.Add();
-    m->set_op_type(op);
-    m->set_name(n.name().empty() ? prefix + op : n.name() + "/" + op);
-    for (auto &i : ins)
-      m->add_input(i);
-    for (auto &o : outs)
-      m->add_output(o);
-    for (auto &a : attrs)
-      *m->add_attribute() = a;
-    return outs.empty() ? std::string() : outs[0];
-  };
-  auto intA = [](const char *name, int64_t v) {
-    onnx::AttributeProto a;
-    a.set_name(name);
-    a.set_type(onnx::AttributeProto::INT);
-    a.set_i(v);
-    return a;
-  };
-  auto constant = [&](onnx::TensorProto t) {
-    onnx::AttributeProto a;
-    a.set_name("value");
-    a.set_type(onnx::AttributeProto::TENSOR);
-    *a.mutable_t() = std::move(t);
-    return emit("Constant", {}, {fresh("const")}, {a});
-  };
-  auto ints = [&](std::vector<int64_t> v, bool scalar) {
-    onnx::TensorProto t;
-    t.set_data_type(onnx::TensorProto::INT64);
-    if (!scalar)
-      t.add_dims(int64_t(v.size()));
-    for (int64_t e : v)
-      t.add_int64_data(e);
-    return constant(t);
-  };
-  auto zeros = [&](std::vector<int64_t> dims) {
-    onnx::TensorProto t;
-    t.set_data_type(onnxType);
-    int64_t count = 1;
-    for (int64_t d : dims) {
-      t.add_dims(d);
-      count *= d;
-    }
-    t.set_raw_data(std::string(count * dtypeSize(x->dtype()), '\0'));
-    return constant(t);
-  };
-  auto take = [&](const std::string &v, int64_t i) { // v[i] along axis 0
-    return emit("Gather", {v, ints({i}, true)}, {fresh("take")},
-                {intA("axis", 0)});
-  };
-  auto ew = [&](const char *op, std::vector<std::string> ins) {
-    return emit(op, std::move(ins), {fresh(op)});
-  };
+  if (auto e = check(1, "W", {dirs, width, inputs}))
+    return e;
+  if (auto e = check(2, "R", {dirs, width, hidden}))
+    return e;
+  if (auto e = check(3, "B", {dirs, 2 * width}))
+    return e;
+  for (int k = 0; k < cell.States; ++k)
+    if (auto e =
+            check(5 + k, k ? "initial_c" : "initial_h", {dirs, batch, hidden}))
+      return e;
 
-  std::vector<std::string> ys, hs, cs; // per direction
+  std::string name = llvm::StringRef(op).lower();
+  NodeBuilder b(n, "_" + name + std::to_string(ExpansionCount++) + "/",
+                x->dtype(), nodes);
+  bool wantY = n.output_size() > 0 && !n.output(0).empty();
+  std::string rows =
+      b.op("Reshape", {n.input(0), b.ints({steps * batch, inputs})});
+  std::vector<std::string> ys;
+  std::vector<std::vector<std::string>> finals(cell.States); // [state][dir]
   for (int d = 0; d < dirs; ++d) {
     bool reverse = direction == "reverse" || d == 1;
-    std::string w = ew("Transpose", {take(n.input(1), d)});
-    std::string r = ew("Transpose", {take(n.input(2), d)});
-    std::string bias;
-    if (n.input_size() > 3 && !n.input(3).empty()) {
-      std::string b = take(n.input(3), d);
-      std::string wb = fresh("wb"), rb = fresh("rb");
-      emit("Split", {b}, {wb, rb}, {intA("axis", 0)});
-      bias = ew("Add", {wb, rb});
+    std::string xw =
+        b.op("MatMul", {rows, b.op("Transpose", {b.take(n.input(1), d)})});
+    std::string rb;
+    if (has(3)) {
+      auto wr = b.split(b.take(n.input(3), d), 2, 0);
+      if (cell.FoldRecurrentBias) {
+        xw = b.op("Add", {xw, b.op("Add", {wr[0], wr[1]})});
+      } else {
+        xw = b.op("Add", {xw, wr[0]});
+        rb = wr[1];
+      }
     }
-    std::string h = n.input_size() > 5 && !n.input(5).empty()
-                        ? take(n.input(5), d)
-                        : zeros({batch, hidden});
-    std::string c = n.input_size() > 6 && !n.input(6).empty()
-                        ? take(n.input(6), d)
-                        : zeros({batch, hidden});
-    std::vector<std::string> outAt(steps);
+    std::vector<std::string> xs =
+        steps == 1 ? std::vector<std::string>{xw} : b.split(xw, steps, 0);
+    RecurrentStep step = cell.Direction(
+        b, b.op("Transpose", {b.take(n.input(2), d)}), rb,
+        std::vector<std::string>(activations.begin() + d * perDir,
+                                 activations.begin() + (d + 1) * perDir));
+    std::vector<std::string> states;
+    for (int k = 0; k < cell.States; ++k)
+      states.push_back(has(5 + k) ? b.take(n.input(5 + k), d)
+                                  : b.zeros({batch, hidden}));
+    std::vector<std::string> hAt(steps);
     for (int64_t k = 0; k < steps; ++k) {
       int64_t t = reverse ? steps - 1 - k : k;
-      std::string g = ew("Add", {ew("MatMul", {take(n.input(0), t), w}),
-                                 ew("MatMul", {h, r})});
-      if (!bias.empty())
-        g = ew("Add", {g, bias});
-      std::string gi = fresh("i"), go = fresh("o"), gf = fresh("f"),
-                  gc = fresh("c");
-      emit("Split", {g}, {gi, go, gf, gc}, {intA("axis", 1)});
-      c = ew("Add", {ew("Mul", {ew("Sigmoid", {gf}), c}),
-                     ew("Mul", {ew("Sigmoid", {gi}), ew("Tanh", {gc})})});
-      h = ew("Mul", {ew("Sigmoid", {go}), ew("Tanh", {c})});
-      outAt[t] = ew("Unsqueeze", {h, ints({0}, false)});
+      states = step(xs[t], states);
+      hAt[t] = states[0];
     }
-    std::vector<std::string> seq(outAt.begin(), outAt.end());
-    std::string y = steps == 1
-                        ? seq[0]
-                        : emit("Concat", seq, {fresh("y")}, {intA("axis", 0)});
-    ys.push_back(ew("Unsqueeze", {y, ints({1}, false)}));
-    hs.push_back(ew("Unsqueeze", {h, ints({0}, false)}));
-    cs.push_back(ew("Unsqueeze", {c, ints({0}, false)}));
+    if (wantY) {
+      std::string y =
+          steps == 1 ? hAt[0]
+                     : b.op("Concat", hAt, {NodeBuilder::intAttr("axis", 0)});
+      ys.push_back(b.op("Reshape", {y, b.ints({steps, 1, batch, hidden})}));
+    }
+    for (int k = 0; k < cell.States; ++k)
+      finals[k].push_back(b.op("Unsqueeze", {states[k], b.ints({0})}));
   }
   auto join = [&](std::vector<std::string> parts, int64_t axis, int out) {
     if (out >= n.output_size() || n.output(out).empty())
       return;
     if (parts.size() == 1)
-      emit("Identity", {parts[0]}, {n.output(out)});
+      b.emit("Identity", {parts[0]}, {n.output(out)});
     else
-      emit("Concat", parts, {n.output(out)}, {intA("axis", axis)});
+      b.emit("Concat", parts, {n.output(out)},
+             {NodeBuilder::intAttr("axis", axis)});
   };
   join(ys, 1, 0);
-  join(hs, 0, 1);
-  join(cs, 0, 2);
+  for (int k = 0; k < cell.States; ++k)
+    join(finals[k], 0, 1 + k);
   return true;
 }
 
@@ -1076,7 +1305,9 @@ Expected<std::unique_ptr<Module>> Importer::run() {
 
 } // namespace
 
-bool headroom::importerExpandsOp(llvm::StringRef op) { return op == "LSTM"; }
+bool headroom::importerExpandsOp(llvm::StringRef op) {
+  return op == "LSTM" || op == "GRU" || op == "RNN";
+}
 
 Expected<std::unique_ptr<Module>>
 headroom::importOnnxBuffer(llvm::StringRef bytes, llvm::StringRef name,

@@ -57,7 +57,7 @@ importOnnxBuffer(llvm::StringRef bytes, llvm::StringRef name,
                  llvm::StringRef modelDir, const ImportOptions &options = {});
 
 /// ONNX ops that are not IR ops but that the importer itself unrolls into
-/// them (LSTM over its static sequence length).
+/// them (LSTM, GRU and RNN over their static sequence length).
 bool importerExpandsOp(llvm::StringRef op);
 
 /// Reads a serialized TensorProto (ONNX's node-test .pb files).

@@ -9,7 +9,9 @@
 // any wrong rule (a wrong factor or sign is off by O(1)).
 //
 //===----------------------------------------------------------------------===//
+#include "RecurrentModels.h"
 #include "TestUtil.h"
+#include "compiler/OnnxImport.h"
 #include "compiler/Parser.h"
 #include "compiler/Printer.h"
 #include "kernels/cpu/CpuTarget.h"
@@ -376,21 +378,21 @@ std::string moduleText(const GradCase &c, std::mt19937 &rng) {
 
 class GradientRule : public ::testing::TestWithParam<GradCase> {};
 
-TEST_P(GradientRule, MatchesFiniteDifferences) {
-  const GradCase &c = GetParam();
-  std::mt19937 rng(1234);
-  auto m = takeOrFail(parseModule(moduleText(c, rng), c.Name));
-  ASSERT_TRUE(m);
+/// Runs the autodiff pipeline on `m` (whose @forward returns the loss),
+/// fills its state with random values and compares every parameter's
+/// gradient with central differences of the loss.
+void expectGradientsMatchFiniteDifferences(Module &m, std::mt19937 &rng,
+                                           bool positive) {
   PassManager pm;
   ASSERT_EQ(errorOf(pm.addPipeline("autodiff")), "");
-  ASSERT_EQ(errorOf(pm.run(*m)), "") << moduleToString(*m);
-  auto plan = lowerModule(*m, cpuTarget());
+  ASSERT_EQ(errorOf(pm.run(m)), "") << moduleToString(m);
+  auto plan = lowerModule(m, cpuTarget());
   ASSERT_TRUE(static_cast<bool>(plan));
   auto exec = takeOrFail(createCpuExecutor(std::move(*plan)));
   ASSERT_TRUE(exec);
-  std::uniform_real_distribution<double> u(c.Positive ? 0.5 : -1.0,
-                                           c.Positive ? 1.5 : 1.0);
-  for (const auto &s : m->states()) {
+  std::uniform_real_distribution<double> u(positive ? 0.5 : -1.0,
+                                           positive ? 1.5 : 1.0);
+  for (const auto &s : m.states()) {
     Tensor t(s->type());
     for (int64_t i = 0; i < t.numElements(); ++i)
       t.setDouble(i, u(rng));
@@ -407,7 +409,7 @@ TEST_P(GradientRule, MatchesFiniteDifferences) {
   std::map<std::string, Tensor> grads = exec->gradients();
   const double eps = 1e-6;
   unsigned checked = 0;
-  for (const auto &s : m->states()) {
+  for (const auto &s : m.states()) {
     if (s->kind() != StateKind::Param)
       continue;
     ASSERT_TRUE(grads.count(s->name())) << "no gradient for @" << s->name();
@@ -430,6 +432,14 @@ TEST_P(GradientRule, MatchesFiniteDifferences) {
     }
   }
   EXPECT_GT(checked, 0u);
+}
+
+TEST_P(GradientRule, MatchesFiniteDifferences) {
+  const GradCase &c = GetParam();
+  std::mt19937 rng(1234);
+  auto m = takeOrFail(parseModule(moduleText(c, rng), c.Name));
+  ASSERT_TRUE(m);
+  expectGradientsMatchFiniteDifferences(*m, rng, c.Positive);
 }
 
 INSTANTIATE_TEST_SUITE_P(Rules, GradientRule, ::testing::ValuesIn(kCases),
@@ -477,6 +487,74 @@ TEST(AutodiffTest, IntegerEdgesAreCut) {
   std::string text = moduleToString(*m);
   EXPECT_NE(text.find("GatherGrad"), std::string::npos) << text;
   EXPECT_NE(text.find("ParamGrad(@t"), std::string::npos) << text;
+}
+
+/// LSTM, GRU (both linear_before_reset) and RNN as the importer unrolls
+/// them, differentiated through time as a whole: small bidirectional f64
+/// layers whose X, W, R, B and initial states are all parameters, with
+/// loss = sum(Y * U) + sum(Y_h * V) (+ sum(Y_c * S)) for fixed random U, V,
+/// S.
+TEST(AutodiffTest, UnrolledRecurrentLayersMatchFiniteDifferences) {
+  // Name, op, direction, steps, batch, inputs, hidden, B, initial_h,
+  // initial_c, linear_before_reset, RNN activation, element type.
+  const RecurrentSpec cases[] = {
+      {"Lstm", "LSTM", "bidirectional", 3, 2, 3, 2, true, true, true, 0,
+       nullptr, DType::F64},
+      {"Gru", "GRU", "bidirectional", 3, 2, 3, 2, true, true, false, 0, nullptr,
+       DType::F64},
+      {"GruLinearBeforeReset", "GRU", "bidirectional", 3, 2, 3, 2, true, true,
+       false, 1, nullptr, DType::F64},
+      {"Rnn", "RNN", "bidirectional", 3, 2, 3, 2, true, true, false, 0, nullptr,
+       DType::F64},
+  };
+  for (const RecurrentSpec &s : cases) {
+    SCOPED_TRACE(s.Name);
+    std::mt19937 rng(99);
+    RecurrentOperands o = randomOperands(s, rng);
+    onnx::ModelProto proto;
+    onnx::NodeProto *n = recurrentModel(proto, s, o, /*asInitializers=*/true);
+    onnx::GraphProto *g = proto.mutable_graph();
+    std::vector<std::string> outputs(n->output().begin(), n->output().end());
+    std::string loss;
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      int64_t d = s.dirs();
+      std::vector<int64_t> shape = {d, s.Batch, s.Hidden};
+      if (k == 0)
+        shape.insert(shape.begin(), s.Steps);
+      auto add = [&](const char *op, std::vector<std::string> ins) {
+        onnx::NodeProto *m = g->add_node();
+        m->set_op_type(op);
+        for (const auto &i : ins)
+          m->add_input(i);
+        m->add_output(outputs[k] + "_" + op);
+        return m;
+      };
+      onnx::NodeProto *c = add("Constant", {});
+      onnx::AttributeProto *a = c->add_attribute();
+      a->set_name("value");
+      a->set_type(onnx::AttributeProto::TENSOR);
+      *a->mutable_t() = tensorToProto(randomTensor(s.Type, shape, rng), "");
+      add("Mul", {outputs[k], c->output(0)});
+      onnx::NodeProto *sum = add("ReduceSum", {outputs[k] + "_Mul"});
+      a = sum->add_attribute();
+      a->set_name("keepdims");
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(0);
+      if (loss.empty()) {
+        loss = sum->output(0);
+        continue;
+      }
+      onnx::NodeProto *plus = add("Add", {loss, sum->output(0)});
+      loss = plus->output(0);
+    }
+    onnx::NodeProto *last = g->mutable_node(g->node_size() - 1);
+    last->set_output(0, "loss");
+    setValueInfo(g->add_output(), "loss", TensorType(s.Type, {}));
+    auto m =
+        takeOrFail(importOnnxBuffer(proto.SerializeAsString(), s.Name, "", {}));
+    ASSERT_TRUE(m);
+    expectGradientsMatchFiniteDifferences(*m, rng, /*positive=*/false);
+  }
 }
 
 } // namespace

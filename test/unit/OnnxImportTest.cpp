@@ -1,14 +1,19 @@
 //===- OnnxImportTest.cpp - Importing the test models and bad inputs ------===//
 #include "compiler/OnnxImport.h"
+#include "RecurrentModels.h"
 #include "TestUtil.h"
 #include "compiler/Parser.h"
 #include "compiler/Printer.h"
 #include "compiler/Verifier.h"
+#include "kernels/cpu/CpuTarget.h"
+#include "runtime/Executor.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <onnx/onnx_pb.h>
 
+#include <cmath>
+#include <functional>
 #include <random>
 
 using namespace headroom;
@@ -191,6 +196,262 @@ TEST(OnnxImportTest, TruncatedAndRandomInputsNeverCrash) {
     else
       llvm::consumeError(m.takeError());
   }
+}
+
+//===----------------------------------------------------------------------===//
+// LSTM, GRU and RNN: unrolled at import, run on the CPU, against the
+// reference of test/unit/RecurrentModels.h.
+//===----------------------------------------------------------------------===//
+
+/// Imports a recurrent model (operands as data inputs, every output
+/// returned) and runs it on the CPU executor.
+llvm::Expected<std::vector<Tensor>> runRecurrent(const RecurrentSpec &s,
+                                                 const RecurrentOperands &o) {
+  onnx::ModelProto proto;
+  recurrentModel(proto, s, o);
+  ImportOptions options;
+  options.AllOutputs = true;
+  auto m = importOnnxBuffer(proto.SerializeAsString(), s.Name, "", options);
+  if (!m)
+    return m.takeError();
+  auto plan = lowerModule(**m, cpuTarget());
+  if (!plan)
+    return plan.takeError();
+  auto exec = createCpuExecutor(std::move(*plan));
+  if (!exec)
+    return exec.takeError();
+  std::vector<const Tensor *> args;
+  for (Value *a : (*m)->functions()[0]->arguments())
+    for (const auto &[name, t] : o.named())
+      if (name == a->name())
+        args.push_back(t);
+  return (*exec)->run("forward", args);
+}
+
+/// "" when `got` equals `want` within 1e-5, else the first difference.
+std::string within1e5(const Tensor &got, const Tensor &want) {
+  if (got.type() != want.type())
+    return "type " + got.type().str() + ", expected " + want.type().str();
+  for (int64_t i = 0; i < want.numElements(); ++i)
+    if (!(std::fabs(got.getDouble(i) - want.getDouble(i)) <= 1e-5))
+      return "element " + std::to_string(i) + " is " +
+             std::to_string(got.getDouble(i)) + ", expected " +
+             std::to_string(want.getDouble(i));
+  return "";
+}
+
+// Name, op, direction, steps, batch, inputs, hidden, B, initial_h,
+// initial_c, linear_before_reset, RNN activation.
+const RecurrentSpec kRecurrentCases[] = {
+    {"LstmForward", "LSTM", "forward", 4, 2, 3, 5, true, true, true},
+    {"LstmReverse", "LSTM", "reverse", 4, 2, 3, 5, true, true, true},
+    {"LstmBidirectional", "LSTM", "bidirectional", 5, 3, 2, 3, true, true,
+     true},
+    {"LstmBidirectionalDefaults", "LSTM", "bidirectional", 3, 2, 3, 4},
+    {"LstmReverseOneStep", "LSTM", "reverse", 1, 2, 3, 4, true},
+    {"GruForward", "GRU", "forward", 4, 2, 3, 5, true, true},
+    {"GruReverse", "GRU", "reverse", 4, 2, 3, 5, true, true},
+    {"GruBidirectional", "GRU", "bidirectional", 5, 3, 2, 3, true, true},
+    {"GruDefaults", "GRU", "forward", 3, 2, 3, 4},
+    {"GruLinearBeforeReset", "GRU", "forward", 4, 2, 3, 5, true, true, false,
+     1},
+    {"GruLinearBeforeResetReverse", "GRU", "reverse", 4, 2, 3, 5, true, true,
+     false, 1},
+    {"GruLinearBeforeResetBidirectional", "GRU", "bidirectional", 5, 3, 2, 3,
+     true, true, false, 1},
+    {"GruLinearBeforeResetNoBias", "GRU", "bidirectional", 3, 2, 3, 4, false,
+     false, false, 1},
+    {"GruOneStep", "GRU", "reverse", 1, 2, 3, 4, true, false, false, 1},
+    {"RnnForward", "RNN", "forward", 4, 2, 3, 5, true, true},
+    {"RnnReverse", "RNN", "reverse", 4, 2, 3, 5, true, true},
+    {"RnnBidirectional", "RNN", "bidirectional", 5, 3, 2, 3, true, true},
+    {"RnnDefaults", "RNN", "forward", 3, 2, 3, 4},
+    {"RnnReluBidirectional", "RNN", "bidirectional", 4, 2, 3, 5, true, true,
+     false, 0, "Relu"},
+};
+
+class OnnxImportRecurrent : public ::testing::TestWithParam<RecurrentSpec> {};
+
+TEST_P(OnnxImportRecurrent, MatchesReference) {
+  const RecurrentSpec &s = GetParam();
+  std::mt19937 rng(7);
+  RecurrentOperands o = randomOperands(s, rng);
+  auto got = takeOrFail(runRecurrent(s, o));
+  std::vector<Tensor> want = referenceRecurrent(s, o);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k)
+    EXPECT_EQ(within1e5(got[k], want[k]), "") << "output " << k;
+}
+
+INSTANTIATE_TEST_SUITE_P(OnnxImportRecurrentCases, OnnxImportRecurrent,
+                         ::testing::ValuesIn(kRecurrentCases),
+                         [](const auto &info) { return info.param.Name; });
+
+/// The slice `index` of `t` along `axis`, which keeps size 1.
+Tensor sliceAt(const Tensor &t, unsigned axis, int64_t index) {
+  std::vector<int64_t> shape(t.type().shape().begin(), t.type().shape().end());
+  int64_t outer = 1, inner = 1;
+  for (unsigned i = 0; i < axis; ++i)
+    outer *= shape[i];
+  for (unsigned i = axis + 1; i < shape.size(); ++i)
+    inner *= shape[i];
+  int64_t size = shape[axis];
+  shape[axis] = 1;
+  Tensor out(TensorType(t.type().dtype(), shape));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i)
+      out.setDouble(o * inner + i, t.getDouble((o * size + index) * inner + i));
+  return out;
+}
+
+/// `t` with axis 0 (time) reversed.
+Tensor reverseTime(const Tensor &t) {
+  int64_t steps = t.type().dim(0), inner = t.numElements() / steps;
+  Tensor out(t.type());
+  for (int64_t s = 0; s < steps; ++s)
+    for (int64_t i = 0; i < inner; ++i)
+      out.setDouble(s * inner + i, t.getDouble((steps - 1 - s) * inner + i));
+  return out;
+}
+
+/// A bidirectional layer's directions, and a reverse-only layer, are forward
+/// layers: direction 0 runs on X with its weights, the reverse direction on
+/// X reversed in time with its own weights, its Y re-reversed. The expected
+/// values come from the reference's forward path only.
+TEST(OnnxImportRecurrent, ReverseDirectionIsForwardOnReversedTime) {
+  std::mt19937 rng(11);
+  for (const char *op : {"LSTM", "GRU", "RNN"}) {
+    for (int64_t lbr : {0, 1}) {
+      if (lbr && std::string(op) != "GRU")
+        continue;
+      for (const char *direction : {"bidirectional", "reverse"}) {
+        RecurrentSpec s = {"Layer", op,   direction, 4,    2,  3,
+                           3,       true, true,      true, lbr};
+        s.InitialC = s.states() == 2;
+        SCOPED_TRACE(std::string(op) + " " + direction +
+                     " linear_before_reset=" + std::to_string(lbr));
+        RecurrentOperands o = randomOperands(s, rng);
+        auto got = takeOrFail(runRecurrent(s, o));
+        ASSERT_EQ(got.size(), size_t(1 + s.states()));
+        for (int d = 0; d < s.dirs(); ++d) {
+          bool reverse = std::string(direction) == "reverse" || d == 1;
+          RecurrentSpec f = s;
+          f.Direction = "forward";
+          RecurrentOperands fo;
+          fo.X = reverse ? reverseTime(o.X) : o.X;
+          fo.W = sliceAt(o.W, 0, d);
+          fo.R = sliceAt(o.R, 0, d);
+          fo.B = sliceAt(o.B, 0, d);
+          fo.InitialH = sliceAt(o.InitialH, 0, d);
+          if (s.InitialC)
+            fo.InitialC = sliceAt(o.InitialC, 0, d);
+          std::vector<Tensor> want = referenceRecurrent(f, fo);
+          if (reverse)
+            want[0] = reverseTime(want[0]);
+          EXPECT_EQ(within1e5(sliceAt(got[0], 1, d), want[0]), "")
+              << "Y of direction " << d;
+          for (int k = 1; k <= s.states(); ++k)
+            EXPECT_EQ(within1e5(sliceAt(got[k], 0, d), want[k]), "")
+                << "output " << k << " of direction " << d;
+        }
+      }
+    }
+  }
+}
+
+/// What torch does not emit is refused with one line naming the node.
+TEST(OnnxImportRecurrent, UnsupportedFormsAreRefusedInOneLine) {
+  std::mt19937 rng(3);
+  auto importOf =
+      [&](RecurrentSpec s,
+          const std::function<void(onnx::ModelProto &, onnx::NodeProto &)>
+              &edit) {
+        RecurrentOperands o = randomOperands(s, rng);
+        onnx::ModelProto m;
+        onnx::NodeProto *n = recurrentModel(m, s, o);
+        edit(m, *n);
+        ImportOptions options;
+        options.AllOutputs = true;
+        return errorOf(
+            importOnnxBuffer(m.SerializeAsString(), "m.onnx", "", options));
+      };
+  auto attr = [](onnx::NodeProto &n, const char *name) {
+    onnx::AttributeProto *a = n.add_attribute();
+    a->set_name(name);
+    return a;
+  };
+  auto intAttr = [&](const char *name, int64_t v) {
+    return [=](onnx::ModelProto &, onnx::NodeProto &n) {
+      onnx::AttributeProto *a = attr(n, name);
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(v);
+    };
+  };
+  auto strings = [&](const char *name, std::vector<std::string> v) {
+    return [=](onnx::ModelProto &, onnx::NodeProto &n) {
+      onnx::AttributeProto *a = attr(n, name);
+      a->set_type(onnx::AttributeProto::STRINGS);
+      for (const auto &s : v)
+        a->add_strings(s);
+    };
+  };
+  auto floats = [&](const char *name, bool one) {
+    return [=](onnx::ModelProto &, onnx::NodeProto &n) {
+      onnx::AttributeProto *a = attr(n, name);
+      if (one) {
+        a->set_type(onnx::AttributeProto::FLOAT);
+        a->set_f(0.5f);
+        return;
+      }
+      a->set_type(onnx::AttributeProto::FLOATS);
+      a->add_floats(0.5f);
+      a->add_floats(0.5f);
+    };
+  };
+  // An extra graph input of `type` as the node's input `index`.
+  auto input = [&](int index, const char *name, TensorType type) {
+    return [=](onnx::ModelProto &m, onnx::NodeProto &n) {
+      setValueInfo(m.mutable_graph()->add_input(), name, type);
+      while (n.input_size() <= index)
+        n.add_input("");
+      n.set_input(index, name);
+    };
+  };
+  RecurrentSpec gru = {"Gru", "GRU", "forward", 3, 2, 3, 4, true};
+  RecurrentSpec lstm = {"Lstm", "LSTM", "forward", 3, 2, 3, 4, true};
+  RecurrentSpec rnn = {"Rnn", "RNN", "bidirectional", 3, 2, 3, 4, true};
+  const std::string gruAt = "m.onnx: node 'GRU0' (op 'GRU'): GRU ";
+  EXPECT_EQ(importOf(gru, intAttr("layout", 1)),
+            gruAt + "layout 1 is not supported");
+  EXPECT_EQ(importOf(gru, floats("clip", true)),
+            gruAt + "clip is not supported");
+  EXPECT_EQ(importOf(gru, floats("activation_alpha", false)),
+            gruAt + "activation_alpha is not supported");
+  EXPECT_EQ(importOf(gru, strings("activations", {"HardSigmoid", "Tanh"})),
+            gruAt + "activation 'HardSigmoid' is not supported (Sigmoid, "
+                    "Tanh and Relu are)");
+  EXPECT_EQ(importOf(gru, input(4, "lens", TensorType(DType::I32, {2}))),
+            gruAt + "sequence_lens is not supported");
+  EXPECT_EQ(importOf(gru, intAttr("linear_before_reset", 2)),
+            gruAt + "linear_before_reset must be 0 or 1, not 2");
+  EXPECT_EQ(importOf(gru,
+                     [](onnx::ModelProto &m, onnx::NodeProto &n) {
+                       for (auto &a : *n.mutable_attribute())
+                         if (a.name() == "hidden_size")
+                           a.set_i(5);
+                     }),
+            gruAt + "W must be f32[1, 15, 3] for hidden_size 5, not "
+                    "f32[1, 12, 3]");
+  const std::string lstmAt = "m.onnx: node 'LSTM0' (op 'LSTM'): LSTM ";
+  EXPECT_EQ(importOf(lstm, intAttr("input_forget", 1)),
+            lstmAt + "input_forget is not supported");
+  EXPECT_EQ(importOf(lstm, input(7, "P", TensorType(DType::F32, {1, 12}))),
+            lstmAt + "peepholes (P) are not supported");
+  // Activations are matched in any case (onnxruntime's spelling).
+  EXPECT_EQ(importOf(rnn, strings("activations", {"relu", "TANH"})), "");
+  EXPECT_EQ(importOf(rnn, strings("activations", {"Tanh"})),
+            "m.onnx: node 'RNN0' (op 'RNN'): RNN direction 'bidirectional' "
+            "takes 2 activations, not 1");
 }
 
 } // namespace

@@ -25,9 +25,11 @@ const std::map<std::string, std::string> kExpectedFailures = {
     {"test_castlike_FLOAT_to_STRING_expanded", "string tensors"},
     {"test_castlike_STRING_to_FLOAT_expanded", "string tensors"},
     {"test_identity_opt", "optional types"},
+    {"test_gru_batchwise", "GRU layout 1 (torch does not emit it)"},
     {"test_lstm_batchwise", "LSTM layout 1 (torch does not emit it)"},
     {"test_lstm_with_peepholes", "LSTM peepholes (torch does not emit them)"},
     {"test_identity_sequence", "sequence types"},
+    {"test_simple_rnn_batchwise", "RNN layout 1 (torch does not emit it)"},
 };
 
 TEST(OnnxNodeTest, AcceptedModelsImportAndVerify) {
