@@ -7,8 +7,8 @@
 // same errors. The gradient ops carry their forward op's attributes; their
 // result type gives the shape of the forward operand they differentiate.
 //
-// The cuda target plans no workspace, so there is no im2col matrix: every
-// kernel is direct.
+// The cuda target plans no workspace for these (an im2col matrix would be
+// tensor-sized), so every kernel is direct.
 //  - Conv: a thread per output element, looping over its group's input
 //    channels and the kernel taps inside the input.
 //  - ConvGradInput: a thread per dx element gathering the (output, tap)

@@ -3,11 +3,14 @@
 // The op list (kernels/cuda/CudaOps.def) is the CUDA backend's contract,
 // family by family: a node outside it, or an element type the kernels do not
 // compute, is refused when the plan is made. Matmuls go through cuBLASLt, whose
-// workspace is the library bytes; the project's own kernels (convolution and
-// pooling included) take no per-call scratch.
+// workspace is the library bytes. The project's own kernels take per-call
+// scratch only to split a big reduction into two passes (losses' sum and
+// mean, Reduce* to few outputs): kernels/cuda/Workspace.h sizes it, for
+// this and for the kernels alike.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/CudaTarget.h"
+#include "kernels/cuda/Workspace.h"
 
 #include <algorithm>
 
@@ -55,6 +58,16 @@ public:
   llvm::StringRef name() const override { return "cuda"; }
   uint64_t alignment() const override { return 256; }
   uint64_t libraryBytes() const override { return kCublasLtWorkspaceBytes; }
+
+  uint64_t workspaceBytes(const Node &n) const override {
+    llvm::SmallVector<cuda::ws::CallValue, 4> ins, outs;
+    for (const Value *v : n.operands())
+      ins.push_back(v ? cuda::ws::CallValue{true, v->type().shape()}
+                      : cuda::ws::CallValue{});
+    for (const Value *v : n.results())
+      outs.push_back({true, v->type().shape()});
+    return cuda::ws::workspaceBytes(n.op(), ins, outs, n.attrs());
+  }
 
   llvm::Error checkSupported(const Node &n) const override {
     if (runByExecutor(n))

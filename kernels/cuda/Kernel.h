@@ -10,8 +10,10 @@
 //
 // Kernels never synchronize, allocate or read device memory on the host: a
 // function is captured once as a CUDA graph and replayed. Every float kernel
-// computes f16 and bf16 itself (load to float, store rounded once): the
-// cuda target plans no per-call workspace to widen them into.
+// computes f16 and bf16 itself (load to float, store rounded once). The only
+// scratch is what kernels/cuda/Workspace.h computes and the cuda target plans
+// (ctx.Workspace): a few KiB of partial sums for reductions split across
+// blocks.
 //
 // Each family file (kernels/cuda/<Family>.cu) registers its kernels in one
 // function listed in kernels/cuda/Kernels.cpp, and kernels/cuda/CudaOps.def
@@ -36,6 +38,10 @@ inline namespace HR_CUDA_BUILD {
 using cpu::TensorView;
 
 struct KernelContext : cpu::KernelContext {
+  /// The CPU interface's fields; the CUDA ones are set after.
+  explicit KernelContext(const cpu::KernelContext &base)
+      : cpu::KernelContext(base) {}
+
   /// cudaStream_t (null in the emulator).
   void *Stream = nullptr;
   /// cublasLtHandle_t (null in the emulator) and the cuBLASLt workspace.

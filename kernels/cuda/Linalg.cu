@@ -16,7 +16,10 @@
 //
 // The emulator runs the same GEMM list through GemmBody, one thread per
 // result element accumulating in Accum<T> (the GPU suite compares cuBLASLt
-// with the CPU).
+// with the CPU); so does the GPU for a GEMM cuBLASLt takes no algorithm for
+// (an empty inner dimension, more than 2^31 batches). Each call tells
+// cuBLASLt its operands' real alignment: a batch's matrices start inside a
+// buffer, not at 256 bytes.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/Launch.h"
@@ -140,10 +143,20 @@ cublasStatus_t layout(cublasLtMatrixLayout_t &l, cudaDataType_t t, int64_t rows,
       l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride));
 }
 
+/// The largest power of two (up to 256) that `p`'s address is a multiple
+/// of: cuBLASLt assumes 256-byte aligned operands unless told otherwise, and
+/// a batch's or an outer call's matrices start inside a buffer.
+uint32_t alignmentOf(const void *p) {
+  uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  return v == 0 ? 256 : uint32_t(std::min<uintptr_t>(256, v & (~v + 1)));
+}
+
 /// The column-major call C^T = op(B)^T op(A)^T (see the file comment).
+/// False when cuBLASLt has no algorithm for it (the caller computes it with
+/// GemmBody instead).
 template <typename T>
-Error ltGemm(const KernelContext &ctx, const GemmCall &g, const T *a,
-             const T *b, T *c) {
+llvm::Expected<bool> ltGemm(const KernelContext &ctx, const GemmCall &g,
+                            const T *a, const T *b, T *c) {
   cudaDataType_t data;
   cublasComputeType_t compute;
   cudaDataType_t scale;
@@ -156,7 +169,7 @@ Error ltGemm(const KernelContext &ctx, const GemmCall &g, const T *a,
     compute = CUBLAS_COMPUTE_32F, scale = CUDA_R_32F;
   }
   if (g.Batch > INT32_MAX)
-    return ctx.unsupported("more than 2^31 batches");
+    return false;
   LtCall lt;
   auto check = [&](cublasStatus_t s, const char *what) -> Error {
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -166,53 +179,78 @@ Error ltGemm(const KernelContext &ctx, const GemmCall &g, const T *a,
   };
   if (Error e =
           check(cublasLtMatmulDescCreate(&lt.Op, compute, scale), "descriptor"))
-    return e;
+    return llvm::Expected<bool>(std::move(e));
   cublasOperation_t opFirst = g.TransB ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opSecond = g.TransA ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasLtMatmulDescSetAttribute(lt.Op, CUBLASLT_MATMUL_DESC_TRANSA, &opFirst,
-                                 sizeof(opFirst));
-  cublasLtMatmulDescSetAttribute(lt.Op, CUBLASLT_MATMUL_DESC_TRANSB, &opSecond,
-                                 sizeof(opSecond));
+  if (Error e = check(
+          cublasLtMatmulDescSetAttribute(lt.Op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                         &opFirst, sizeof(opFirst)),
+          "transpose"))
+    return llvm::Expected<bool>(std::move(e));
+  if (Error e = check(
+          cublasLtMatmulDescSetAttribute(lt.Op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                         &opSecond, sizeof(opSecond)),
+          "transpose"))
+    return llvm::Expected<bool>(std::move(e));
   // Stored row-major B (k x n, or n x k transposed) read as column-major.
   int64_t bRows = g.TransB ? g.K : g.N, bCols = g.TransB ? g.N : g.K;
   int64_t aRows = g.TransA ? g.M : g.K, aCols = g.TransA ? g.K : g.M;
   if (Error e =
           check(layout(lt.A, data, bRows, bCols, g.Ldb, g.Batch, g.StrideB),
                 "layout"))
-    return e;
+    return llvm::Expected<bool>(std::move(e));
   if (Error e =
           check(layout(lt.B, data, aRows, aCols, g.Lda, g.Batch, g.StrideA),
                 "layout"))
-    return e;
+    return llvm::Expected<bool>(std::move(e));
   if (Error e = check(layout(lt.C, data, g.N, g.M, g.Ldc, g.Batch, g.StrideC),
                       "layout"))
-    return e;
+    return llvm::Expected<bool>(std::move(e));
   if (Error e = check(cublasLtMatmulPreferenceCreate(&lt.Pref), "preference"))
-    return e;
+    return llvm::Expected<bool>(std::move(e));
   uint64_t ws = ctx.BlasWorkspaceBytes;
-  cublasLtMatmulPreferenceSetAttribute(
-      lt.Pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  // Lt's A is our B and Lt's B our A (the column-major view swaps them).
+  uint32_t alignA = alignmentOf(b + g.OffB), alignB = alignmentOf(a + g.OffA),
+           alignC = alignmentOf(c + g.OffC);
+  struct {
+    cublasLtMatmulPreferenceAttributes_t Attr;
+    const void *Value;
+    size_t Size;
+  } prefs[] = {{CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignA, 4},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignB, 4},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignC, 4},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignC, 4}};
+  for (const auto &p : prefs)
+    if (Error e = check(cublasLtMatmulPreferenceSetAttribute(lt.Pref, p.Attr,
+                                                             p.Value, p.Size),
+                        "preference"))
+      return llvm::Expected<bool>(std::move(e));
   cublasLtMatmulHeuristicResult_t result;
   int found = 0;
   auto handle = static_cast<cublasLtHandle_t>(ctx.BlasLt);
-  if (Error e = check(cublasLtMatmulAlgoGetHeuristic(handle, lt.Op, lt.A, lt.B,
-                                                     lt.C, lt.C, lt.Pref, 1,
-                                                     &result, &found),
-                      "heuristic"))
-    return e;
-  if (found == 0)
-    return ctx.unsupported("cuBLASLt has no algorithm for this GEMM");
+  cublasStatus_t h = cublasLtMatmulAlgoGetHeuristic(
+      handle, lt.Op, lt.A, lt.B, lt.C, lt.C, lt.Pref, 1, &result, &found);
+  if (h == CUBLAS_STATUS_NOT_SUPPORTED ||
+      (h == CUBLAS_STATUS_SUCCESS &&
+       (found == 0 || result.state != CUBLAS_STATUS_SUCCESS)))
+    return false;
+  if (Error e = check(h, "heuristic"))
+    return llvm::Expected<bool>(std::move(e));
   float alpha32 = float(g.Alpha), beta32 = float(g.Beta);
   double alpha64 = g.Alpha, beta64 = g.Beta;
   const void *alpha = std::is_same_v<T, double> ? (const void *)&alpha64
                                                 : (const void *)&alpha32;
   const void *beta =
       std::is_same_v<T, double> ? (const void *)&beta64 : (const void *)&beta32;
-  return check(cublasLtMatmul(handle, lt.Op, alpha, b + g.OffB, lt.A,
-                              a + g.OffA, lt.B, beta, c + g.OffC, lt.C,
-                              c + g.OffC, lt.C, &result.algo, ctx.BlasWorkspace,
-                              ws, static_cast<cudaStream_t>(ctx.Stream)),
-               "matmul");
+  if (Error e = check(cublasLtMatmul(handle, lt.Op, alpha, b + g.OffB, lt.A,
+                                     a + g.OffA, lt.B, beta, c + g.OffC, lt.C,
+                                     c + g.OffC, lt.C, &result.algo,
+                                     ctx.BlasWorkspace, ws,
+                                     static_cast<cudaStream_t>(ctx.Stream)),
+                      "matmul"))
+    return llvm::Expected<bool>(std::move(e));
+  return true;
 }
 
 #endif
@@ -225,9 +263,11 @@ Error runGemms(const KernelContext &ctx, ArrayRef<GemmCall> calls, const T *a,
       continue;
 #if !defined(HEADROOM_CUDA_EMULATED)
     if (g.K > 0) { // cuBLASLt takes no empty inner dimension
-      if (Error e = ltGemm(ctx, g, a, b, c))
-        return e;
-      continue;
+      auto done = ltGemm(ctx, g, a, b, c);
+      if (!done)
+        return done.takeError();
+      if (*done)
+        continue;
     }
 #endif
     forEach(ctx, g.Batch * g.M * g.N, GemmBody<T>{a, b, c, g});

@@ -5,23 +5,27 @@
 // 1), loss -w_i * log_prob[label], reductions none / sum / mean (the sum
 // over sum_i w_i). A target is a column of C classes D apart.
 //
-// Launch shapes, none of which needs scratch:
+// Launch shapes:
 //  - per target (reduction none, log_prob, the gradient): a block per
 //    target sharing its classes when there are many of them and they are
 //    contiguous (or there are few targets), else a thread per target;
-//  - sum and mean: the total crosses every target, so it is one block
-//    (forEachRow with one row) that walks all targets, each one's
-//    log-sum-exp shared by the block's threads (or one target per thread
-//    when C is small), and sums in double as the CPU does. That is one SM:
-//    fine for an LM's 16k targets x 50k classes, slow for millions of
-//    targets. SoftmaxCrossEntropyLoss with log_prob avoids it: log_prob is
-//    written in parallel first and the single block only gathers N*D values;
+//  - sum and mean: the total crosses every target. With the call's
+//    workspace (kernels/cuda/Workspace.h) it is two passes: runs of targets
+//    (a block a target, or a thread a target in runs of 1024) each write
+//    their loss and weight sums as doubles, then one block adds those up in
+//    order. Without it (a direct call given none, or too few targets to
+//    split) one block walks every target, each one's log-sum-exp shared by
+//    the block's threads (or one target per thread when C is small), and
+//    sums in double as the CPU does: one SM. SoftmaxCrossEntropyLoss with
+//    log_prob writes log_prob in parallel first; its total only gathers;
 //  - the gradient's mean needs sum_i w_i before any row: without weights
-//    or ignore_index it is N*D, known on the host; otherwise a first
-//    one-block launch sums it and parks the double in the first 8 bytes of
-//    d scores (the only memory the op owns), the rows that do not overlap
-//    those bytes run in parallel, and one last block reads it, then writes
-//    the overlapping rows.
+//    or ignore_index it is N*D, known on the host. Otherwise, with the
+//    workspace, runs of targets write weight sums, one block adds them into
+//    the workspace's first slot and every row then runs in parallel reading
+//    it. Without the workspace a one-block launch sums it and parks the
+//    double in the first 8 bytes of d scores (the only memory the op owns),
+//    the rows that do not overlap those bytes run in parallel, and one last
+//    block reads it, then writes the overlapping rows.
 //
 // The CPU checks labels on the host; here they live on the device, so a
 // label that is neither ignore_index nor in [0, C) is no error but gives a
@@ -31,6 +35,7 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
+#include "kernels/cuda/Workspace.h"
 
 #include "compiler/Types.h"
 
@@ -40,11 +45,6 @@ using llvm::Error;
 using llvm::Expected;
 
 namespace {
-
-/// From this many classes a target's log-sum-exp is a block's work.
-constexpr int64_t kBlockClasses = 64;
-/// With this many targets, threads walking strided classes fill the GPU.
-constexpr int64_t kManyTargets = 16384;
 
 enum class Reduction { None, Sum, Mean };
 
@@ -58,7 +58,7 @@ struct LossShape {
   int64_t targets() const { return N * D; }
   /// Whether one target is a block's work (else a thread's).
   bool blockPerTarget() const {
-    return C >= kBlockClasses && (D == 1 || targets() < kManyTargets);
+    return ws::lossBlockPerTarget(C, D, targets());
   }
 };
 
@@ -259,6 +259,54 @@ template <typename T, bool FromScores> struct LossTotalBody {
   }
 };
 
+/// Sum and mean, first pass: block b sums the losses (and, for a mean, the
+/// weights) of targets [b * Per, (b + 1) * Per) into Partials[2b] (and
+/// [2b + 1]).
+template <typename T, bool FromScores> struct LossPartialBody {
+  LossSource<T, FromScores> Src;
+  double *Partials;
+  int64_t Targets, Per;
+  bool Mean, Shared;
+  HR_HD void operator()(int64_t b, const Row &r) const {
+    int64_t first = b * Per;
+    int64_t n = Targets - first < Per ? Targets - first : Per;
+    double total = 0;
+    if (Shared) {
+      for (int64_t i = 0; i < n; ++i)
+        total += double(Src.shared(first + i, r));
+    } else {
+      total = r.sum<double>(
+          n, [&](int64_t i) { return double(Src.serial(first + i)); });
+    }
+    double weights = 0;
+    if (Mean)
+      weights = r.sum<double>(
+          n, [&](int64_t i) { return double(Src.Tg.weight(first + i)); });
+    r.each(1, [&](int64_t) {
+      Partials[2 * b] = total;
+      Partials[2 * b + 1] = weights;
+    });
+  }
+};
+
+/// Sum and mean, second pass: one block adds the Parts partials up.
+template <typename T> struct LossFinishBody {
+  const double *Partials;
+  int64_t Parts;
+  T *Loss;
+  bool Mean;
+  HR_HD void operator()(int64_t, const Row &r) const {
+    double total =
+        r.sum<double>(Parts, [&](int64_t b) { return Partials[2 * b]; });
+    double weights = 0;
+    if (Mean)
+      weights =
+          r.sum<double>(Parts, [&](int64_t b) { return Partials[2 * b + 1]; });
+    using A = Accum<T>;
+    r.each(1, [&](int64_t) { st(Loss, 0, A(Mean ? total / weights : total)); });
+  }
+};
+
 template <typename T, bool FromScores>
 void launchLoss(const KernelContext &ctx, const LossShape &s, const T *x,
                 const TargetView<T> &tg, T *loss) {
@@ -273,9 +321,20 @@ void launchLoss(const KernelContext &ctx, const LossShape &s, const T *x,
       forEach(ctx, s.targets(), body);
     return;
   }
-  forEachRow(ctx, 1,
-             LossTotalBody<T, FromScores>{src, loss, s.targets(),
-                                          s.Red == Reduction::Mean, shared});
+  bool mean = s.Red == Reduction::Mean;
+  uint64_t need = ws::lossWorkspaceBytes(s.targets(), shared);
+  if (need && ctx.Workspace && ctx.WorkspaceBytes >= need) {
+    ws::Runs runs = ws::lossRuns(s.targets(), shared);
+    double *partials = static_cast<double *>(ctx.Workspace);
+    forEachRow(ctx, runs.Parts,
+               LossPartialBody<T, FromScores>{src, partials, s.targets(),
+                                              runs.Per, mean, shared});
+    forEachRow(ctx, 1, LossFinishBody<T>{partials, runs.Parts, loss, mean});
+    return;
+  }
+  forEachRow(
+      ctx, 1,
+      LossTotalBody<T, FromScores>{src, loss, s.targets(), mean, shared});
 }
 
 struct NllApply {
@@ -357,6 +416,33 @@ HR_HD inline double readParked(const void *p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
+
+/// The normalizer's first pass: block b sums the weights of targets
+/// [b * Per, (b + 1) * Per) into Out[b].
+template <typename T> struct NormPartialBody {
+  TargetView<T> Tg;
+  double *Out;
+  int64_t Targets, Per;
+  HR_HD void operator()(int64_t b, const Row &r) const {
+    int64_t first = b * Per;
+    int64_t n = Targets - first < Per ? Targets - first : Per;
+    double sum = r.sum<double>(
+        n, [&](int64_t i) { return double(Tg.weight(first + i)); });
+    r.each(1, [&](int64_t) { Out[b] = sum; });
+  }
+};
+
+/// Its second pass: one block adds the Parts partials into *Norm. (A
+/// template, as every body: nvcc then lets it call Row's device functions.)
+template <typename T> struct NormFinishBody {
+  const double *Partials;
+  int64_t Parts;
+  double *Norm;
+  HR_HD void operator()(int64_t, const Row &r) const {
+    double sum = r.sum<double>(Parts, [&](int64_t b) { return Partials[b]; });
+    r.each(1, [&](int64_t) { *Norm = sum; });
+  }
+};
 
 /// Sums the weights and parks the double at the start of d scores.
 template <typename T> struct ParkNormBody {
@@ -490,6 +576,22 @@ struct GradApply {
       body.Norm = double(targets);
     if (!deviceNorm || targets == 0) {
       launchGradRows(Ctx, *s, body, nullptr, targets);
+      return Error::success();
+    }
+    uint64_t need = ws::lossGradWorkspaceBytes(targets, deviceNorm);
+    if (need && Ctx.Workspace && Ctx.WorkspaceBytes >= need) {
+      // The normalizer in the workspace's first slot, the runs' weight sums
+      // after it; a single run writes the normalizer itself.
+      double *norm = static_cast<double *>(Ctx.Workspace);
+      ws::Runs runs = ws::normRuns(targets);
+      if (runs.Parts == 1) {
+        forEachRow(Ctx, 1, NormPartialBody<T>{tg, norm, targets, targets});
+      } else {
+        forEachRow(Ctx, runs.Parts,
+                   NormPartialBody<T>{tg, norm + 1, targets, runs.Per});
+        forEachRow(Ctx, 1, NormFinishBody<T>{norm + 1, runs.Parts, norm});
+      }
+      launchGradRows(Ctx, *s, body, norm, targets);
       return Error::success();
     }
     bool shared = s->blockPerTarget();

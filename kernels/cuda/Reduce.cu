@@ -13,6 +13,14 @@
 //    there are enough outputs to fill the GPU: neighbouring threads then read
 //    neighbouring elements.
 //
+// A few outputs over very many elements (a gradient's norm: ReduceSum of
+// millions to a scalar) would be a few blocks, a few SMs: with the call's
+// workspace (kernels/cuda/Workspace.h) each output's reduced elements are
+// cut into runs, about 2048 blocks in all, that write their folds into the
+// workspace; then a block per output folds its runs' partials in order (the
+// same fold, so Max and Min still let a NaN win; deterministic, no atomics).
+// Without the workspace (a direct call given none) it is a block per output.
+//
 // ArgMax, Softmax and LogSoftmax see the input as [outer, n, inner] around
 // their axis and pick the same two shapes per (outer, inner) column. Sums
 // go through Row::sum (warp shuffles); max, min, products and ArgMax through
@@ -24,6 +32,7 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
+#include "kernels/cuda/Workspace.h"
 
 #include "compiler/Types.h"
 
@@ -235,6 +244,17 @@ template <typename T, ReduceKind K> struct ReduceEachBody {
   }
 };
 
+/// K's fold of g(j) for j < n by r's block: float sums through Row::sum's
+/// shuffles, the rest through rowFold.
+template <ReduceKind K, typename A, typename G>
+HR_HD A blockReduceOf(const Row &r, int64_t n, G g) {
+  constexpr bool Sum = K == ReduceKind::Sum || K == ReduceKind::Mean;
+  if constexpr (Sum && std::is_floating_point_v<A>)
+    return r.sum<A>(n, g);
+  else
+    return rowFold(r, n, ReduceOp<K, A>::init(), ReduceOp<K, A>{}, g);
+}
+
 template <typename T, ReduceKind K> struct ReduceRowBody {
   using A = ReduceAcc<T>;
   const T *X;
@@ -244,13 +264,40 @@ template <typename T, ReduceKind K> struct ReduceRowBody {
   ReduceFinish<T, K> Finish;
   HR_HD void operator()(int64_t o, const Row &r) const {
     const T *x = X + Ix.base(o);
-    auto g = [&](int64_t j) { return A(ld(x, Ix.offset(j))); };
-    A v;
-    constexpr bool Sum = K == ReduceKind::Sum || K == ReduceKind::Mean;
-    if constexpr (Sum && std::is_floating_point_v<A>)
-      v = r.sum<A>(Count, g);
-    else
-      v = rowFold(r, Count, ReduceOp<K, A>::init(), ReduceOp<K, A>{}, g);
+    A v = blockReduceOf<K, A>(
+        r, Count, [&](int64_t j) { return A(ld(x, Ix.offset(j))); });
+    r.each(1, [&](int64_t) { st(Y, o, Finish(v)); });
+  }
+};
+
+/// The split's first pass: block b folds run b % Parts (reduced elements
+/// [k * Per, (k + 1) * Per)) of output b / Parts into Partials[b].
+template <typename T, ReduceKind K> struct ReducePartialBody {
+  using A = ReduceAcc<T>;
+  const T *X;
+  A *Partials;
+  ReduceIndex Ix;
+  int64_t Count, Parts, Per;
+  HR_HD void operator()(int64_t b, const Row &r) const {
+    int64_t o = b / Parts, first = (b - o * Parts) * Per;
+    int64_t n = Count - first < Per ? Count - first : Per;
+    const T *x = X + Ix.base(o);
+    A v = blockReduceOf<K, A>(
+        r, n, [&](int64_t j) { return A(ld(x, Ix.offset(first + j))); });
+    r.each(1, [&](int64_t) { Partials[b] = v; });
+  }
+};
+
+/// The second pass: output o folds its Parts partials.
+template <typename T, ReduceKind K> struct ReducePartialsBody {
+  using A = ReduceAcc<T>;
+  const A *Partials;
+  T *Y;
+  int64_t Parts;
+  ReduceFinish<T, K> Finish;
+  HR_HD void operator()(int64_t o, const Row &r) const {
+    const A *p = Partials + o * Parts;
+    A v = blockReduceOf<K, A>(r, Parts, [&](int64_t k) { return p[k]; });
     r.each(1, [&](int64_t) { st(Y, o, Finish(v)); });
   }
 };
@@ -312,6 +359,19 @@ template <ReduceKind K> struct ReduceApply {
     ReduceFinish<T, K> finish{A(1)};
     if constexpr (K == ReduceKind::Mean)
       finish.Scale = A(outCount) / A(x.numElements());
+    uint64_t need = ws::reduceWorkspaceBytes(outCount, count);
+    if (need && Ctx.Workspace && Ctx.WorkspaceBytes >= need) {
+      static_assert(sizeof(A) <= ws::kPartialBytes);
+      ws::Runs runs = ws::reduceRuns(outCount, count);
+      A *partials = static_cast<A *>(Ctx.Workspace);
+      forEachRow(Ctx, outCount * runs.Parts,
+                 ReducePartialBody<T, K>{x.as<T>(), partials, ix, count,
+                                         runs.Parts, runs.Per});
+      forEachRow(
+          Ctx, outCount,
+          ReducePartialsBody<T, K>{partials, y.as<T>(), runs.Parts, finish});
+      return Error::success();
+    }
     bool innerKept = ix.KeptRank && ix.KeptStride[ix.KeptRank - 1] == 1;
     if (blockPerOutput(outCount, count, innerKept))
       forEachRow(Ctx, outCount,

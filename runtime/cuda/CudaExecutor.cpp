@@ -53,8 +53,6 @@ Error fail(const llvm::Twine &msg) {
 
 #if defined(HEADROOM_CUDA_EMULATED)
 
-constexpr bool kGraphs = false;
-Error check(int, const char *) { return Error::success(); }
 Error deviceAlloc(void **p, uint64_t bytes) {
   *p = ::operator new[](bytes ? bytes : 1, std::align_val_t(256), std::nothrow);
   return *p ? Error::success()
@@ -66,20 +64,29 @@ Error hostAlloc(void **p, uint64_t bytes) {
   return *p ? Error::success() : fail("cannot allocate host staging");
 }
 void hostFree(void *p) { ::operator delete[](p); }
-void toDevice(void *dst, const void *src, uint64_t n, void *) {
+Error toDevice(void *dst, const void *src, uint64_t n, void *) {
   std::memcpy(dst, src, n);
+  return Error::success();
 }
-void toHost(void *dst, const void *src, uint64_t n, void *) {
+Error toHost(void *dst, const void *src, uint64_t n, void *) {
   std::memcpy(dst, src, n);
+  return Error::success();
 }
-void onDevice(void *dst, const void *src, uint64_t n, void *) {
+Error onDevice(void *dst, const void *src, uint64_t n, void *) {
   std::memmove(dst, src, n);
+  return Error::success();
+}
+Error fillZero(void *dst, uint64_t n, void *) {
+  std::memset(dst, 0, n);
+  return Error::success();
 }
 Error synchronize(void *) { return Error::success(); }
+/// After a failed run: nothing is in flight in the emulator.
+void settle(void *) {}
+Error useDevice(int) { return Error::success(); }
 
 #else
 
-constexpr bool kGraphs = true;
 Error check(cudaError_t e, const char *what) {
   if (e == cudaSuccess)
     return Error::success();
@@ -104,21 +111,39 @@ Error hostAlloc(void **p, uint64_t bytes) {
   return check(cudaMallocHost(p, bytes ? bytes : 1), "pinned host memory");
 }
 void hostFree(void *p) { cudaFreeHost(p); }
-void toDevice(void *dst, const void *src, uint64_t n, void *stream) {
-  cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice,
-                  static_cast<cudaStream_t>(stream));
+Error toDevice(void *dst, const void *src, uint64_t n, void *stream) {
+  return check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice,
+                               static_cast<cudaStream_t>(stream)),
+               "copying to the GPU");
 }
-void toHost(void *dst, const void *src, uint64_t n, void *stream) {
-  cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost,
-                  static_cast<cudaStream_t>(stream));
+Error toHost(void *dst, const void *src, uint64_t n, void *stream) {
+  return check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost,
+                               static_cast<cudaStream_t>(stream)),
+               "copying from the GPU");
 }
-void onDevice(void *dst, const void *src, uint64_t n, void *stream) {
-  cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice,
-                  static_cast<cudaStream_t>(stream));
+Error onDevice(void *dst, const void *src, uint64_t n, void *stream) {
+  return check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice,
+                               static_cast<cudaStream_t>(stream)),
+               "copying on the GPU");
+}
+Error fillZero(void *dst, uint64_t n, void *stream) {
+  return check(cudaMemsetAsync(dst, 0, n, static_cast<cudaStream_t>(stream)),
+               "clearing GPU memory");
 }
 Error synchronize(void *stream) {
   return check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
                "the step failed on the GPU");
+}
+/// After a failed run: waits for what is in flight (the staging buffers are
+/// reused by the next run) and clears the error, so a later call is not
+/// blamed for it.
+void settle(void *stream) {
+  cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+  cudaGetLastError();
+}
+/// Every entry point runs on the executor's device, whatever thread calls.
+Error useDevice(int device) {
+  return check(cudaSetDevice(device), "selecting the GPU");
 }
 
 #endif
@@ -163,6 +188,8 @@ public:
   uint64_t deviceBytes() const override { return Total; }
 
 private:
+  Error launch(const PlanFunction &f, const Staging &s,
+               llvm::ArrayRef<const Tensor *> args);
   Error runCalls(const PlanFunction &f, const Staging &s);
   Error runCall(const PlanFunction &f, const KernelCall &c, const Staging &s,
                 unsigned &grad);
@@ -199,6 +226,7 @@ private:
 
 CudaExecutor::~CudaExecutor() {
 #if !defined(HEADROOM_CUDA_EMULATED)
+  cudaSetDevice(Options.CudaDevice);
   if (Stream)
     cudaStreamSynchronize(static_cast<cudaStream_t>(Stream));
   for (auto &[name, g] : Graphs)
@@ -268,10 +296,8 @@ Error CudaExecutor::allocate() {
   StepStaging = static_cast<uint64_t *>(stepStaging);
 
   // State starts zeroed; constants are uploaded once.
-  std::vector<uint8_t> zeros(std::min<uint64_t>(arena, 64ull << 20), 0);
-  for (uint64_t at = 0; at < arena; at += zeros.size())
-    toDevice(Base + at, zeros.data(),
-             std::min<uint64_t>(zeros.size(), arena - at), Stream);
+  if (Error e = fillZero(Base, arena, Stream))
+    return e;
   Pointers.assign(ThePlan.Buffers.size(), nullptr);
   HostConstants.assign(ThePlan.Buffers.size(), nullptr);
   for (size_t i = 0; i < ThePlan.Buffers.size(); ++i) {
@@ -289,7 +315,9 @@ Error CudaExecutor::allocate() {
       Pointers[i] = Base + constantAt[i];
       HostConstants[i] = &t;
       if (!t.bytes().empty())
-        toDevice(Pointers[i], t.bytes().data(), t.bytes().size(), Stream);
+        if (Error e = toDevice(Pointers[i], t.bytes().data(), t.bytes().size(),
+                               Stream))
+          return e;
       break;
     }
     }
@@ -323,19 +351,19 @@ Error CudaExecutor::runCall(const PlanFunction &f, const KernelCall &c,
   switch (c.Kind) {
   case OpKind::Read:
     if (c.Attrs.count("copy") && stateBytes(c.State))
-      onDevice(Pointers[c.Outputs[0]], state(c.State), stateBytes(c.State),
-               Stream);
+      return onDevice(Pointers[c.Outputs[0]], state(c.State),
+                      stateBytes(c.State), Stream);
     return Error::success();
   case OpKind::Assign:
     if (stateBytes(c.State) && Pointers[c.Inputs[0]] != state(c.State))
-      onDevice(state(c.State), Pointers[c.Inputs[0]], stateBytes(c.State),
-               Stream);
+      return onDevice(state(c.State), Pointers[c.Inputs[0]],
+                      stateBytes(c.State), Stream);
     return Error::success();
   case OpKind::ParamGrad: {
     uint64_t bytes = ThePlan.Buffers[c.Inputs[0]].sizeInBytes();
+    unsigned at = grad++;
     if (bytes)
-      toHost(s.Base + s.Grads[grad], Pointers[c.Inputs[0]], bytes, Stream);
-    ++grad;
+      return toHost(s.Base + s.Grads[at], Pointers[c.Inputs[0]], bytes, Stream);
     return Error::success();
   }
   case OpKind::Constant:
@@ -378,7 +406,66 @@ Error CudaExecutor::runCalls(const PlanFunction &f, const Staging &s) {
       return e;
   for (size_t i = 0; i < f.Results.size(); ++i)
     if (uint64_t bytes = ThePlan.Buffers[f.Results[i]].sizeInBytes())
-      toHost(s.Base + s.Results[i], Pointers[f.Results[i]], bytes, Stream);
+      if (Error e = toHost(s.Base + s.Results[i], Pointers[f.Results[i]], bytes,
+                           Stream))
+        return e;
+  return Error::success();
+}
+
+/// Uploads the arguments and the step, then runs `f`: its CUDA graph
+/// (captured on the first run), or its calls one by one.
+Error CudaExecutor::launch(const PlanFunction &f, const Staging &s,
+                           llvm::ArrayRef<const Tensor *> args) {
+  for (size_t i = 0; i < args.size(); ++i)
+    if (!args[i]->bytes().empty()) {
+      std::memcpy(s.Base + s.Args[i], args[i]->bytes().data(),
+                  args[i]->bytes().size());
+      if (Error e = toDevice(Pointers[f.Args[i]], s.Base + s.Args[i],
+                             args[i]->bytes().size(), Stream))
+        return e;
+    }
+  *StepStaging = Step;
+  if (Error e = toDevice(StepOnDevice, StepStaging, sizeof(uint64_t), Stream))
+    return e;
+
+#if defined(HEADROOM_CUDA_EMULATED)
+  if (Error e = runCalls(f, s))
+    return e;
+#else
+  if (!Options.CudaGraphs) {
+    if (Error e = runCalls(f, s))
+      return e;
+  } else {
+    auto it = Graphs.find(f.Name);
+    if (it == Graphs.end()) {
+      cudaStream_t stream = static_cast<cudaStream_t>(Stream);
+      if (Error e = check(
+              cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+              "capturing a CUDA graph"))
+        return e;
+      Error failed = runCalls(f, s);
+      cudaGraph_t graph = nullptr;
+      cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+      if (failed) {
+        if (graph)
+          cudaGraphDestroy(graph);
+        return failed;
+      }
+      if (Error e = check(ended, "capturing a CUDA graph"))
+        return e;
+      cudaGraphExec_t exec;
+      cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      if (Error e = check(made, "instantiating a CUDA graph"))
+        return e;
+      it = Graphs.emplace(f.Name, exec).first;
+    }
+    if (Error e = check(
+            cudaGraphLaunch(it->second, static_cast<cudaStream_t>(Stream)),
+            "launching a CUDA graph"))
+      return e;
+  }
+#endif
   return Error::success();
 }
 
@@ -391,63 +478,24 @@ CudaExecutor::run(llvm::StringRef function,
   if (args.size() != f->Args.size())
     return fail("@" + function + " takes " + llvm::Twine(f->Args.size()) +
                 " arguments, got " + llvm::Twine(args.size()));
-  const Staging &s = Stagings.at(f->Name);
   for (size_t i = 0; i < args.size(); ++i) {
     const TensorType &want = ThePlan.Buffers[f->Args[i]];
     if (args[i]->type() != want)
       return fail("argument " + llvm::Twine(i) + " of @" + function + " is " +
                   args[i]->type().str() + ", expected " + want.str());
-    if (!args[i]->bytes().empty()) {
-      std::memcpy(s.Base + s.Args[i], args[i]->bytes().data(),
-                  args[i]->bytes().size());
-      toDevice(Pointers[f->Args[i]], s.Base + s.Args[i],
-               args[i]->bytes().size(), Stream);
-    }
   }
-  *StepStaging = Step;
-  toDevice(StepOnDevice, StepStaging, sizeof(uint64_t), Stream);
+  const Staging &s = Stagings.at(f->Name);
   Gradients.clear();
-
-#if defined(HEADROOM_CUDA_EMULATED)
-  if (Error e = runCalls(*f, s))
-    return std::move(e);
-#else
-  if (!Options.CudaGraphs) {
-    if (Error e = runCalls(*f, s))
-      return std::move(e);
-  } else {
-    auto it = Graphs.find(f->Name);
-    if (it == Graphs.end()) {
-      cudaStream_t stream = static_cast<cudaStream_t>(Stream);
-      if (Error e = check(
-              cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
-              "capturing a CUDA graph"))
-        return std::move(e);
-      Error failed = runCalls(*f, s);
-      cudaGraph_t graph = nullptr;
-      cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-      if (failed) {
-        if (graph)
-          cudaGraphDestroy(graph);
-        return std::move(failed);
-      }
-      if (Error e = check(ended, "capturing a CUDA graph"))
-        return std::move(e);
-      cudaGraphExec_t exec;
-      cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
-      cudaGraphDestroy(graph);
-      if (Error e = check(made, "instantiating a CUDA graph"))
-        return std::move(e);
-      it = Graphs.emplace(f->Name, exec).first;
-    }
-    if (Error e = check(
-            cudaGraphLaunch(it->second, static_cast<cudaStream_t>(Stream)),
-            "launching a CUDA graph"))
-      return std::move(e);
+  if (Error e = useDevice(Options.CudaDevice))
+    return e;
+  if (Error e = launch(*f, s, args)) {
+    settle(Stream);
+    return e;
   }
-#endif
-  if (Error e = synchronize(Stream))
+  if (Error e = synchronize(Stream)) {
+    settle(Stream);
     return fail("@" + function + ": " + llvm::toString(std::move(e)));
+  }
   ++Step;
 
   unsigned grad = 0;
@@ -484,7 +532,10 @@ Error CudaExecutor::readStateBytes(size_t index, uint64_t offset,
                                    llvm::MutableArrayRef<uint8_t> out) const {
   if (Error e = checkStateRange(index, offset, out.size()))
     return e;
-  toHost(out.data(), state(index) + offset, out.size(), Stream);
+  if (Error e = useDevice(Options.CudaDevice))
+    return e;
+  if (Error e = toHost(out.data(), state(index) + offset, out.size(), Stream))
+    return e;
   return synchronize(Stream);
 }
 
@@ -492,7 +543,11 @@ Error CudaExecutor::writeStateBytes(size_t index, uint64_t offset,
                                     llvm::ArrayRef<uint8_t> bytes) {
   if (Error e = checkStateRange(index, offset, bytes.size()))
     return e;
-  toDevice(state(index) + offset, bytes.data(), bytes.size(), Stream);
+  if (Error e = useDevice(Options.CudaDevice))
+    return e;
+  if (Error e =
+          toDevice(state(index) + offset, bytes.data(), bytes.size(), Stream))
+    return e;
   return synchronize(Stream);
 }
 
@@ -502,7 +557,7 @@ llvm::Expected<Tensor> CudaExecutor::readState(llvm::StringRef name) const {
     return fail("no state slot @" + name);
   std::vector<uint8_t> bytes(stateBytes(i));
   if (Error e = readStateBytes(i, 0, bytes))
-    return std::move(e);
+    return e;
   return Tensor(ThePlan.States[i].Type, std::move(bytes));
 }
 
@@ -533,6 +588,6 @@ headroom::createCudaExecutor(Plan plan, const ExecutorOptions &options) {
                       ", not cuda");
   auto e = std::make_unique<cuda::CudaExecutor>(std::move(plan), options);
   if (Error err = e->allocate())
-    return std::move(err);
+    return err;
   return std::unique_ptr<Executor>(std::move(e));
 }

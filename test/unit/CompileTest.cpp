@@ -339,9 +339,13 @@ TEST(TargetTest, PlansRecordTheirTarget) {
       }
   EXPECT_EQ(cuda.Report.Parameters, cpu.Report.Parameters);
   EXPECT_GE(cuda.Report.ArenaBytes, cpu.Report.ArenaBytes);
+  // The cuda kernels' workspace: the loss's mean over the targets splits
+  // across blocks (kernels/cuda/Workspace.h).
+  EXPECT_GT(cuda.Report.Workspace, 0u);
   EXPECT_EQ(cuda.Report.PeakBytes(),
             cuda.Report.StateBytes() + cuda.Report.StatePadding +
-                cuda.Report.ArenaBytes + kCublasLtWorkspaceBytes);
+                cuda.Report.ArenaBytes + cuda.Report.Workspace +
+                kCublasLtWorkspaceBytes);
   // The states' padding is what the executor's layout adds.
   EXPECT_EQ(cuda.stateOffsets().back(),
             cuda.Report.StateBytes() + cuda.Report.StatePadding);

@@ -34,25 +34,8 @@ Tolerance tolFor(DType t, double f32 = 1e-5) {
 
 /// Runs `c` on the emulated CUDA kernel alone; its error, or "".
 std::string cudaError(const CudaCase &c) {
-  std::vector<Tensor> ins = c.Inputs, outs;
-  std::vector<cpu::TensorView> inViews, outViews;
-  for (Tensor &t : ins)
-    inViews.push_back({t.type().dtype(), t.type().shape(), dataOf(t)});
-  for (const TensorType &t : c.Outputs)
-    outs.emplace_back(t);
-  for (Tensor &t : outs)
-    outViews.push_back({t.type().dtype(), t.type().shape(), dataOf(t)});
-  cuda::KernelContext ctx{{c.Op, inViews, outViews, c.Attrs, 0},
-                          /*Stream=*/nullptr,
-                          /*BlasLt=*/nullptr,
-                          /*BlasWorkspace=*/nullptr,
-                          /*BlasWorkspaceBytes=*/0,
-                          /*Step=*/nullptr,
-                          /*RunSeed=*/0,
-                          /*RandomStream=*/0,
-                          /*Constants=*/{}};
-  llvm::Error e = cuda::runKernel(ctx);
-  return e ? llvm::toString(std::move(e)) : "";
+  std::vector<Tensor> outs;
+  return runCudaOnly(c, outs);
 }
 
 /// A window geometry and the shapes it gives.

@@ -10,6 +10,10 @@
 // build of the kernels on the GPU (operands copied to device memory, a
 // stream, cuBLASLt), so every case here is also a GPU test.
 //
+// The CUDA side gets the per-call workspace the cuda target plans for the
+// call (kernels/cuda/Workspace.h), filled with NaN bytes, as the executor
+// passes the plan's; the CPU side gets none (its kernels allocate).
+//
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_TEST_UNIT_KERNELS_CUDAKERNELTESTUTIL_H
 #define HEADROOM_TEST_UNIT_KERNELS_CUDAKERNELTESTUTIL_H
@@ -24,12 +28,14 @@
 #endif
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cuda/Kernel.h"
+#include "kernels/cuda/Workspace.h"
 
 #include "compiler/Types.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -103,7 +109,23 @@ struct CudaCase {
   std::vector<Tensor> InOut;
   Tolerance Tol;
   uint64_t Seed = 0;
+  /// Give the CUDA kernel no workspace (its fallback), not the planned one.
+  bool NoWorkspace = false;
 };
+
+/// The workspace bytes the cuda target plans for `c`'s call.
+inline uint64_t plannedWorkspaceBytes(const CudaCase &c) {
+  std::vector<cuda::ws::CallValue> ins, outs;
+  for (size_t i = 0; i < c.Inputs.size(); ++i) {
+    bool absent = i < c.Absent.size() && c.Absent[i];
+    ins.push_back(absent
+                      ? cuda::ws::CallValue{}
+                      : cuda::ws::CallValue{true, c.Inputs[i].type().shape()});
+  }
+  for (const TensorType &t : c.Outputs)
+    outs.push_back({true, t.shape()});
+  return cuda::ws::workspaceBytes(c.Op, ins, outs, c.Attrs);
+}
 
 #if defined(HEADROOM_CUDA_TEST_ON_GPU)
 /// The stream, cuBLASLt handle and workspace every GPU case runs with.
@@ -149,6 +171,13 @@ inline llvm::Error runOnGpu(cuda::KernelContext ctx,
   std::vector<cpu::TensorView> dIns = toDevice(ins), dOuts = toDevice(outs);
   ctx.Inputs = dIns;
   ctx.Outputs = dOuts;
+  if (ctx.WorkspaceBytes) {
+    void *p = nullptr;
+    cudaMalloc(&p, ctx.WorkspaceBytes);
+    cudaMemset(p, 0xff, ctx.WorkspaceBytes);
+    allocations.push_back(p);
+    ctx.Workspace = p;
+  }
   ctx.Stream = g.Stream;
   ctx.BlasLt = g.Lt;
   ctx.BlasWorkspace = g.Workspace;
@@ -168,56 +197,74 @@ inline llvm::Error runOnGpu(cuda::KernelContext ctx,
 }
 #endif
 
+/// Runs `c` on the CPU kernels (onCuda false) or the CUDA kernels (emulated,
+/// or on the GPU in test/gpu); the error, or "" with the results in `outs`
+/// (the outputs, then the InOut tensors as the kernel left them).
+inline std::string runCase(const CudaCase &c, bool onCuda,
+                           std::vector<Tensor> &outs) {
+  std::vector<Tensor> ins = c.Inputs;
+  std::vector<cpu::TensorView> inViews, outViews;
+  std::vector<const Tensor *> constants;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    bool absent = i < c.Absent.size() && c.Absent[i];
+    inViews.push_back(absent ? cpu::TensorView()
+                             : cpu::TensorView{ins[i].type().dtype(),
+                                               ins[i].type().shape(),
+                                               dataOf(ins[i])});
+    bool constant = i < c.Constant.size() && c.Constant[i];
+    constants.push_back(constant && !absent ? &ins[i] : nullptr);
+  }
+  outs.clear();
+  for (const TensorType &t : c.Outputs) {
+    Tensor o(t);
+    // Garbage, not zeros: a kernel must write every element.
+    for (int64_t i = 0; i < o.numElements(); ++i)
+      o.setDouble(i, isFloat(t.dtype()) ? 12345.0 : 7.0);
+    outs.push_back(std::move(o));
+  }
+  for (const Tensor &t : c.InOut)
+    outs.push_back(t);
+  for (Tensor &o : outs)
+    outViews.push_back(
+        cpu::TensorView{o.type().dtype(), o.type().shape(), dataOf(o)});
+  uint64_t step = 3;
+  llvm::Error e = llvm::Error::success();
+  if (onCuda) {
+    cuda::KernelContext ctx{{c.Op, inViews, outViews, c.Attrs, 0}};
+    ctx.Step = &step;
+    ctx.RunSeed = c.Seed;
+    ctx.RandomStream = 5;
+    ctx.Constants = constants;
+    uint64_t wsBytes = c.NoWorkspace ? 0 : plannedWorkspaceBytes(c);
+#if defined(HEADROOM_CUDA_TEST_ON_GPU)
+    ctx.WorkspaceBytes = wsBytes; // runOnGpu allocates it on the device
+    e = runOnGpu(ctx, inViews, outViews);
+#else
+    // NaN bytes, not zeros: a kernel must write what it reads back.
+    std::vector<double> workspace(wsBytes / sizeof(double));
+    std::memset(workspace.data(), 0xff, workspace.size() * sizeof(double));
+    ctx.Workspace = wsBytes ? workspace.data() : nullptr;
+    ctx.WorkspaceBytes = wsBytes;
+    e = cuda::runKernel(ctx);
+#endif
+  } else {
+    uint64_t seed = cuda::mixSeed(c.Seed, step, 5);
+    cpu::KernelContext ctx{c.Op, inViews, outViews, c.Attrs, seed};
+    e = cpu::runKernel(ctx);
+  }
+  return e ? llvm::toString(std::move(e)) : "";
+}
+
+/// Runs `c` on the CUDA kernels alone (for what the CPU refuses or does
+/// differently).
+inline std::string runCudaOnly(const CudaCase &c, std::vector<Tensor> &outs) {
+  return runCase(c, /*onCuda=*/true, outs);
+}
+
 /// Runs `c` on the CPU kernels and the CUDA kernels (emulated, or on the
 /// GPU in test/gpu); "" when both succeed and agree, else what differs (or
 /// the error of either).
 inline std::string compareCudaWithCpu(const CudaCase &c) {
-  auto run = [&](bool onCuda, std::vector<Tensor> &outs) -> std::string {
-    std::vector<Tensor> ins = c.Inputs;
-    std::vector<cpu::TensorView> inViews, outViews;
-    std::vector<const Tensor *> constants;
-    for (size_t i = 0; i < ins.size(); ++i) {
-      bool absent = i < c.Absent.size() && c.Absent[i];
-      inViews.push_back(absent ? cpu::TensorView()
-                               : cpu::TensorView{ins[i].type().dtype(),
-                                                 ins[i].type().shape(),
-                                                 dataOf(ins[i])});
-      bool constant = i < c.Constant.size() && c.Constant[i];
-      constants.push_back(constant && !absent ? &ins[i] : nullptr);
-    }
-    outs.clear();
-    for (const TensorType &t : c.Outputs) {
-      Tensor o(t);
-      // Garbage, not zeros: a kernel must write every element.
-      for (int64_t i = 0; i < o.numElements(); ++i)
-        o.setDouble(i, isFloat(t.dtype()) ? 12345.0 : 7.0);
-      outs.push_back(std::move(o));
-    }
-    for (const Tensor &t : c.InOut)
-      outs.push_back(t);
-    for (Tensor &o : outs)
-      outViews.push_back(
-          cpu::TensorView{o.type().dtype(), o.type().shape(), dataOf(o)});
-    uint64_t step = 3;
-    llvm::Error e = llvm::Error::success();
-    if (onCuda) {
-      cuda::KernelContext ctx{{c.Op, inViews, outViews, c.Attrs, 0}};
-      ctx.Step = &step;
-      ctx.RunSeed = c.Seed;
-      ctx.RandomStream = 5;
-      ctx.Constants = constants;
-#if defined(HEADROOM_CUDA_TEST_ON_GPU)
-      e = runOnGpu(ctx, inViews, outViews);
-#else
-      e = cuda::runKernel(ctx);
-#endif
-    } else {
-      uint64_t seed = cuda::mixSeed(c.Seed, step, 5);
-      cpu::KernelContext ctx{c.Op, inViews, outViews, c.Attrs, seed};
-      e = cpu::runKernel(ctx);
-    }
-    return e ? llvm::toString(std::move(e)) : "";
-  };
   Tolerance tol = c.Tol;
 #if defined(HEADROOM_CUDA_TEST_ON_GPU)
   // The GPU's math library and fused multiply-adds round differently from
@@ -234,9 +281,9 @@ inline std::string compareCudaWithCpu(const CudaCase &c) {
   }
 #endif
   std::vector<Tensor> want, got;
-  if (std::string err = run(false, want); !err.empty())
+  if (std::string err = runCase(c, false, want); !err.empty())
     return "cpu: " + err;
-  if (std::string err = run(true, got); !err.empty())
+  if (std::string err = runCase(c, true, got); !err.empty())
     return "cuda: " + err;
   for (size_t k = 0; k < want.size(); ++k)
     if (std::string d = compareTensors(got[k], want[k], tol); !d.empty())

@@ -34,33 +34,8 @@ Tolerance tolFor(DType t) {
 /// The CUDA kernel's error for `c`, "" when it succeeds (for calls the CPU
 /// kernel refuses too).
 std::string cudaError(CudaCase c) {
-  std::vector<cpu::TensorView> ins, outs;
-  for (size_t i = 0; i < c.Inputs.size(); ++i)
-    ins.push_back(i < c.Absent.size() && c.Absent[i]
-                      ? cpu::TensorView()
-                      : cpu::TensorView{c.Inputs[i].type().dtype(),
-                                        c.Inputs[i].type().shape(),
-                                        dataOf(c.Inputs[i])});
-  std::vector<Tensor> results;
-  for (const TensorType &t : c.Outputs)
-    results.emplace_back(t);
-  for (const Tensor &t : c.InOut)
-    results.push_back(t);
-  for (Tensor &t : results)
-    outs.push_back({t.type().dtype(), t.type().shape(), dataOf(t)});
-  std::vector<const Tensor *> constants(ins.size(), nullptr);
-  uint64_t step = 0;
-  cuda::KernelContext ctx{{c.Op, ins, outs, c.Attrs, 0},
-                          nullptr,
-                          nullptr,
-                          nullptr,
-                          0,
-                          &step,
-                          0,
-                          0,
-                          constants};
-  llvm::Error e = cuda::runKernel(ctx);
-  return e ? llvm::toString(std::move(e)) : "";
+  std::vector<Tensor> outs;
+  return runCudaOnly(c, outs);
 }
 
 std::vector<int64_t> rowsShape(const std::vector<int64_t> &shape,

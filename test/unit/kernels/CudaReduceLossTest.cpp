@@ -29,22 +29,7 @@ Tolerance tolFor(DType t) {
 /// Runs `c` on the emulated CUDA kernel alone (for what the CPU refuses or
 /// does differently): its error, or "" with the results in `outs`.
 std::string runCuda(CudaCase c, std::vector<Tensor> &outs) {
-  std::vector<cpu::TensorView> ins, views;
-  for (Tensor &t : c.Inputs)
-    ins.push_back({t.type().dtype(), t.type().shape(), dataOf(t)});
-  outs.clear();
-  for (const TensorType &t : c.Outputs)
-    outs.emplace_back(t);
-  for (Tensor &t : outs)
-    views.push_back({t.type().dtype(), t.type().shape(), dataOf(t)});
-  std::vector<const Tensor *> constants(ins.size(), nullptr);
-  for (size_t i = 0; i < c.Constant.size(); ++i)
-    if (c.Constant[i])
-      constants[i] = &c.Inputs[i];
-  cuda::KernelContext ctx{{c.Op, ins, views, c.Attrs, 0}};
-  ctx.Constants = constants;
-  llvm::Error e = cuda::runKernel(ctx);
-  return e ? llvm::toString(std::move(e)) : "";
+  return runCudaOnly(c, outs);
 }
 
 /// `shape` reduced over `axes` (all when empty), keeping size-1 axes or not.
@@ -173,6 +158,70 @@ TEST(CudaReduce, MaxAndMinPropagateNaN) {
       c.Inputs[0].setDouble(7, std::nan(""));
       EXPECT_EQ(compareCudaWithCpu(c), "") << op;
     }
+}
+
+/// Reduce* of many elements to few outputs: the two passes through the
+/// workspace (its partials then a block per output), and the same cases
+/// with no workspace, a block per output.
+TEST(CudaReduce, ManyElementsToFewOutputsSplitAcrossBlocks) {
+  const AxesCase cases[] = {
+      {{3, 40000}, {1}},      // contiguous rows, 10 runs each
+      {{40000, 3}, {0}},      // a strided axis, the innermost kept
+      {{64, 64, 8}, {}},      // everything to a scalar
+      {{2, 5000, 3}, {0, 1}}, // runs over two merged axes
+      {{7, 9001}, {-1}},      // a last run shorter than the others
+  };
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (const char *op : kReduceOps)
+      for (const AxesCase &a : cases)
+        for (bool noWorkspace : {false, true}) {
+          std::string name = op;
+          CudaCase c = reduceCase(op, t, a.S, a.Axes, true);
+          Tensor &x = c.Inputs[0];
+          // Sums of small integers are exact in any order; products of
+          // +-1 with a few 2s and halves too.
+          for (int64_t i = 0; i < x.numElements(); ++i) {
+            double v = x.getDouble(i);
+            if (name == "ReduceSum" || name == "ReduceMean")
+              x.setDouble(i, std::floor(v));
+            if (name == "ReduceProd")
+              x.setDouble(i,
+                          i % 1000 == 7 ? (v > 0 ? 2 : 0.5) : (v > 0 ? 1 : -1));
+          }
+          EXPECT_GT(plannedWorkspaceBytes(c), 0u);
+          c.NoWorkspace = noWorkspace;
+          EXPECT_EQ(compareCudaWithCpu(c), "")
+              << op << " " << dtypeName(t).str() << " rank " << a.S.size()
+              << " no workspace " << noWorkspace;
+        }
+  // NaN wins through the partials; integers fold exactly.
+  for (const char *op : {"ReduceMax", "ReduceMin"}) {
+    CudaCase c = reduceCase(op, DType::F32, {3, 40000}, {1});
+    c.Inputs[0].setDouble(40000 + 12345, std::nan(""));
+    EXPECT_EQ(compareCudaWithCpu(c), "") << op;
+  }
+  for (DType t : {DType::I32, DType::I64})
+    for (const char *op :
+         {"ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"}) {
+      bool prod = std::string(op) == "ReduceProd";
+      CudaCase c = reduceCase(op, t, {2, 20000}, {1}, false, prod ? -1 : -1000,
+                              prod ? 2 : 1000);
+      c.Tol = {0, 0};
+      EXPECT_EQ(compareCudaWithCpu(c), "") << op << " " << dtypeName(t).str();
+    }
+  // A gradient's norm: millions of elements to a scalar.
+  CudaCase norm = reduceCase("ReduceSum", DType::F32, {4096, 512}, {}, false);
+  for (int64_t i = 0; i < norm.Inputs[0].numElements(); ++i)
+    norm.Inputs[0].setDouble(i, std::floor(norm.Inputs[0].getDouble(i)));
+  EXPECT_EQ(plannedWorkspaceBytes(norm), 512u * 8u); // runs of 4096
+  EXPECT_EQ(compareCudaWithCpu(norm), "");
+  // Few elements, or outputs enough to fill the GPU: no split.
+  EXPECT_EQ(plannedWorkspaceBytes(
+                reduceCase("ReduceSum", DType::F32, {3, 4000}, {1})),
+            0u);
+  EXPECT_EQ(plannedWorkspaceBytes(
+                reduceCase("ReduceSum", DType::F32, {4096, 8192}, {1})),
+            0u);
 }
 
 CudaCase argMaxCase(DType t, Shape shape, int64_t axis, bool last = false,
@@ -387,6 +436,87 @@ TEST(CudaLoss, SoftmaxCrossEntropyLossGrad) {
   EXPECT_EQ(compareCudaWithCpu(c), "");
 }
 
+/// Sum and mean over many targets: runs of targets write partial sums,
+/// one block adds them (and the same without a workspace: one block).
+TEST(CudaLoss, TotalsOverManyTargetsSplitAcrossBlocks) {
+  const LossCase cases[] = {
+      {{4096, 512}, "mean", true, true},  // a block a target, 2048 runs
+      {{300, 70}, "sum"},                 // a block a target, 300 runs
+      {{3000, 10}, "mean", false, true},  // a thread a target, 3 runs
+      {{2, 3, 9000}, "mean", true, true}, // strided, 18 runs
+      {{2, 3, 9000}, "sum", false, true, DType::I32},
+      {{4, 100, 700}, "mean", true, false}, // strided blocks, 1400 runs
+  };
+  for (const LossCase &lc : cases)
+    for (DType t : {DType::F32, DType::F16})
+      for (bool logProb : {false, true})
+        for (bool noWorkspace : {false, true}) {
+          if (lc.Scores[0] == 4096 && (t != DType::F32 || noWorkspace))
+            continue; // the big one once
+          CudaCase c = lossCase("SoftmaxCrossEntropyLoss", t, lc);
+          if (logProb)
+            c.Outputs.push_back(ty(t, lc.Scores));
+          // A gather of log-probabilities splits from 1024 targets on.
+          int64_t targets = c.Inputs[1].numElements();
+          if (!logProb || targets > 1024) {
+            EXPECT_GT(plannedWorkspaceBytes(c), 0u) << describe(lc, t);
+          }
+          c.NoWorkspace = noWorkspace;
+          EXPECT_EQ(compareCudaWithCpu(c), "")
+              << describe(lc, t) << " log_prob " << logProb << " no workspace "
+              << noWorkspace;
+        }
+  for (const LossCase &lc : cases)
+    for (bool noWorkspace : {false, true}) {
+      CudaCase c = lossCase("NegativeLogLikelihoodLoss", DType::F32, lc, -6, 0);
+      if (c.Inputs[1].numElements() > 1024) {
+        EXPECT_GT(plannedWorkspaceBytes(c), 0u) << describe(lc, DType::F32);
+      }
+      c.NoWorkspace = noWorkspace;
+      EXPECT_EQ(compareCudaWithCpu(c), "")
+          << describe(lc, DType::F32) << " no workspace " << noWorkspace;
+    }
+  // 2048 runs of two targets: 2048 sums and weight sums.
+  EXPECT_EQ(plannedWorkspaceBytes(
+                lossCase("SoftmaxCrossEntropyLoss", DType::F32, cases[0])),
+            2048u * 16u);
+  // None needs no total; a few thread-per-target targets are one run.
+  EXPECT_EQ(
+      plannedWorkspaceBytes(lossCase("SoftmaxCrossEntropyLoss", DType::F32,
+                                     {{4096, 512}, "none", true, true})),
+      0u);
+  EXPECT_EQ(plannedWorkspaceBytes(lossCase("SoftmaxCrossEntropyLoss",
+                                           DType::F32, {{1000, 10}, "mean"})),
+            0u);
+}
+
+/// The gradient's normalizer through the workspace (runs of weight sums,
+/// or one run), against the parked one of the no-workspace path.
+TEST(CudaLoss, GradientNormalizerInTheWorkspace) {
+  const LossCase cases[] = {
+      {{3000, 10}, "mean", false, true},  // 3 runs
+      {{2, 3, 9000}, "mean", true, true}, // 18 runs
+      {{300, 70}, "mean", true, false},   // one run, a block a target
+      {{5, 2}, "mean", false, true},      {{1, 1}, "mean", false, true},
+  };
+  for (const LossCase &lc : cases)
+    for (DType t : {DType::F32, DType::BF16})
+      for (bool noWorkspace : {false, true}) {
+        CudaCase c = gradCase(t, lc);
+        EXPECT_GT(plannedWorkspaceBytes(c), 0u) << describe(lc, t);
+        c.NoWorkspace = noWorkspace;
+        EXPECT_EQ(compareCudaWithCpu(c), "")
+            << describe(lc, t) << " no workspace " << noWorkspace;
+      }
+  // The normalizer and 18 weight sums; none when it is N*D or no mean.
+  EXPECT_EQ(plannedWorkspaceBytes(gradCase(DType::F32, cases[1])), 256u);
+  EXPECT_EQ(plannedWorkspaceBytes(gradCase(DType::F32, {{3000, 10}, "mean"})),
+            0u);
+  EXPECT_EQ(plannedWorkspaceBytes(
+                gradCase(DType::F32, {{3000, 10}, "sum", true, true})),
+            0u);
+}
+
 TEST(CudaLoss, LabelsOutOfRangeGiveNaNNotAnError) {
   // The CPU refuses them on the host; the device cannot, so the target's
   // loss (and a mean through it) is NaN, and the others are unchanged.
@@ -399,8 +529,9 @@ TEST(CudaLoss, LabelsOutOfRangeGiveNaNNotAnError) {
       ASSERT_EQ(runCuda(c, outs), "");
       EXPECT_TRUE(
           std::isnan(outs[0].getDouble(std::string(red) == "none" ? 2 : 0)));
-      if (std::string(red) == "none")
+      if (std::string(red) == "none") {
         EXPECT_FALSE(std::isnan(outs[0].getDouble(1)));
+      }
       CudaCase g = gradCase(DType::F32, lc);
       g.Inputs[2].setInt(2, classes);
       ASSERT_EQ(runCuda(g, outs), "");
@@ -410,3 +541,66 @@ TEST(CudaLoss, LabelsOutOfRangeGiveNaNNotAnError) {
 }
 
 } // namespace
+
+// The cuda target's figure for a node needs the cuda target library, which
+// test/gpu's binary links; headroom_cudakerneltests does not (it is the
+// emulator and the CPU kernels alone).
+#if defined(HEADROOM_CUDA_TEST_ON_GPU) || defined(HEADROOM_TEST_CUDA_TARGET)
+#include "compiler/Parser.h"
+#include "compiler/Plan.h"
+#include "kernels/cuda/CudaTarget.h"
+
+namespace {
+
+/// The node of `f` whose op is `op`.
+const Node *nodeOf(const Function &f, llvm::StringRef op) {
+  for (const Node &n : f.nodes())
+    if (n.op() == op)
+      return &n;
+  return nullptr;
+}
+
+TEST(CudaWorkspace, TheTargetPlansWhatTheKernelsUse) {
+  // An LM head's loss, its gradient with ignore_index, a gradient's norm.
+  auto m = parseModule(
+      "func @f(%x: f32[4096, 512], %y: i64[4096], %g: f32[1000, 1000],\n"
+      "        %d: f32[]) {\n"
+      "  %l = SoftmaxCrossEntropyLoss(%x, %y) {reduction = \"mean\"} : f32[]\n"
+      "  %dx = SoftmaxCrossEntropyLossGrad(%d, %x, %y) {ignore_index = -100,"
+      " reduction = \"mean\"} : f32[4096, 512]\n"
+      "  %s = ReduceSum(%g) {keepdims = 0} : f32[]\n"
+      "  %n = Neg(%g) : f32[1000, 1000]\n"
+      "  return %l, %dx, %s, %n\n}\n");
+  ASSERT_TRUE(bool(m)) << llvm::toString(m.takeError());
+  const Function &f = *(*m)->functions()[0];
+  const Target &cuda = cudaTarget();
+  const Node *loss = nodeOf(f, "SoftmaxCrossEntropyLoss"),
+             *grad = nodeOf(f, "SoftmaxCrossEntropyLossGrad"),
+             *sum = nodeOf(f, "ReduceSum"), *neg = nodeOf(f, "Neg");
+  ASSERT_TRUE(loss && grad && sum && neg);
+  // What the kernels ask for (their own sizes) and what the tests give them.
+  EXPECT_EQ(cuda.workspaceBytes(*loss),
+            cuda::ws::lossWorkspaceBytes(4096, true));
+  EXPECT_EQ(cuda.workspaceBytes(*loss), 2048u * 16u);
+  LossCase lc{{4096, 512}, "mean"};
+  EXPECT_EQ(cuda.workspaceBytes(*loss),
+            plannedWorkspaceBytes(
+                lossCase("SoftmaxCrossEntropyLoss", DType::F32, lc)));
+  EXPECT_EQ(cuda.workspaceBytes(*grad),
+            cuda::ws::lossGradWorkspaceBytes(4096, true));
+  EXPECT_GT(cuda.workspaceBytes(*grad), 0u);
+  EXPECT_EQ(cuda.workspaceBytes(*sum),
+            cuda::ws::reduceWorkspaceBytes(1, 1000000));
+  EXPECT_EQ(cuda.workspaceBytes(*sum),
+            plannedWorkspaceBytes(
+                reduceCase("ReduceSum", DType::F32, {1000, 1000}, {}, false)));
+  EXPECT_GT(cuda.workspaceBytes(*sum), 0u);
+  EXPECT_EQ(cuda.workspaceBytes(*neg), 0u);
+  // The plan's workspace is the largest call's.
+  auto plan = lowerModule(**m, cuda);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  EXPECT_EQ(plan->WorkspaceBytes, 2048u * 16u);
+}
+
+} // namespace
+#endif
