@@ -242,7 +242,8 @@ inline std::string runCase(const CudaCase &c, bool onCuda,
 #else
     // NaN bytes, not zeros: a kernel must write what it reads back.
     std::vector<double> workspace(wsBytes / sizeof(double));
-    std::memset(workspace.data(), 0xff, workspace.size() * sizeof(double));
+    if (!workspace.empty())
+      std::memset(workspace.data(), 0xff, workspace.size() * sizeof(double));
     ctx.Workspace = wsBytes ? workspace.data() : nullptr;
     ctx.WorkspaceBytes = wsBytes;
     e = cuda::runKernel(ctx);
