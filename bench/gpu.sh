@@ -1,7 +1,7 @@
 #!/bin/bash
 # The CUDA backend on a GPU machine, in one run:
 #
-#   bench/gpu.sh [--steps N] [--batch B] [--seq S] [--skip-tests]
+#   bench/gpu.sh [--steps N] [--batch B] [--seq S] [--skip-tests] [--prebuilt DIR]
 #
 #  1. configures and builds headroom and the GPU suite (Release, sm_90,
 #     ninja -j16) in $BUILD (default build-gpu), timed;
@@ -21,18 +21,22 @@
 #
 # Needs: nvcc (CUDA 13), cmake, ninja, python3 with torch, onnx and numpy,
 # and headroom's build dependencies (scripts/setup installs them on Debian).
+# Where those dependencies cannot be installed (this workplace's device
+# machine), run bench/gpu-bundle.sh here first, carry .gpu-bundle, and pass
+# --prebuilt .gpu-bundle: step 1 then unpacks the binaries built here.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/bench-gpu-out}
 BUILD=${BUILD:-$root/build-gpu}
-steps=30 batch=8 seq=1024 tests=1
+steps=30 batch=8 seq=1024 tests=1 prebuilt=
 while [ $# -gt 0 ]; do
   case $1 in
   --steps) steps=$2; shift 2 ;;
   --batch) batch=$2; shift 2 ;;
   --seq) seq=$2; shift 2 ;;
   --skip-tests) tests=0; shift ;;
+  --prebuilt) prebuilt=$2; shift 2 ;;
   *) echo "bench/gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -44,18 +48,30 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader |
 
 echo "== build"
 start=$(date +%s.%N)
-cmake -S "$root" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build.log" 2>&1
-ninja -C "$BUILD" -j16 headroom headroom_gputests >>"$OUT/build.log" 2>&1 ||
-  { tail -30 "$OUT/build.log"; exit 1; }
-build_s=$(echo "$(date +%s.%N) - $start" | bc)
-echo "built in ${build_s} s"
-headroom=$BUILD/tools/headroom
+if [ -n "$prebuilt" ]; then
+  unpacked=$(mktemp -d)
+  xz -dc "$prebuilt/bundle.tar.xz" | tar -C "$unpacked" -xf -
+  export LD_LIBRARY_PATH="$unpacked/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  [ -d "$unpacked/node" ] && export HEADROOM_ONNX_NODE_TESTS="$unpacked/node"
+  export HEADROOM_SOURCE_DIR="$root"
+  headroom=$unpacked/bin/headroom
+  gputests=$unpacked/bin/headroom_gputests
+  echo "prebuilt binaries from $prebuilt" >"$OUT/build.log"
+else
+  cmake -S "$root" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build.log" 2>&1
+  ninja -C "$BUILD" -j16 headroom headroom_gputests >>"$OUT/build.log" 2>&1 ||
+    { tail -30 "$OUT/build.log"; exit 1; }
+  headroom=$BUILD/tools/headroom
+  gputests=$BUILD/test/headroom_gputests
+fi
+build_s=$(python3 -c "import time,sys; print(round(time.time() - float(sys.argv[1]), 1))" "$start")
+echo "ready in ${build_s} s"
 
 if [ $tests = 1 ]; then
   echo "== test/gpu"
   set +e
-  (cd "$BUILD" && ./test/headroom_gputests) >"$OUT/gputests.log" 2>&1
+  "$gputests" >"$OUT/gputests.log" 2>&1
   gpu_rc=$?
   set -e
   grep -E "^\[  (PASSED|FAILED)|tests? ran|\[ (gpu memory|cuda kernels)" "$OUT/gputests.log" || true
@@ -64,7 +80,7 @@ else
 fi
 
 echo "== zoo gpt2-124M, seq $seq, batch $batch, $steps steps"
-model=$OUT/../gpt2_124m.onnx
+model=${TMPDIR:-/tmp}/gpt2_124m.onnx
 "$headroom" zoo gpt2 --seq "$seq" -o "$model"
 python3 - "$model" "$OUT/tokens.npz" "$batch" "$steps" "$seq" <<'EOF'
 import sys, numpy as np

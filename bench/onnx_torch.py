@@ -177,6 +177,83 @@ def run_node(op, x, a):
         if "ignore_index" in a:
             kw["ignore_index"] = a["ignore_index"]
         return [F.cross_entropy(x[0].float(), x[1], **kw)]
+    if op == "Shape":
+        return [torch.tensor(list(x[0].shape), dtype=torch.int64, device=x[0].device)]
+    if op in ("Equal", "Greater", "Less", "LessOrEqual", "GreaterOrEqual"):
+        f = {"Equal": torch.eq, "Greater": torch.gt, "Less": torch.lt,
+             "LessOrEqual": torch.le, "GreaterOrEqual": torch.ge}[op]
+        return [f(x[0], x[1])]
+    if op in ("Min", "Max"):
+        f = torch.minimum if op == "Min" else torch.maximum
+        y = x[0]
+        for v in x[1:]:
+            y = f(y, v)
+        return [y]
+    if op == "Clip":
+        lo = x[1] if len(x) > 1 and x[1] is not None else None
+        hi = x[2] if len(x) > 2 and x[2] is not None else None
+        return [torch.clamp(x[0], lo, hi)]
+    if op == "Expand":
+        shape = ints(x[1])
+        rank = max(len(shape), x[0].dim())
+        shape = [1] * (rank - len(shape)) + shape
+        have = [1] * (rank - x[0].dim()) + list(x[0].shape)
+        return [x[0].reshape(have).expand([max(a, b) for a, b in zip(have, shape)])]
+    if op == "Tile":
+        return [x[0].repeat(*ints(x[1]))]
+    if op == "Flatten":
+        axis = norm_axis(a.get("axis", 1), x[0].dim())
+        return [x[0].reshape(int(np.prod(x[0].shape[:axis])), -1)]
+    if op == "Pad":
+        pads = ints(x[1])
+        rank = x[0].dim()
+        torch_pads = []
+        for d in reversed(range(rank)):
+            torch_pads += [pads[d], pads[d + rank]]
+        mode = a.get("mode", "constant")
+        value = float(x[2].item()) if len(x) > 2 and x[2] is not None else 0.0
+        return [F.pad(x[0], torch_pads, mode=mode, value=value) if mode == "constant"
+                else F.pad(x[0], torch_pads, mode={"reflect": "reflect", "edge": "replicate"}[mode])]
+    if op == "Conv":
+        dims = x[1].dim() - 2
+        pads = a.get("pads", [0] * (2 * dims))
+        if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+            raise SystemExit("onnx_torch: Conv auto_pad %s" % a["auto_pad"])
+        if pads[:dims] != pads[dims:]:
+            raise SystemExit("onnx_torch: asymmetric Conv pads")
+        conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[dims]
+        return [conv(x[0], x[1], x[2] if len(x) > 2 else None,
+                     stride=a.get("strides", 1), padding=pads[:dims],
+                     dilation=a.get("dilations", 1), groups=a.get("group", 1))]
+    if op in ("MaxPool", "AveragePool"):
+        k = a["kernel_shape"]
+        dims = len(k)
+        pads = a.get("pads", [0] * (2 * dims))
+        if pads[:dims] != pads[dims:]:
+            raise SystemExit("onnx_torch: asymmetric pool pads")
+        kw = dict(kernel_size=k, stride=a.get("strides", k), padding=pads[:dims],
+                  ceil_mode=bool(a.get("ceil_mode", 0)))
+        if op == "MaxPool":
+            pool = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[dims]
+            return [pool(x[0], dilation=a.get("dilations", 1), **kw)]
+        pool = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[dims]
+        return [pool(x[0], count_include_pad=bool(a.get("count_include_pad", 0)), **kw)]
+    if op == "GlobalAveragePool":
+        return [x[0].mean(dim=tuple(range(2, x[0].dim())), keepdim=True)]
+    if op == "BatchNormalization":
+        training = bool(a.get("training_mode", 0))
+        # The running statistics are buffers: updated in place, as torch does.
+        y = F.batch_norm(x[0], x[3], x[4], x[1], x[2], training,
+                         1 - a.get("momentum", 0.9), a.get("epsilon", 1e-5))
+        return [y, x[3], x[4]]
+    if op == "ScatterND":
+        y = x[0].clone()
+        idx = x[1]
+        k = idx.shape[-1]
+        flat = idx.reshape(-1, k)
+        upd = x[2].reshape((flat.shape[0],) + tuple(x[0].shape[k:]))
+        y[tuple(flat[:, j] for j in range(k))] = upd
+        return [y]
     raise SystemExit("onnx_torch: unsupported op %s" % op)
 
 
@@ -192,7 +269,7 @@ class OnnxModule(torch.nn.Module):
             t = torch.from_numpy(numpy_helper.to_array(init).copy())
             key = "p%d" % i
             self.names[init.name] = key
-            if t.is_floating_point():
+            if t.is_floating_point() and not init.name.endswith(("running_mean", "running_var")):
                 self.register_parameter(key, torch.nn.Parameter(t.to(dtype)))
             else:
                 self.register_buffer(key, t)

@@ -104,7 +104,8 @@ def run_measured(cmd, env):
     full = ["/usr/bin/time", "-f", "%M", "-o", tf] + cmd
     r = subprocess.run(full, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
-        raise RuntimeError("%s failed:\n%s" % (" ".join(cmd), r.stdout[-2000:]))
+        lines = [l for l in r.stdout.splitlines() if l.strip()]
+        raise RuntimeError("exit %d: %s" % (r.returncode, lines[-1] if lines else "no output"))
     rss = peak_rss_kib(tf)
     os.unlink(tf)
     return rss

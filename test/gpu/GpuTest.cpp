@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <numeric>
 
@@ -66,7 +67,11 @@ public:
 };
 
 std::string modelFile(const std::string &name) {
-  return std::string(HEADROOM_SOURCE_DIR) + "/test/models/" + name;
+  // The checkout's test models; HEADROOM_SOURCE_DIR in the environment
+  // names another checkout (a prebuilt binary, bench/gpu-bundle.sh).
+  const char *env = std::getenv("HEADROOM_SOURCE_DIR");
+  return std::string(env && *env ? env : HEADROOM_SOURCE_DIR) +
+         "/test/models/" + name;
 }
 
 //===----------------------------------------------------------------------===//

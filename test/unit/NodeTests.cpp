@@ -8,14 +8,20 @@
 #include <onnx/defs/schema.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 using namespace headroom;
 
 std::vector<NodeTestCase> headroom::loadNodeTests() {
   std::vector<NodeTestCase> out;
   std::error_code ec;
-  for (llvm::sys::fs::directory_iterator it(HEADROOM_ONNX_NODE_TESTS, ec), end;
-       it != end && !ec; it.increment(ec)) {
+  // HEADROOM_ONNX_NODE_TESTS in the environment overrides where the build
+  // found them (test/gpu's prebuilt binary runs on a machine without the
+  // package, bench/gpu-bundle.sh).
+  const char *env = std::getenv("HEADROOM_ONNX_NODE_TESTS");
+  std::string dir = env && *env ? env : HEADROOM_ONNX_NODE_TESTS;
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
+       it.increment(ec)) {
     NodeTestCase c;
     c.Dir = it->path();
     c.Name = llvm::sys::path::filename(it->path()).str();
