@@ -1,10 +1,14 @@
 //===- Devices.cpp - What hardware the runtime can use --------------------===//
 #include "runtime/Devices.h"
 
+#include "llvm/ADT/StringRef.h"
+
 #ifdef HEADROOM_HAVE_CUDA
 #include "runtime/cuda/CudaDevice.h"
 #endif
 
+#include <cblas.h>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 #include <unistd.h>
@@ -17,6 +21,30 @@ bool headroom::cudaBackendBuilt() {
 #else
   return false;
 #endif
+}
+
+std::string headroom::openBlasCore() {
+  const char *name = openblas_get_corename();
+  return name ? name : "";
+}
+
+std::string headroom::betterOpenBlasCoreFor(bool avx512, llvm::StringRef core) {
+  // The cores OpenBLAS 0.3.21 has AVX-512 kernels for.
+  std::string lower = core.lower();
+  bool hasAvx512Core =
+      lower == "skylakex" || lower == "cooperlake" || lower == "sapphirerapids";
+  return avx512 && !hasAvx512Core ? "SKYLAKEX" : "";
+}
+
+std::string headroom::betterOpenBlasCore() {
+  bool avx512 = false;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  avx512 =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#endif
+  return betterOpenBlasCoreFor(avx512, openBlasCore());
 }
 
 static std::string cpuModelName() {
@@ -52,7 +80,15 @@ std::vector<DeviceInfo> headroom::listDevices(std::string *note) {
   if (pages > 0 && pageSize > 0)
     cpu.MemoryBytes = uint64_t(pages) * uint64_t(pageSize);
   cpu.FreeBytes = availableMemory();
-  cpu.Detail = std::to_string(std::thread::hardware_concurrency()) + " threads";
+  cpu.Detail = std::to_string(std::thread::hardware_concurrency()) +
+               " threads, OpenBLAS " + openBlasCore() + " kernels";
+  // headroom re-runs itself with better kernels unless the user chose some.
+  if (const char *forced = std::getenv("OPENBLAS_CORETYPE"))
+    if (std::string better = betterOpenBlasCore(); !better.empty())
+      cpu.Detail += std::string(" (OPENBLAS_CORETYPE=") + forced +
+                    " is set; this CPU runs OpenBLAS's AVX-512 kernels: "
+                    "OPENBLAS_CORETYPE=" +
+                    better + ")";
   out.push_back(cpu);
 #ifdef HEADROOM_HAVE_CUDA
   std::vector<CudaDeviceInfo> gpus;

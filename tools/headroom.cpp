@@ -27,7 +27,9 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
+#include <cstdlib>
 #include <map>
+#include <unistd.h>
 
 using namespace headroom;
 namespace cl = llvm::cl;
@@ -351,7 +353,23 @@ static int runDevices() {
   return 0;
 }
 
+/// OpenBLAS picks its kernels when it is loaded, before main, from the CPU
+/// or OPENBLAS_CORETYPE. On a CPU it misjudges (runtime/Devices.h) headroom
+/// sets the variable and runs itself again, once: the variable is then set.
+/// A user's own OPENBLAS_CORETYPE is left alone.
+static void useTheBestOpenBlasKernels(char **argv) {
+  if (std::getenv("OPENBLAS_CORETYPE"))
+    return;
+  std::string core = betterOpenBlasCore();
+  if (core.empty())
+    return;
+  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  execv("/proc/self/exe", argv);
+  // exec failed: go on with the kernels OpenBLAS chose.
+}
+
 int main(int argc, char **argv) {
+  useTheBestOpenBlasKernels(argv);
   registerCompileFlags({&OptCmd, &TrainCmd, &ReportCmd, &CompileCmd}, Category);
   cl::HideUnrelatedOptions(Category);
   cl::ParseCommandLineOptions(

@@ -145,10 +145,23 @@ template <typename T> T intPow(T base, int64_t e) {
 /// (double for integer bases, then truncated like numpy's astype).
 template <typename T, typename E> T power(T base, E e) {
   if constexpr (std::is_floating_point_v<T>) {
-    // Squares are one rounded product, as numpy and torch compute them
-    // (LayerNorm variances, gradient norms, AdaLomo's g**2).
-    if (e == E(2))
+    // The exponents torch computes without pow (ATen's PowKernel, CPU and
+    // CUDA alike), computed as it does: squares and cubes are products
+    // (LayerNorm variances, gradient norms, AdaLomo's g**2, gelu's x**3),
+    // halves square roots.
+    double d = static_cast<double>(e); // an integer exponent never halves
+    if (d == 2)
       return base * base;
+    if (d == 3)
+      return base * base * base;
+    if (d == 0.5)
+      return std::sqrt(base);
+    if (d == -0.5)
+      return T(1) / std::sqrt(base);
+    if (d == -1)
+      return T(1) / base;
+    if (d == -2)
+      return T(1) / (base * base);
     return std::pow(base, static_cast<T>(e));
   } else if constexpr (std::is_integral_v<E>) {
     if constexpr (std::is_unsigned_v<E> && sizeof(E) == 8)

@@ -124,11 +124,23 @@ template <typename T> HR_HD T intPow(T base, int64_t e) {
   return result;
 }
 
-/// ONNX Pow with kernels/cpu's rules (squares are one product).
+/// ONNX Pow with kernels/cpu's rules (torch's: squares and cubes are
+/// products, halves square roots).
 template <typename T, typename E> HR_HD T power(T base, E e) {
   if constexpr (std::is_floating_point_v<T>) {
-    if (e == E(2))
+    double d = static_cast<double>(e); // an integer exponent never halves
+    if (d == 2)
       return base * base;
+    if (d == 3)
+      return base * base * base;
+    if (d == 0.5)
+      return msqrt(base);
+    if (d == -0.5)
+      return T(1) / msqrt(base);
+    if (d == -1)
+      return T(1) / base;
+    if (d == -2)
+      return T(1) / (base * base);
     return mpow(base, static_cast<T>(e));
   } else if constexpr (std::is_integral_v<E>) {
     return intPow(base, static_cast<int64_t>(e));

@@ -3,6 +3,7 @@
 #include "compiler/Parser.h"
 #include "kernels/cpu/CpuTarget.h"
 #include "passes/PassManager.h"
+#include "runtime/Devices.h"
 #include "runtime/Executor.h"
 
 using namespace headroom;
@@ -93,6 +94,25 @@ TEST(PlanTest, TiedWeightGradientIsCountedAsAGradient) {
   Plan plan = takeOrFail(lowerModule(*m, cpuTarget()));
   EXPECT_EQ(plan.Report.LargestParameter, 64u * 64 * 4);
   EXPECT_GE(plan.Report.GradientsMaxLive, plan.Report.LargestParameter);
+}
+
+} // namespace
+
+namespace {
+
+// OpenBLAS's AVX-512 kernels where the CPU has AVX-512 and the core OpenBLAS
+// chose has none (tools/headroom.cpp re-runs itself with them); nothing to
+// change otherwise.
+TEST(Devices, BetterOpenBlasCore) {
+  EXPECT_EQ(betterOpenBlasCoreFor(true, "Prescott"), "SKYLAKEX");
+  EXPECT_EQ(betterOpenBlasCoreFor(true, "Haswell"), "SKYLAKEX");
+  EXPECT_EQ(betterOpenBlasCoreFor(true, "Zen"), "SKYLAKEX");
+  EXPECT_EQ(betterOpenBlasCoreFor(true, "SkylakeX"), "");
+  EXPECT_EQ(betterOpenBlasCoreFor(true, "Cooperlake"), "");
+  EXPECT_EQ(betterOpenBlasCoreFor(true, "SapphireRapids"), "");
+  EXPECT_EQ(betterOpenBlasCoreFor(false, "Haswell"), "");
+  EXPECT_EQ(betterOpenBlasCoreFor(false, "Prescott"), "");
+  EXPECT_FALSE(openBlasCore().empty());
 }
 
 } // namespace
