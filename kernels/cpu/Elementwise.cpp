@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/KernelUtil.h"
+#include "kernels/cpu/VecMath.h"
 
 #include <cmath>
 #include <cstring>
@@ -289,6 +290,17 @@ HR_UNARY(FloorOp, std::floor(x))
 HR_UNARY(CeilOp, std::ceil(x))
 HR_UNARY(NotOp, !x)
 #undef HR_UNARY
+
+/// Tanh: f32 through the vectorized polynomial (kernels/cpu/VecMath.h;
+/// gelu's tanh in every GPT), the other types element by element.
+Error tanhKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (x.Type == DType::F32) {
+    tanhArray(x.as<float>(), y.as<float>(), y.numElements());
+    return Error::success();
+  }
+  return unaryKernel<TanhOp, FloatTypes>(ctx);
+}
 
 Error leakyRelu(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
@@ -594,7 +606,7 @@ void headroom::cpu::registerElementwiseKernels() {
   registerKernel("Log", unaryKernel<LogOp, FloatTypes>);
   registerKernel("Sqrt", unaryKernel<SqrtOp, FloatTypes>);
   registerKernel("Reciprocal", unaryKernel<ReciprocalOp, FloatTypes>);
-  registerKernel("Tanh", unaryKernel<TanhOp, FloatTypes>);
+  registerKernel("Tanh", tanhKernel);
   registerKernel("Sigmoid", unaryKernel<SigmoidOp, FloatTypes>);
   registerKernel("Relu", unaryKernel<ReluOp, Num>);
   registerKernel("LeakyRelu", leakyRelu);

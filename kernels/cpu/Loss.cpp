@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+#include "kernels/cpu/VecMath.h"
 
 #include <algorithm>
 #include <cmath>
@@ -104,6 +105,20 @@ targetWeights(const KernelContext &ctx, const LossShape &s,
 /// log_softmax over axis 1 of [N, C, D] scores, a row of D at a time.
 template <typename T>
 void logSoftmaxAxis1(const T *x, T *y, const LossShape &s) {
+  if constexpr (std::is_same_v<T, float>)
+    if (s.D == 1) { // [N, C]: contiguous rows, vectorized exp
+      for (int64_t n = 0; n < s.N; ++n) {
+        const float *in = x + n * s.C;
+        float *out = y + n * s.C;
+        float shift = s.C ? in[0] : 0;
+        for (int64_t c = 1; c < s.C; ++c)
+          shift = std::max(shift, in[c]);
+        float logSum = std::log(sumExpShifted(in, shift, s.C));
+        for (int64_t c = 0; c < s.C; ++c)
+          out[c] = (in[c] - shift) - logSum;
+      }
+      return;
+    }
   std::vector<T> shift(s.D);
   for (int64_t n = 0; n < s.N; ++n) {
     const T *in = x + n * s.C * s.D;
@@ -208,8 +223,16 @@ template <typename T> Error softmaxCrossEntropy(const KernelContext &ctx) {
     for (int64_t c = 1; c < s->C; ++c)
       shift = std::max(shift, row[c * s->D]);
     T sum = 0;
-    for (int64_t c = 0; c < s->C; ++c)
-      sum += std::exp(row[c * s->D] - shift);
+    if constexpr (std::is_same_v<T, float>) {
+      if (s->D == 1)
+        sum = sumExpShifted(row, shift, s->C);
+      else
+        for (int64_t c = 0; c < s->C; ++c)
+          sum += std::exp(row[c * s->D] - shift);
+    } else {
+      for (int64_t c = 0; c < s->C; ++c)
+        sum += std::exp(row[c * s->D] - shift);
+    }
     return (row[label * s->D] - shift) - std::log(sum);
   };
   nllReduceWith<T>(logProbAt, *w, labels, *s, ctx.Outputs[0].as<T>());
@@ -251,9 +274,18 @@ template <typename T> Error softmaxCrossEntropyGrad(const KernelContext &ctx) {
       // An ignored target contributes nothing, even when norm is 0.
       scale[d] = (*w)[i] == 0 ? T(0) : T((*w)[i] * gi / norm);
     }
-    for (int64_t c = 0; c < s->C; ++c)
-      for (int64_t d = 0; d < s->D; ++d)
-        row[c * s->D + d] = std::exp(row[c * s->D + d]) * scale[d];
+    if constexpr (std::is_same_v<T, float>) {
+      if (s->D == 1)
+        expScaled(row, scale[0], row, s->C);
+      else
+        for (int64_t c = 0; c < s->C; ++c)
+          for (int64_t d = 0; d < s->D; ++d)
+            row[c * s->D + d] = std::exp(row[c * s->D + d]) * scale[d];
+    } else {
+      for (int64_t c = 0; c < s->C; ++c)
+        for (int64_t d = 0; d < s->D; ++d)
+          row[c * s->D + d] = std::exp(row[c * s->D + d]) * scale[d];
+    }
     for (int64_t d = 0; d < s->D; ++d) {
       int64_t i = n * s->D + d;
       if ((*w)[i] != 0)

@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+#include "kernels/cpu/VecMath.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -274,9 +275,13 @@ template <typename T> void softmaxRow(const T *x, T *y, int64_t n, bool log) {
   for (int64_t k = 0; k < n; ++k)
     max = std::max(max, x[k]);
   T sum = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    y[k] = std::exp(x[k] - max);
-    sum += y[k];
+  if constexpr (std::is_same_v<T, float>) {
+    sum = expShifted(x, max, y, n); // vectorized (kernels/cpu/VecMath.h)
+  } else {
+    for (int64_t k = 0; k < n; ++k) {
+      y[k] = std::exp(x[k] - max);
+      sum += y[k];
+    }
   }
   // (x - max) - log(sum), not x - (max + log(sum)): near large logits the
   // latter rounds log(sum) away in f32.

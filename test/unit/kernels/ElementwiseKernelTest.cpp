@@ -10,10 +10,12 @@
 #include "KernelTestUtil.h"
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/KernelUtil.h"
+#include "kernels/cpu/VecMath.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -425,6 +427,73 @@ TEST(ElementwiseKernelTest, DropoutInTrainingModeDropsRatioAndScales) {
 
   EXPECT_EQ(dropout(x, {1.0f}, {1}, 42).Error,
             "Dropout: ratio 1.000000 is not in [0, 1)");
+}
+
+} // namespace
+
+namespace {
+
+/// Distance in units in the last place between two finite floats.
+int64_t ulps(float a, float b) {
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  if ((ia < 0) != (ib < 0))
+    return a == b ? 0
+                  : std::abs(int64_t(ia & 0x7fffffff)) +
+                        std::abs(int64_t(ib & 0x7fffffff));
+  return std::abs(int64_t(ia) - int64_t(ib));
+}
+
+// kernels/cpu/VecMath.h: within 2 ulp of libm over the range softmax, losses
+// and gelu see, and the special values kept.
+TEST(VecMathTest, ExpAndTanhAreWithinTwoUlpOfLibm) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> wide(-87, 88), narrow(-1, 1);
+  std::vector<float> x(200000);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = i % 2 ? wide(rng) : narrow(rng) * (i % 7 ? 1.0f : 1e-3f);
+  std::vector<float> y(x.size());
+  expScaled(x.data(), 1.0f, y.data(), x.size());
+  int64_t worst = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    worst = std::max(worst, ulps(y[i], std::exp(x[i])));
+  EXPECT_LE(worst, 2) << "exp";
+  tanhArray(x.data(), y.data(), x.size());
+  worst = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    worst = std::max(worst, ulps(y[i], std::tanh(x[i])));
+  EXPECT_LE(worst, 2) << "tanh";
+  float special[] = {0.0f,
+                     -0.0f,
+                     100.0f,
+                     -100.0f,
+                     std::numeric_limits<float>::infinity(),
+                     -std::numeric_limits<float>::infinity(),
+                     std::nanf("")};
+  float e[7], t[7];
+  expScaled(special, 1.0f, e, 7);
+  tanhArray(special, t, 7);
+  EXPECT_EQ(e[0], 1.0f);
+  EXPECT_EQ(e[2], std::numeric_limits<float>::infinity());
+  EXPECT_EQ(e[3], 0.0f);
+  EXPECT_EQ(e[4], std::numeric_limits<float>::infinity());
+  EXPECT_EQ(e[5], 0.0f);
+  EXPECT_TRUE(std::isnan(e[6]));
+  EXPECT_EQ(t[0], 0.0f);
+  EXPECT_EQ(t[2], 1.0f);
+  EXPECT_EQ(t[3], -1.0f);
+  EXPECT_EQ(t[4], 1.0f);
+  EXPECT_EQ(t[5], -1.0f);
+  EXPECT_TRUE(std::isnan(t[6]));
+  // The sums are the sums of the stored values (to float rounding).
+  std::vector<float> z(1000);
+  float sum = expShifted(x.data(), 3.0f, z.data(), z.size());
+  double want = 0;
+  for (float v : z)
+    want += v;
+  EXPECT_NEAR(sum, want, 1e-5 * want);
+  EXPECT_NEAR(sumExpShifted(x.data(), 3.0f, z.size()), want, 1e-5 * want);
 }
 
 } // namespace

@@ -1,0 +1,35 @@
+//===- VecMath.h - Vectorized exp and tanh for the CPU kernels --*- C++ -*-===//
+//
+// glibc's expf and tanhf are scalar calls, and the kernels are compiled for
+// baseline x86-64: the loss over a vocabulary, softmax and gelu spent a fifth
+// of a GPT step in them. These loops compute Cephes' single-precision
+// polynomials (exp: range reduction by ln 2 and a degree-6 polynomial; tanh:
+// an odd polynomial below 0.625, 1 - 2 / (exp(2x) + 1) above), within 2 ulp
+// of the correctly rounded result, branch-free so that the compiler
+// vectorizes them; each is compiled for AVX-512, AVX2 and the baseline, and
+// the CPU picks (function multiversioning). NaN stays NaN, exp overflows to
+// inf and underflows to 0 below -87.3 (where expf gives subnormals).
+//
+//===----------------------------------------------------------------------===//
+#ifndef HEADROOM_KERNELS_CPU_VECMATH_H
+#define HEADROOM_KERNELS_CPU_VECMATH_H
+
+#include <cstdint>
+
+namespace headroom {
+namespace cpu {
+
+/// y[i] = exp(x[i] - shift), i < n; returns the sum of the y[i] (float
+/// accumulation). y may be x.
+float expShifted(const float *x, float shift, float *y, int64_t n);
+/// The sum of exp(x[i] - shift), i < n, without storing them.
+float sumExpShifted(const float *x, float shift, int64_t n);
+/// y[i] = exp(x[i]) * scale; y may be x.
+void expScaled(const float *x, float scale, float *y, int64_t n);
+/// y[i] = tanh(x[i]); y may be x.
+void tanhArray(const float *x, float *y, int64_t n);
+
+} // namespace cpu
+} // namespace headroom
+
+#endif // HEADROOM_KERNELS_CPU_VECMATH_H
