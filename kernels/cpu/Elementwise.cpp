@@ -151,6 +151,8 @@ template <typename T, typename E> T power(T base, E e) {
     // (LayerNorm variances, gradient norms, AdaLomo's g**2, gelu's x**3),
     // halves square roots.
     double d = static_cast<double>(e); // an integer exponent never halves
+    if (d == 1)
+      return base;
     if (d == 2)
       return base * base;
     if (d == 3)
@@ -300,6 +302,16 @@ Error tanhKernel(const KernelContext &ctx) {
     return Error::success();
   }
   return unaryKernel<TanhOp, FloatTypes>(ctx);
+}
+
+/// Sigmoid likewise (SiLU in every Llama).
+Error sigmoidKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (x.Type == DType::F32) {
+    sigmoidArray(x.as<float>(), y.as<float>(), y.numElements());
+    return Error::success();
+  }
+  return unaryKernel<SigmoidOp, FloatTypes>(ctx);
 }
 
 Error leakyRelu(const KernelContext &ctx) {
@@ -607,7 +619,7 @@ void headroom::cpu::registerElementwiseKernels() {
   registerKernel("Sqrt", unaryKernel<SqrtOp, FloatTypes>);
   registerKernel("Reciprocal", unaryKernel<ReciprocalOp, FloatTypes>);
   registerKernel("Tanh", tanhKernel);
-  registerKernel("Sigmoid", unaryKernel<SigmoidOp, FloatTypes>);
+  registerKernel("Sigmoid", sigmoidKernel);
   registerKernel("Relu", unaryKernel<ReluOp, Num>);
   registerKernel("LeakyRelu", leakyRelu);
   registerKernel("Clip", clip);

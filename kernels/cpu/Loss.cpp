@@ -110,9 +110,7 @@ void logSoftmaxAxis1(const T *x, T *y, const LossShape &s) {
       for (int64_t n = 0; n < s.N; ++n) {
         const float *in = x + n * s.C;
         float *out = y + n * s.C;
-        float shift = s.C ? in[0] : 0;
-        for (int64_t c = 1; c < s.C; ++c)
-          shift = std::max(shift, in[c]);
+        float shift = s.C ? maxArray(in, s.C) : 0;
         float logSum = std::log(sumExpShifted(in, shift, s.C));
         for (int64_t c = 0; c < s.C; ++c)
           out[c] = (in[c] - shift) - logSum;
@@ -220,8 +218,16 @@ template <typename T> Error softmaxCrossEntropy(const KernelContext &ctx) {
   auto logProbAt = [&](int64_t n, int64_t d, int64_t label) {
     const T *row = x + n * s->C * s->D + d;
     T shift = row[0];
-    for (int64_t c = 1; c < s->C; ++c)
-      shift = std::max(shift, row[c * s->D]);
+    if constexpr (std::is_same_v<T, float>) {
+      if (s->D == 1)
+        shift = maxArray(row, s->C);
+      else
+        for (int64_t c = 1; c < s->C; ++c)
+          shift = std::max(shift, row[c * s->D]);
+    } else {
+      for (int64_t c = 1; c < s->C; ++c)
+        shift = std::max(shift, row[c * s->D]);
+    }
     T sum = 0;
     if constexpr (std::is_same_v<T, float>) {
       if (s->D == 1)

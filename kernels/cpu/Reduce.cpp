@@ -272,8 +272,11 @@ Error argMaxKernel(const KernelContext &ctx) {
 /// Softmax (or log-softmax) of `n` contiguous elements.
 template <typename T> void softmaxRow(const T *x, T *y, int64_t n, bool log) {
   T max = lowestValue<T>();
-  for (int64_t k = 0; k < n; ++k)
-    max = std::max(max, x[k]);
+  if constexpr (std::is_same_v<T, float>)
+    max = std::max(max, maxArray(x, n));
+  else
+    for (int64_t k = 0; k < n; ++k)
+      max = std::max(max, x[k]);
   T sum = 0;
   if constexpr (std::is_same_v<T, float>) {
     sum = expShifted(x, max, y, n); // vectorized (kernels/cpu/VecMath.h)

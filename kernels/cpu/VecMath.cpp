@@ -7,7 +7,8 @@ using namespace headroom;
 using namespace headroom::cpu;
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define HR_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+#define HR_MULTIVERSION                                                        \
+  __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define HR_MULTIVERSION
 #endif
@@ -52,14 +53,14 @@ inline float vexp(float x) {
 inline float vtanh(float x) {
   float a = x < 0 ? -x : x;
   float z = x * x;
-  float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z -
-                   5.37397155531e-2f) *
-                      z +
-                  1.33314422036e-1f) *
-                     z -
-                 3.33332819422e-1f) *
-                    z * x +
-                x;
+  float small =
+      ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) *
+            z +
+        1.33314422036e-1f) *
+           z -
+       3.33332819422e-1f) *
+          z * x +
+      x;
   float big = 1.0f - 2.0f / (vexp(a + a) + 1.0f);
   big = x < 0 ? -big : big;
   float y = a < 0.625f ? small : big;
@@ -69,7 +70,7 @@ inline float vtanh(float x) {
 } // namespace
 
 HR_MULTIVERSION float headroom::cpu::expShifted(const float *x, float shift,
-                                               float *y, int64_t n) {
+                                                float *y, int64_t n) {
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) {
@@ -80,8 +81,8 @@ HR_MULTIVERSION float headroom::cpu::expShifted(const float *x, float shift,
   return sum;
 }
 
-HR_MULTIVERSION float headroom::cpu::sumExpShifted(const float *x,
-                                                  float shift, int64_t n) {
+HR_MULTIVERSION float headroom::cpu::sumExpShifted(const float *x, float shift,
+                                                   int64_t n) {
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i)
@@ -90,15 +91,37 @@ HR_MULTIVERSION float headroom::cpu::sumExpShifted(const float *x,
 }
 
 HR_MULTIVERSION void headroom::cpu::expScaled(const float *x, float scale,
-                                             float *y, int64_t n) {
+                                              float *y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i)
     y[i] = vexp(x[i]) * scale;
 }
 
 HR_MULTIVERSION void headroom::cpu::tanhArray(const float *x, float *y,
-                                             int64_t n) {
+                                              int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i)
     y[i] = vtanh(x[i]);
+}
+
+HR_MULTIVERSION void headroom::cpu::sigmoidArray(const float *x, float *y,
+                                                 int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    float e = vexp(v < 0 ? v : -v); // exp(-|x|) <= 1
+    float s = v >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
+    y[i] = v != v ? v : s;
+  }
+}
+
+HR_MULTIVERSION float headroom::cpu::maxArray(const float *x, int64_t n) {
+  float m = -__builtin_inff();
+  bool nan = false;
+#pragma omp simd reduction(max : m) reduction(| : nan)
+  for (int64_t i = 0; i < n; ++i) {
+    m = x[i] > m ? x[i] : m;
+    nan |= x[i] != x[i];
+  }
+  return nan ? __builtin_nanf("") : m;
 }

@@ -28,6 +28,11 @@ float sumExpShifted(const float *x, float shift, int64_t n);
 void expScaled(const float *x, float scale, float *y, int64_t n);
 /// y[i] = tanh(x[i]); y may be x.
 void tanhArray(const float *x, float *y, int64_t n);
+/// y[i] = 1 / (1 + exp(-x[i])), in the form whose exp cannot overflow; y may
+/// be x.
+void sigmoidArray(const float *x, float *y, int64_t n);
+/// The largest x[i], i < n (-inf for n = 0); NaN when some x[i] is NaN.
+float maxArray(const float *x, int64_t n);
 
 } // namespace cpu
 } // namespace headroom

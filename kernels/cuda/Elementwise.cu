@@ -129,6 +129,8 @@ template <typename T> HR_HD T intPow(T base, int64_t e) {
 template <typename T, typename E> HR_HD T power(T base, E e) {
   if constexpr (std::is_floating_point_v<T>) {
     double d = static_cast<double>(e); // an integer exponent never halves
+    if (d == 1)
+      return base;
     if (d == 2)
       return base * base;
     if (d == 3)

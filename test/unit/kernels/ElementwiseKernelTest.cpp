@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -445,9 +446,10 @@ int64_t ulps(float a, float b) {
   return std::abs(int64_t(ia) - int64_t(ib));
 }
 
-// kernels/cpu/VecMath.h: within 2 ulp of libm over the range softmax, losses
-// and gelu see, and the special values kept.
-TEST(VecMathTest, ExpAndTanhAreWithinTwoUlpOfLibm) {
+// kernels/cpu/VecMath.h: exp and tanh within 2 ulp of libm over the range
+// softmax, losses and gelu see (sigmoid 4: a division more), the special
+// values kept; the max of an array.
+TEST(VecMathTest, ExpTanhSigmoidAreWithinAFewUlpOfLibm) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> wide(-87, 88), narrow(-1, 1);
   std::vector<float> x(200000);
@@ -486,6 +488,18 @@ TEST(VecMathTest, ExpAndTanhAreWithinTwoUlpOfLibm) {
   EXPECT_EQ(t[4], 1.0f);
   EXPECT_EQ(t[5], -1.0f);
   EXPECT_TRUE(std::isnan(t[6]));
+  sigmoidArray(x.data(), y.data(), x.size());
+  worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    float want = x[i] >= 0 ? 1 / (1 + std::exp(-x[i]))
+                           : std::exp(x[i]) / (1 + std::exp(x[i]));
+    worst = std::max(worst, ulps(y[i], want));
+  }
+  EXPECT_LE(worst, 4) << "sigmoid";
+  EXPECT_EQ(maxArray(x.data(), x.size()),
+            *std::max_element(x.begin(), x.end()));
+  EXPECT_EQ(maxArray(x.data(), 0), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(maxArray(special, 7)));
   // The sums are the sums of the stored values (to float rounding).
   std::vector<float> z(1000);
   float sum = expShifted(x.data(), 3.0f, z.data(), z.size());
