@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/KernelUtil.h"
+#include "kernels/cpu/Parallel.h"
 #include "kernels/cpu/VecMath.h"
 
 #include <cmath>
@@ -188,8 +189,10 @@ template <typename T, typename U, typename F>
 void mapUnary(const TensorView &in, const TensorView &out, F f) {
   const T *x = in.as<T>();
   U *y = out.as<U>();
-  for (int64_t i = 0, n = out.numElements(); i < n; ++i)
-    y[i] = Elem<U>::store(f(Elem<T>::load(x[i])));
+  parallelFor(out.numElements(), kParallelGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      y[i] = Elem<U>::store(f(Elem<T>::load(x[i])));
+  });
 }
 
 /// o[i] = f(a[i * as], b[i * bs]) for i < n, with the stride combinations
@@ -226,6 +229,13 @@ void mapBinary(const TensorView &a, const TensorView &b, const TensorView &out,
   const B *pb = b.as<B>();
   O *po = out.as<O>();
   BroadcastLoops<2> loops(out.Shape, {a.Shape, b.Shape});
+  if (loops.dims().size() == 1) { // one row (same shapes, a scalar): split it
+    int64_t sa = loops.strides(0)[0], sb = loops.strides(1)[0];
+    parallelFor(loops.dims()[0], kParallelGrain, [&](int64_t b, int64_t e) {
+      binaryRow(pa + b * sa, sa, pb + b * sb, sb, po + b, e - b, f);
+    });
+    return;
+  }
   loops.forEachRow([&](int64_t o, const BroadcastLoops<2>::Offsets &off,
                        int64_t n, const BroadcastLoops<2>::Offsets &st) {
     binaryRow(pa + off[0], st[0], pb + off[1], st[1], po + o, n, f);
@@ -298,7 +308,11 @@ HR_UNARY(NotOp, !x)
 Error tanhKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
   if (x.Type == DType::F32) {
-    tanhArray(x.as<float>(), y.as<float>(), y.numElements());
+    const float *px = x.as<float>();
+    float *py = y.as<float>();
+    parallelFor(y.numElements(), kParallelGrain, [&](int64_t b, int64_t e) {
+      tanhArray(px + b, py + b, e - b);
+    });
     return Error::success();
   }
   return unaryKernel<TanhOp, FloatTypes>(ctx);
@@ -308,7 +322,11 @@ Error tanhKernel(const KernelContext &ctx) {
 Error sigmoidKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
   if (x.Type == DType::F32) {
-    sigmoidArray(x.as<float>(), y.as<float>(), y.numElements());
+    const float *px = x.as<float>();
+    float *py = y.as<float>();
+    parallelFor(y.numElements(), kParallelGrain, [&](int64_t b, int64_t e) {
+      sigmoidArray(px + b, py + b, e - b);
+    });
     return Error::success();
   }
   return unaryKernel<SigmoidOp, FloatTypes>(ctx);

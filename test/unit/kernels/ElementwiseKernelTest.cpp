@@ -10,11 +10,13 @@
 #include "KernelTestUtil.h"
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/KernelUtil.h"
+#include "kernels/cpu/Parallel.h"
 #include "kernels/cpu/VecMath.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -508,6 +510,37 @@ TEST(VecMathTest, ExpTanhSigmoidAreWithinAFewUlpOfLibm) {
     want += v;
   EXPECT_NEAR(sum, want, 1e-5 * want);
   EXPECT_NEAR(sumExpShifted(x.data(), 3.0f, z.size()), want, 1e-5 * want);
+}
+
+} // namespace
+
+namespace {
+
+// kernels/cpu/Parallel.h: every index exactly once, chunks contiguous and
+// ordered, small loops on the calling thread; many jobs back to back (the
+// pool's generations) lose nothing.
+TEST(ParallelTest, EveryIndexOnceInContiguousChunks) {
+  for (int64_t n : {int64_t(0), int64_t(5), kParallelGrain * 2 - 1,
+                    kParallelGrain * 2, kParallelGrain * 7 + 3}) {
+    std::vector<std::atomic<int>> hits(n);
+    std::atomic<int> calls{0};
+    parallelFor(n, kParallelGrain, [&](int64_t b, int64_t e) {
+      EXPECT_LE(b, e);
+      ++calls;
+      for (int64_t i = b; i < e; ++i)
+        ++hits[i];
+    });
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(hits[i].load(), 1) << "n " << n << " index " << i;
+    if (n < 2 * kParallelGrain)
+      EXPECT_EQ(calls.load(), n ? 1 : 0);
+    else
+      EXPECT_LE(calls.load(), int(kernelThreads()));
+  }
+  std::atomic<int64_t> total{0};
+  for (int job = 0; job < 2000; ++job)
+    parallelFor(4 * 16, 16, [&](int64_t b, int64_t e) { total += e - b; });
+  EXPECT_EQ(total.load(), 2000 * 64);
 }
 
 } // namespace
