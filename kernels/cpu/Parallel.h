@@ -1,4 +1,4 @@
-//===- Parallel.h - Splitting a CPU kernel's loop across threads -*- C++ -*-===//
+//===- Parallel.h - A CPU kernel's loop across threads ----------*- C++ -*-===//
 //
 // GEMM runs on OpenBLAS's threads; the other kernels ran on one. parallelFor
 // splits a loop whose iterations are independent (each writes its own
