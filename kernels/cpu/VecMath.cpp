@@ -26,6 +26,8 @@ inline float vexp(float x) {
   const float hi = 88.7228391f, lo = -87.3365447f;
   float c = x > hi ? hi : x;
   c = c < lo ? lo : c;
+  c = x != x ? 0.0f : c; // NaN: computed as 0, replaced by x at the end
+  //                       (converting NaN to an integer is undefined)
   // k = round(c / ln 2) by adding and subtracting 1.5 * 2^23 (no libm
   // call, so the loop vectorizes); r = c - k ln 2 in two parts.
   const float magic = 12582912.0f;
