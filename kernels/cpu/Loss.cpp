@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+#include "kernels/cpu/LossShape.h"
 #include "kernels/cpu/VecMath.h"
 
 #include <algorithm>
@@ -27,51 +28,6 @@ using llvm::Error;
 using llvm::Expected;
 
 namespace {
-
-enum class Reduction { None, Sum, Mean };
-
-/// The problem's sizes and attributes, checked against the operands.
-struct LossShape {
-  int64_t N = 0, C = 0, D = 1;
-  Reduction Red = Reduction::Mean;
-  bool HasIgnore = false;
-  int64_t IgnoreIndex = 0;
-};
-
-Expected<LossShape> lossShape(const KernelContext &ctx,
-                              const TensorView &scores,
-                              const TensorView &labels,
-                              const TensorView *weight) {
-  LossShape s;
-  std::string red = ctx.attrString("reduction", "mean");
-  if (red == "none")
-    s.Red = Reduction::None;
-  else if (red == "sum")
-    s.Red = Reduction::Sum;
-  else if (red != "mean")
-    return ctx.unsupported("reduction '" + red + "' is not supported");
-  if (const Attribute *ii = ctx.attr("ignore_index")) {
-    s.HasIgnore = true;
-    s.IgnoreIndex = ii->asInt();
-  }
-  if (scores.rank() < 2)
-    return ctx.unsupported("scores must have rank >= 2");
-  if (labels.Type != DType::I64 && labels.Type != DType::I32)
-    return ctx.unsupported("labels of type " + dtypeName(labels.Type) +
-                           " are not supported");
-  s.N = scores.Shape[0];
-  s.C = scores.Shape[1];
-  for (unsigned i = 2; i < scores.rank(); ++i)
-    s.D *= scores.Shape[i];
-  if (labels.rank() + 1 != scores.rank() || labels.Shape[0] != s.N ||
-      labels.numElements() != s.N * s.D)
-    return ctx.unsupported("labels do not have the shape [N, d1, ...]");
-  if (weight && weight->present() &&
-      (weight->Type != scores.Type || weight->rank() != 1 ||
-       weight->Shape[0] != s.C))
-    return ctx.unsupported("weight must have the scores' type and shape [C]");
-  return s;
-}
 
 int64_t labelAt(const TensorView &labels, int64_t i) {
   return labels.Type == DType::I64 ? labels.as<int64_t>()[i]
@@ -166,14 +122,6 @@ void nllReduce(const T *logProb, const std::vector<T> &w,
   nllReduceWith<T>([&](int64_t n, int64_t d,
                        int64_t c) { return logProb[(n * s.C + c) * s.D + d]; },
                    w, labels, s, loss);
-}
-
-Error checkLossType(const KernelContext &ctx, const LossShape &s,
-                    const TensorView &loss) {
-  int64_t want = s.Red == Reduction::None ? s.N * s.D : 1;
-  if (loss.numElements() != want)
-    return ctx.unsupported("result type does not match the reduction");
-  return Error::success();
 }
 
 template <typename T> Error nllLoss(const KernelContext &ctx) {
@@ -315,6 +263,49 @@ Error softmaxCrossEntropyGradKernel(const KernelContext &ctx) {
 }
 
 } // namespace
+
+Expected<LossShape> headroom::cpu::lossShape(const KernelContext &ctx,
+                                             const TensorView &scores,
+                                             const TensorView &labels,
+                                             const TensorView *weight) {
+  LossShape s;
+  std::string red = ctx.attrString("reduction", "mean");
+  if (red == "none")
+    s.Red = Reduction::None;
+  else if (red == "sum")
+    s.Red = Reduction::Sum;
+  else if (red != "mean")
+    return ctx.unsupported("reduction '" + red + "' is not supported");
+  if (const Attribute *ii = ctx.attr("ignore_index")) {
+    s.HasIgnore = true;
+    s.IgnoreIndex = ii->asInt();
+  }
+  if (scores.rank() < 2)
+    return ctx.unsupported("scores must have rank >= 2");
+  if (labels.Type != DType::I64 && labels.Type != DType::I32)
+    return ctx.unsupported("labels of type " + dtypeName(labels.Type) +
+                           " are not supported");
+  s.N = scores.Shape[0];
+  s.C = scores.Shape[1];
+  for (unsigned i = 2; i < scores.rank(); ++i)
+    s.D *= scores.Shape[i];
+  if (labels.rank() + 1 != scores.rank() || labels.Shape[0] != s.N ||
+      labels.numElements() != s.N * s.D)
+    return ctx.unsupported("labels do not have the shape [N, d1, ...]");
+  if (weight && weight->present() &&
+      (weight->Type != scores.Type || weight->rank() != 1 ||
+       weight->Shape[0] != s.C))
+    return ctx.unsupported("weight must have the scores' type and shape [C]");
+  return s;
+}
+
+Error headroom::cpu::checkLossType(const KernelContext &ctx, const LossShape &s,
+                                   const TensorView &loss) {
+  int64_t want = s.Red == Reduction::None ? s.targets() : 1;
+  if (loss.numElements() != want)
+    return ctx.unsupported("result type does not match the reduction");
+  return Error::success();
+}
 
 void headroom::cpu::registerLossKernels() {
   registerKernel("NegativeLogLikelihoodLoss", nllLossKernel,

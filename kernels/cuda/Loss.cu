@@ -33,6 +33,7 @@
 // and is never used to index.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/cpu/LossShape.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
 #include "kernels/cuda/Workspace.h"
@@ -46,63 +47,14 @@ using llvm::Expected;
 
 namespace {
 
-enum class Reduction { None, Sum, Mean };
+using cpu::checkLossType;
+using cpu::LossShape;
+using cpu::lossShape;
+using cpu::Reduction;
 
-/// The problem's sizes and attributes, checked against the operands.
-struct LossShape {
-  int64_t N = 0, C = 0, D = 1;
-  Reduction Red = Reduction::Mean;
-  bool HasIgnore = false;
-  int64_t IgnoreIndex = 0;
-
-  int64_t targets() const { return N * D; }
-  /// Whether one target is a block's work (else a thread's).
-  bool blockPerTarget() const {
-    return ws::lossBlockPerTarget(C, D, targets());
-  }
-};
-
-Expected<LossShape> lossShape(const KernelContext &ctx,
-                              const TensorView &scores,
-                              const TensorView &labels,
-                              const TensorView *weight) {
-  LossShape s;
-  std::string red = ctx.attrString("reduction", "mean");
-  if (red == "none")
-    s.Red = Reduction::None;
-  else if (red == "sum")
-    s.Red = Reduction::Sum;
-  else if (red != "mean")
-    return ctx.unsupported("reduction '" + red + "' is not supported");
-  if (const Attribute *ii = ctx.attr("ignore_index")) {
-    s.HasIgnore = true;
-    s.IgnoreIndex = ii->asInt();
-  }
-  if (scores.rank() < 2)
-    return ctx.unsupported("scores must have rank >= 2");
-  if (labels.Type != DType::I64 && labels.Type != DType::I32)
-    return ctx.unsupported("labels of type " + dtypeName(labels.Type) +
-                           " are not supported");
-  s.N = scores.Shape[0];
-  s.C = scores.Shape[1];
-  for (unsigned i = 2; i < scores.rank(); ++i)
-    s.D *= scores.Shape[i];
-  if (labels.rank() + 1 != scores.rank() || labels.Shape[0] != s.N ||
-      labels.numElements() != s.N * s.D)
-    return ctx.unsupported("labels do not have the shape [N, d1, ...]");
-  if (weight && weight->present() &&
-      (weight->Type != scores.Type || weight->rank() != 1 ||
-       weight->Shape[0] != s.C))
-    return ctx.unsupported("weight must have the scores' type and shape [C]");
-  return s;
-}
-
-Error checkLossType(const KernelContext &ctx, const LossShape &s,
-                    const TensorView &loss) {
-  int64_t want = s.Red == Reduction::None ? s.targets() : 1;
-  if (loss.numElements() != want)
-    return ctx.unsupported("result type does not match the reduction");
-  return Error::success();
+/// Whether one target is a block's work (else a thread's).
+bool blockPerTarget(const LossShape &s) {
+  return ws::lossBlockPerTarget(s.C, s.D, s.targets());
 }
 
 /// Each target's label and weight, on the device.
@@ -312,7 +264,7 @@ void launchLoss(const KernelContext &ctx, const LossShape &s, const T *x,
                 const TargetView<T> &tg, T *loss) {
   LossSource<T, FromScores> src{x, tg};
   // Gathering log-probabilities is one load a target: no block needed.
-  bool shared = FromScores && s.blockPerTarget();
+  bool shared = FromScores && blockPerTarget(s);
   if (s.Red == Reduction::None) {
     LossNoneBody<T, FromScores> body{src, loss};
     if (shared)
@@ -395,7 +347,7 @@ struct SoftmaxCrossEntropyApply {
         return Ctx.unsupported("log_prob type does not match the scores");
       T *logProb = Ctx.Outputs[1].as<T>();
       LogSoftmaxBody<T> body{scores.as<T>(), logProb, tg};
-      if (s->blockPerTarget())
+      if (blockPerTarget(*s))
         forEachRow(Ctx, s->targets(), body);
       else
         forEach(Ctx, s->targets(), body);
@@ -543,7 +495,7 @@ template <typename T>
 void launchGradRows(const KernelContext &ctx, const LossShape &s,
                     GradBody<T> body, const void *park, int64_t count) {
   GradRowsBody<T> rows{body, park};
-  if (s.blockPerTarget())
+  if (blockPerTarget(s))
     forEachRow(ctx, count, rows);
   else
     forEach(ctx, count, rows);
@@ -594,7 +546,7 @@ struct GradApply {
       launchGradRows(Ctx, *s, body, norm, targets);
       return Error::success();
     }
-    bool shared = s->blockPerTarget();
+    bool shared = blockPerTarget(*s);
     if (dscores.sizeInBytes() < sizeof(double)) {
       forEachRow(
           Ctx, 1,
