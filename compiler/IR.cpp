@@ -143,7 +143,8 @@ Node *Function::createNode(llvm::StringRef op, llvm::ArrayRef<Value *> operands,
   n->Op = op.str();
   n->Info = info;
   n->Parent = this;
-  n->State = state;
+  if (state)
+    n->States.push_back(state);
   n->Attrs = std::move(attrs);
   n->Operands.resize(operands.size(), nullptr);
   for (unsigned i = 0; i < operands.size(); ++i)
@@ -221,8 +222,9 @@ static void copyBody(const Function &f, Function &copy, StateMap state) {
     llvm::SmallVector<TensorType, 2> types;
     for (Value *r : n.results())
       types.push_back(r->type());
-    Node *c = copy.createNode(n.op(), operands, types, n.attrs(),
-                              n.state() ? state(n.state()) : nullptr);
+    Node *c = copy.createNode(n.op(), operands, types, n.attrs());
+    for (StateSlot *s : n.states())
+      c->addState(state(s));
     c->setLoc(n.loc());
     for (unsigned i = 0; i < n.numResults(); ++i) {
       c->result(i)->setName(n.result(i)->name());

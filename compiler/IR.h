@@ -8,7 +8,9 @@
 // Functions read state only through `Read` nodes and write it only through
 // update nodes (ops whose OpInfo says they write state, e.g. `Assign`); the
 // planner lowers those writes to in-place updates. Nodes refer to state slots
-// directly, so a node has value operands and at most one state operand.
+// directly: a node has value operands and state operands, at most one except
+// for the fused optimizer updates (AdamWUpdate writes a weight and its two
+// moments, MomentumUpdate a weight and its buffer, in one pass).
 //
 // Use lists are kept up to date by every mutation that goes through Node's API,
 // so passes can ask `value->users()` and call `replaceAllUsesWith`.
@@ -127,7 +129,12 @@ public:
   llvm::ArrayRef<Value *> results() const { return Results; }
 
   /// The state slot a Read reads or an update op writes; null otherwise.
-  StateSlot *state() const { return State; }
+  /// A fused optimizer update writes several: this is the first (the
+  /// parameter), states() lists them all.
+  StateSlot *state() const { return States.empty() ? nullptr : States[0]; }
+  llvm::ArrayRef<StateSlot *> states() const { return States; }
+  /// Adds a state operand after the ones the node has.
+  void addState(StateSlot *s) { States.push_back(s); }
 
   const AttributeMap &attrs() const { return Attrs; }
   const Attribute *attr(llvm::StringRef name) const;
@@ -149,7 +156,7 @@ private:
   Function *Parent = nullptr;
   llvm::SmallVector<Value *, 3> Operands;
   llvm::SmallVector<Value *, 1> Results;
-  StateSlot *State = nullptr;
+  llvm::SmallVector<StateSlot *, 1> States;
   AttributeMap Attrs;
   std::string Loc;
 };

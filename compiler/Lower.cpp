@@ -170,6 +170,8 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
       call.Inputs.push_back(v ? Buffers.lookup(v) : -1);
     if (n.state())
       call.State = StateIds.lookup(n.state());
+    for (const StateSlot *s : n.states().drop_front(n.state() ? 1 : 0))
+      call.MoreStates.push_back(StateIds.lookup(s));
     for (Value *r : n.results()) {
       if (n.is(OpKind::Read)) {
         if (readNeedsCopy(n)) {

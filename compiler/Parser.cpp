@@ -492,7 +492,7 @@ llvm::Error Parser::parseNode(Function &f, llvm::StringMap<Value *> &values) {
   next();
   if (auto e = expectPunct('(', "after the op name"))
     return e;
-  StateSlot *state = nullptr;
+  llvm::SmallVector<StateSlot *, 1> states;
   llvm::SmallVector<Value *, 4> operands;
   bool first = true;
   while (!isPunct(')')) {
@@ -500,11 +500,12 @@ llvm::Error Parser::parseNode(Function &f, llvm::StringMap<Value *> &values) {
       if (auto e = expectPunct(',', "between operands"))
         return e;
     if (Tk.Kind == Tok::StateId) {
-      if (!first)
-        return error("a state operand must come first");
-      state = f.parent()->lookupState(Tk.Text);
+      if (!operands.empty())
+        return error("state operands must come before value operands");
+      StateSlot *state = f.parent()->lookupState(Tk.Text);
       if (!state)
         return error("use of undefined state @" + Tk.Text);
+      states.push_back(state);
     } else if (Tk.Kind == Tok::ValueId) {
       auto v = lookupValue(Tk);
       if (!v)
@@ -569,7 +570,9 @@ llvm::Error Parser::parseNode(Function &f, llvm::StringMap<Value *> &values) {
       return error("expected ')' after the location");
     next();
   }
-  Node *n = f.createNode(opTok.Text, operands, types, std::move(attrs), state);
+  Node *n = f.createNode(opTok.Text, operands, types, std::move(attrs));
+  for (StateSlot *s : states)
+    n->addState(s);
   n->setLoc(std::move(loc));
   for (unsigned i = 0; i < resultNames.size(); ++i)
     if (auto e = defineValue(values, resultNames[i], n->result(i)))

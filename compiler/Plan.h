@@ -48,10 +48,11 @@ struct KernelCall {
   OpKind Kind = OpKind::Identity;
   std::string Op; // the op's name, as Ops.def spells it
   AttributeMap Attrs;
-  std::vector<int> Inputs;  // buffer indices; -1 for an absent operand
-  std::vector<int> Outputs; // buffer indices
-  int State = -1;           // state index for Read and update ops
-  uint32_t Id = 0;          // position in the function, for seeds and errors
+  std::vector<int> Inputs;     // buffer indices; -1 for an absent operand
+  std::vector<int> Outputs;    // buffer indices
+  int State = -1;              // state index for Read and update ops
+  std::vector<int> MoreStates; // further slots a fused update writes
+  uint32_t Id = 0;             // position in the function, for seeds and errors
 };
 
 struct PlanFunction {

@@ -94,8 +94,10 @@ static void printNode(const Node &n, const Namer &names,
     os << " = ";
   os << n.op() << '(';
   bool first = true;
-  if (n.state()) {
-    printName(os, '@', n.state()->name());
+  for (const StateSlot *s : n.states()) {
+    if (!first)
+      os << ", ";
+    printName(os, '@', s->name());
     first = false;
   }
   for (Value *v : n.operands()) {

@@ -5,8 +5,9 @@
 //   gradients   values tagged `grad_of` (autodiff tags each parameter's
 //               complete gradient: the attribute lists, per result of the
 //               defining node, the parameter it is the gradient of, "" for
-//               none), the gradient operands of ParamGrad, SgdUpdate and
-//               Accumulate, and Reads of accumulators (state of kind grad);
+//               none), the gradient operands of ParamGrad, the optimizer
+//               updates and Accumulate, and Reads of accumulators (state of
+//               kind grad);
 //   serving     nodes that write state, or whose results are used by serving
 //               nodes and otherwise only returned: the whole backward exists
 //               for the updates;

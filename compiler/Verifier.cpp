@@ -73,9 +73,16 @@ llvm::Error Verifier::verifyNode(const Node &n) {
   if (!wantsState && n.state())
     return fail(n, "may not refer to state @" + n.state()->name() +
                        " (only Read and update ops do)");
-  if (n.state() && !States.count(n.state()))
-    return fail(n, "refers to state @" + n.state()->name() +
-                       " that is not in this module");
+  unsigned wantStates = n.is(OpKind::AdamWUpdate)      ? 3
+                        : n.is(OpKind::MomentumUpdate) ? 2
+                                                       : wantsState;
+  if (n.states().size() != wantStates)
+    return fail(n, "has " + llvm::Twine(n.states().size()) +
+                       " state operands, expected " + llvm::Twine(wantStates));
+  for (const StateSlot *s : n.states())
+    if (!States.count(s))
+      return fail(n, "refers to state @" + s->name() +
+                         " that is not in this module");
   if (n.is(OpKind::Read) && n.result(0)->type() != n.state()->type())
     return fail(n, "reads @" + n.state()->name() + " of type " +
                        n.state()->type().str() + " as " +
@@ -86,20 +93,31 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                        n.state()->name() + " of type " +
                        n.state()->type().str());
 
-  if ((n.is(OpKind::SgdUpdate) || n.is(OpKind::Accumulate)) &&
-      n.operand(0)->type() != n.state()->type())
-    return fail(n, "updates @" + n.state()->name() + " of type " +
-                       n.state()->type().str() + " with " +
-                       n.operand(0)->type().str());
-  if (n.is(OpKind::SgdUpdate) && n.numOperands() == 3 &&
-      (!n.operand(2) || n.operand(2)->type() != TensorType(DType::Bool, {})))
-    return fail(n, "enabled must be a bool scalar");
-  if (n.is(OpKind::SgdUpdate) && n.numOperands() >= 2 &&
-      (!n.operand(1) || n.operand(1)->type().rank() != 0 ||
-       n.operand(1)->type().dtype() != n.state()->type().dtype()))
-    return fail(n, "scale must be a " +
-                       llvm::Twine(dtypeName(n.state()->type().dtype())) +
-                       " scalar");
+  bool optimizerUpdate = n.is(OpKind::SgdUpdate) ||
+                         n.is(OpKind::MomentumUpdate) ||
+                         n.is(OpKind::AdamWUpdate);
+  if (optimizerUpdate || n.is(OpKind::Accumulate))
+    for (const StateSlot *s : n.states())
+      if (n.operand(0)->type() != s->type())
+        return fail(n, "updates @" + s->name() + " of type " + s->type().str() +
+                           " with " + n.operand(0)->type().str());
+  if (optimizerUpdate) {
+    // Scalars of the state's type (AdamW's step size and bias correction,
+    // then the gradient's scale), then the `enabled` flag.
+    unsigned scalars = n.is(OpKind::AdamWUpdate) ? 3 : 1;
+    DType t = n.state()->type().dtype();
+    for (unsigned i = 1; i < n.numOperands(); ++i) {
+      Value *v = n.operand(i);
+      if (i > scalars) {
+        if (!v || v->type() != TensorType(DType::Bool, {}))
+          return fail(n, "enabled must be a bool scalar");
+        continue;
+      }
+      if (!v || v->type() != TensorType(t, {}))
+        return fail(n, "operand " + llvm::Twine(i) + " must be a " +
+                           llvm::Twine(dtypeName(t)) + " scalar");
+    }
+  }
   if (info.has(opflags::Unary) && n.result(0)->type() != n.operand(0)->type())
     return fail(n, "result type " + n.result(0)->type().str() +
                        " differs from operand type " +

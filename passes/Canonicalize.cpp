@@ -160,8 +160,7 @@ llvm::Expected<bool> Canonicalize::run(Module &m) {
   llvm::SmallPtrSet<const StateSlot *, 32> used;
   for (const auto &f : m.functions())
     for (const Node &n : f->nodes())
-      if (n.state())
-        used.insert(n.state());
+      used.insert(n.states().begin(), n.states().end());
   llvm::SmallVector<StateSlot *, 4> unused;
   for (const auto &s : m.states())
     if (s->kind() == StateKind::Frozen && !used.count(s.get()))

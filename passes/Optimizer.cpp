@@ -2,8 +2,11 @@
 //
 // Replaces every ParamGrad(@w, %g) with the update of @w:
 //   sgd       w -= lr (g + wd w)
-//   momentum  b = mu b + g';  w -= lr (nesterov ? g' + mu b : b)   (g' = g + wd
-//   w) adamw     w *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   momentum  MomentumUpdate(@w, @w.momentum_buffer, %g): b = mu b + g';
+//             w -= lr (nesterov ? g' + mu b : b)   (g' = g + wd w)
+//   adamw     AdamWUpdate(@w, @w.exp_avg, @w.exp_avg_sq, %g, %step_size,
+//             %sqrt_bc2): w *= 1 - lr wd;  m = b1 m + (1-b1) g;
+//             v = b2 v + (1-b2) g^2;
 //             w -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 //   lomo      SgdUpdate(@w, %g): sgd's arithmetic in one in-place op
 //   adalomo   Adafactor's factored second moment (row and column means of
@@ -12,8 +15,10 @@
 //             clip_threshold); lr_t = lr max(eps2, rms(w)); w *= 1 - lr_t wd;
 //             w -= lr_t u  (Lv et al. 2023, the authors' order of operations)
 // sgd/momentum/adamw are torch.optim's arithmetic in its order of
-// operations, written in primitive ops and Assign so that the memory planner
-// sees an ordinary dataflow graph. Moments are `optimizer` state slots named
+// operations. sgd is written in primitive ops and Assign; momentum and adamw
+// are one in-place op each, whose kernel reads and writes the weight and its
+// moments in one pass: as primitive ops they were ~10 passes over
+// parameter-sized temporaries. Moments are `optimizer` state slots named
 // `<param>.momentum_buffer`, `.exp_avg`, `.exp_avg_sq`, `.exp_avg_sq_row`,
 // `.exp_avg_sq_col`; step counts are `adamw.step` / `adalomo.step` (f64).
 //
@@ -80,7 +85,10 @@ private:
   llvm::Error updateFunction(Module &m, Function &f);
   /// The loss scale 2^(16 + offset), f32.
   Value *scaleValue(Builder &b, StateSlot *offset);
-  void update(Module &m, Builder &b, StateSlot *w, Value *g, Value *step);
+  /// The update of `w` from `g`; `scale` (null: 1) multiplies g first and a
+  /// false `enabled` (null: true) skips it.
+  void update(Module &m, Builder &b, StateSlot *w, Value *g, Value *step,
+              Value *scale, Value *enabled);
   void adalomo(Module &m, Builder &b, StateSlot *w, Value *g, Value *step);
   /// lr / (1 - b1^t) and sqrt(1 - b2^t), computed in f64 from the step count
   /// and rounded once to `t`; built once per element type and shared.
@@ -240,7 +248,9 @@ std::pair<Value *, Value *> Optimizer::biasCorrections(Builder &b, Value *step,
   Value *stepSize =
       b.createValue("Div", {scalar(b, O.Lr, DType::F64), bc1}, f64s);
   Value *sqrtBc2 = b.createValue("Sqrt", {bc2}, f64s);
-  auto result = std::make_pair(cast(b, stepSize, t), cast(b, sqrtBc2, t));
+  // Two statements: the casts' order must not be the compiler's choice.
+  Value *stepSizeT = cast(b, stepSize, t);
+  auto result = std::make_pair(stepSizeT, cast(b, sqrtBc2, t));
   Corrections[t] = result;
   return result;
 }
@@ -256,7 +266,8 @@ std::pair<Value *, Value *> Optimizer::adalomoDecay(Builder &b, Value *step,
   Value *beta2t = b.createValue("Sub", {scalar(b, 1.0, DType::F64), pow}, f64s);
   Value *rest =
       b.createValue("Sub", {scalar(b, 1.0, DType::F64), beta2t}, f64s);
-  auto result = std::make_pair(cast(b, beta2t, t), cast(b, rest, t));
+  Value *beta2T = cast(b, beta2t, t);
+  auto result = std::make_pair(beta2T, cast(b, rest, t));
   Corrections[t] = result;
   return result;
 }
@@ -336,49 +347,66 @@ void Optimizer::adalomo(Module &m, Builder &b, StateSlot *s, Value *g,
 }
 
 void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
-                       Value *step) {
+                       Value *step, Value *scale, Value *enabled) {
   DType t = g->type().dtype();
-  if (O.Kind == OptimizerOptions::Kind::AdaLomo)
-    return adalomo(m, b, s, g, step);
   auto k = [&](double v) { return scalar(b, v, t); };
-  Value *w = b.read(s);
   auto moment = [&](const char *suffix) {
     return slot(m, s->name() + "." + suffix, s->type());
   };
+  auto lrAndDecay = [&] {
+    AttributeMap a;
+    a["lr"] = Attribute::getFloat(O.Lr);
+    a["weight_decay"] = Attribute::getFloat(O.WeightDecay);
+    return a;
+  };
+  // The fused updates and SgdUpdate take the scale, then the flag.
+  auto fused = [&](llvm::StringRef op, llvm::SmallVector<Value *, 5> operands,
+                   AttributeMap a, llvm::ArrayRef<StateSlot *> more) {
+    if (scale || enabled)
+      operands.push_back(scale ? cast(b, scale, t) : k(1.0));
+    if (enabled)
+      operands.push_back(enabled);
+    Node *n = b.create(op, operands, {}, a, s);
+    for (StateSlot *ms : more)
+      n->addState(ms);
+  };
+  // A parameter stored in bf16/f16 (mixed precision, no master weights) is
+  // updated in f32 and rounded once by SgdUpdate's kernel, for sgd as for
+  // lomo (so the two give the same weights).
+  if (O.Kind == OptimizerOptions::Kind::Lomo || t == DType::BF16 ||
+      t == DType::F16)
+    return fused("SgdUpdate", {g}, lrAndDecay(), {});
+  // torch.optim's arithmetic in one pass over the weight and its moments
+  // (kernels/cpu/Update.cpp), rounded as the same ops would round.
   if (O.Kind == OptimizerOptions::Kind::AdamW) {
+    auto [stepSize, sqrtBc2] = biasCorrections(b, step, t);
+    // The factors the kernel multiplies by, each computed in double and
+    // rounded once, as torch's Python scalars are (1 - beta1 from the f32
+    // beta1 would differ in the last bit).
+    AttributeMap a;
     if (O.WeightDecay != 0)
-      w = ew(b, "Mul", {w, k(1.0 - O.Lr * O.WeightDecay)}, w);
-    StateSlot *ms = moment("exp_avg"), *vs = moment("exp_avg_sq");
-    Value *mNew = ew(b, "Add",
-                     {ew(b, "Mul", {b.read(ms), k(O.Beta1)}, g),
-                      ew(b, "Mul", {g, k(1.0 - O.Beta1)}, g)},
-                     g);
-    Value *vNew =
-        ew(b, "Add",
-           {ew(b, "Mul", {b.read(vs), k(O.Beta2)}, g),
-            ew(b, "Mul", {ew(b, "Mul", {g, g}, g), k(1.0 - O.Beta2)}, g)},
-           g);
-    b.create("Assign", {mNew}, {}, {}, ms);
-    b.create("Assign", {vNew}, {}, {}, vs);
-    auto [stepSizeT, sqrtBc2T] = biasCorrections(b, step, t);
-    Value *denom = ew(
-        b, "Add",
-        {ew(b, "Div", {ew(b, "Sqrt", {vNew}, g), sqrtBc2T}, g), k(O.Eps)}, g);
-    Value *delta = ew(b, "Mul", {ew(b, "Div", {mNew, denom}, g), stepSizeT}, g);
-    b.create("Assign", {ew(b, "Sub", {w, delta}, g)}, {}, {}, s);
-    return;
+      a["decay"] = Attribute::getFloat(1.0 - O.Lr * O.WeightDecay);
+    a["beta1"] = Attribute::getFloat(O.Beta1);
+    a["one_minus_beta1"] = Attribute::getFloat(1.0 - O.Beta1);
+    a["beta2"] = Attribute::getFloat(O.Beta2);
+    a["one_minus_beta2"] = Attribute::getFloat(1.0 - O.Beta2);
+    a["eps"] = Attribute::getFloat(O.Eps);
+    return fused("AdamWUpdate", {g, stepSize, sqrtBc2}, a,
+                 {moment("exp_avg"), moment("exp_avg_sq")});
   }
+  if (O.Kind == OptimizerOptions::Kind::Momentum) {
+    AttributeMap a = lrAndDecay();
+    a["momentum"] = Attribute::getFloat(O.Momentum);
+    a["nesterov"] = Attribute::getInt(O.Nesterov);
+    return fused("MomentumUpdate", {g}, a, {moment("momentum_buffer")});
+  }
+  if (scale)
+    g = ew(b, "Mul", {g, cast(b, scale, t)}, g);
+  if (O.Kind == OptimizerOptions::Kind::AdaLomo)
+    return adalomo(m, b, s, g, step);
+  Value *w = b.read(s);
   if (O.WeightDecay != 0)
     g = ew(b, "Add", {g, ew(b, "Mul", {w, k(O.WeightDecay)}, g)}, g);
-  if (O.Kind == OptimizerOptions::Kind::Momentum) {
-    StateSlot *bs = moment("momentum_buffer");
-    // torch starts the buffer at g on the first step: mu * 0 + g is that.
-    Value *buf =
-        ew(b, "Add", {ew(b, "Mul", {b.read(bs), k(O.Momentum)}, g), g}, g);
-    b.create("Assign", {buf}, {}, {}, bs);
-    g = O.Nesterov ? ew(b, "Add", {g, ew(b, "Mul", {buf, k(O.Momentum)}, g)}, g)
-                   : buf;
-  }
   Value *newW = ew(b, "Sub", {w, ew(b, "Mul", {g, k(O.Lr)}, g)}, g);
   b.create("Assign", {newW}, {}, {}, s);
 }
@@ -507,23 +535,7 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
           "needs fp32 master weights; sgd and lomo update narrow weights",
           s->name().c_str(), dtypeName(pt).str().c_str(),
           O.kindName().str().c_str());
-    if (O.Kind == OptimizerOptions::Kind::Lomo || narrow) {
-      AttributeMap a;
-      a["lr"] = Attribute::getFloat(O.Lr);
-      a["weight_decay"] = Attribute::getFloat(O.WeightDecay);
-      llvm::SmallVector<Value *, 3> operands = {g};
-      if (coef || finite)
-        operands.push_back(coef ? cast(b, coef, g->type().dtype())
-                                : scalar(b, 1.0, g->type().dtype()));
-      if (finite)
-        operands.push_back(finite);
-      b.create("SgdUpdate", operands, {}, a, s);
-      continue;
-    }
-    if (coef)
-      g = b.createValue("Mul", {g, cast(b, coef, g->type().dtype())},
-                        g->type());
-    update(m, b, s, g, step);
+    update(m, b, s, g, step, coef, finite);
   }
   for (Node *n : grads)
     n->erase();

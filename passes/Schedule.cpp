@@ -69,23 +69,22 @@ llvm::Expected<bool> Schedule::scheduleFunction(Function &f) {
     for (Value *v : n.operands())
       if (v && v->definingNode())
         edge(index[v->definingNode()], i);
-    StateSlot *s = n.state();
-    if (!s)
-      continue;
-    auto w = lastWrite.find(s);
-    if (w != lastWrite.end())
-      edge(w->second, i);
-    if (n.info()->has(opflags::ReadsState)) {
-      readsSinceWrite[s].push_back(i);
-      continue;
+    for (StateSlot *s : n.states()) {
+      auto w = lastWrite.find(s);
+      if (w != lastWrite.end())
+        edge(w->second, i);
+      if (n.info()->has(opflags::ReadsState)) {
+        readsSinceWrite[s].push_back(i);
+        continue;
+      }
+      // A write waits for every use of the reads before it.
+      for (int r : readsSinceWrite[s])
+        for (Node *user : nodes[r]->result(0)->users())
+          if (index.count(user))
+            edge(index[user], i);
+      readsSinceWrite[s].clear();
+      lastWrite[s] = i;
     }
-    // A write waits for every use of the reads before it.
-    for (int r : readsSinceWrite[s])
-      for (Node *user : nodes[r]->result(0)->users())
-        if (index.count(user))
-          edge(index[user], i);
-    readsSinceWrite[s].clear();
-    lastWrite[s] = i;
   }
   UpdateAnalysis updates(f);
   std::vector<bool> urgent(count, false);

@@ -200,6 +200,7 @@ static void toProto(const Plan &plan, const PlanSource &source,
       pc->mutable_inputs()->Add(c.Inputs.begin(), c.Inputs.end());
       pc->mutable_outputs()->Add(c.Outputs.begin(), c.Outputs.end());
       pc->set_state(c.State);
+      pc->mutable_more_states()->Add(c.MoreStates.begin(), c.MoreStates.end());
       pc->set_id(c.Id);
     }
   }
@@ -388,6 +389,7 @@ llvm::Error PlanReader::readFunction(const pb::Function &p,
     c.Inputs.assign(pc.inputs().begin(), pc.inputs().end());
     c.Outputs.assign(pc.outputs().begin(), pc.outputs().end());
     c.State = pc.state();
+    c.MoreStates.assign(pc.more_states().begin(), pc.more_states().end());
     c.Id = pc.id();
     std::string callWhere = (where + " call " + llvm::Twine(f.Calls.size()) +
                              " (op '" + c.Op + "')")
@@ -439,6 +441,18 @@ llvm::Error PlanReader::checkCall(const PlanFunction &f,
       return fail("names a state slot but the op has none");
     return llvm::Error::success();
   }
+  size_t moreStates = c.Kind == OpKind::AdamWUpdate      ? 2
+                      : c.Kind == OpKind::MomentumUpdate ? 1
+                                                         : 0;
+  if (c.MoreStates.size() != moreStates)
+    return fail("names " + llvm::Twine(c.MoreStates.size() + 1) +
+                " state slots, the op writes " + llvm::Twine(moreStates + 1));
+  for (int s : c.MoreStates)
+    if (s < 0 || size_t(s) >= P.States.size() || s == c.State ||
+        llvm::count(c.MoreStates, s) != 1 ||
+        P.States[s].Type != P.States[c.State < 0 ? s : c.State].Type)
+      return fail("state " + llvm::Twine(s) +
+                  " is out of range, repeated or of another type");
   if (c.State < 0 || size_t(c.State) >= P.States.size())
     return fail("state " + llvm::Twine(c.State) + " is out of range (" +
                 llvm::Twine(P.States.size()) + " states)");

@@ -41,13 +41,14 @@ public:
 
   uint64_t workspaceBytes(const Node &n) const override {
     auto ins = typeViews(n.operands()), outs = typeViews(n.results());
-    // An update op's last output is its state slot (the executor's call).
-    if (n.info()->has(opflags::WritesState) && n.state()) {
-      cpu::TensorView slot;
-      slot.Type = n.state()->type().dtype();
-      slot.Shape = n.state()->type().shape();
-      outs.push_back(slot);
-    }
+    // An update op's last outputs are its state slots (the executor's call).
+    if (n.info()->has(opflags::WritesState))
+      for (const StateSlot *s : n.states()) {
+        cpu::TensorView slot;
+        slot.Type = s->type().dtype();
+        slot.Shape = s->type().shape();
+        outs.push_back(slot);
+      }
     return cpu::kernelWorkspaceBytes(
         cpu::KernelContext{n.op(), ins, outs, n.attrs()});
   }

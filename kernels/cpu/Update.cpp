@@ -4,22 +4,41 @@
 // passes the slot as Outputs[0] and the kernel reads its old value there.
 //   SgdUpdate   w -= lr * (scale * g + weight_decay * w), unless `enabled`
 //               (operand 2) is false
+//   MomentumUpdate  on (w, buf): d = scale * g + weight_decay * w;
+//               buf = momentum * buf + d; w -= lr * (nesterov ? d +
+//               momentum * buf : buf)
+//   AdamWUpdate on (w, m, v): d = scale * g; w *= decay (when given);
+//               m = beta1 * m + one_minus_beta1 * d; v = beta2 * v +
+//               one_minus_beta2 * d * d; w -= step_size * m / (sqrt(v) /
+//               sqrt_bc2 + eps)
 //   Accumulate  acc += scale * g   (acc = scale * g when first = 1)
-// SgdUpdate rounds exactly as the `optimizer` pass's sgd ops do (one rounding
-// per operation, in torch.optim.SGD's order), so LOMO's weights are SGD's
-// bit for bit.
+// The optimizer updates skip the step when `enabled` is false. They round
+// as torch.optim's ops do (one rounding per operation, in its order), so
+// LOMO's weights are SGD's bit for bit and the fused momentum and AdamW are
+// the primitive ops' arithmetic in one pass over memory. Each element is
+// independent: the loops split across the kernel threads.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+#include "kernels/cpu/Parallel.h"
+
+#include "llvm/ADT/STLExtras.h"
+
+#include <cmath>
 
 using namespace headroom;
 using namespace headroom::cpu;
 
 namespace {
 
-llvm::Error checkState(const KernelContext &ctx) {
-  if (ctx.Outputs.size() != 1 || !ctx.Outputs[0].present())
-    return ctx.unsupported("needs its state slot as the output");
+/// The op writes `slots` state slots, given as its outputs.
+llvm::Error checkState(const KernelContext &ctx, size_t slots = 1) {
+  if (ctx.Outputs.size() != slots ||
+      llvm::any_of(ctx.Outputs,
+                   [](const TensorView &o) { return !o.present(); }))
+    return ctx.unsupported(slots == 1 ? "needs its state slot as the output"
+                                      : "needs its " + llvm::Twine(slots) +
+                                            " state slots as the outputs");
   if (ctx.Inputs[0].type() != ctx.Outputs[0].type())
     return ctx.unsupported("gradient " + ctx.Inputs[0].type().str() +
                            " does not match the state " +
@@ -87,6 +106,109 @@ template <typename T> llvm::Error accumulate(const KernelContext &ctx) {
   return llvm::Error::success();
 }
 
+/// The operands after the gradient: `scalars` scalars of the state's type
+/// (the last one the gradient's scale) and the `enabled` flag. Sets *skip
+/// when the flag is false.
+llvm::Error checkUpdateOperands(const KernelContext &ctx, size_t slots,
+                                unsigned scalars, bool *skip) {
+  if (auto e = checkState(ctx, slots))
+    return e;
+  for (const TensorView &out : ctx.Outputs.drop_front())
+    if (out.type() != ctx.Outputs[0].type())
+      return ctx.unsupported("state " + out.type().str() +
+                             " does not match the weight " +
+                             ctx.Outputs[0].type().str());
+  for (unsigned i = 1; i <= scalars && ctx.hasInput(i); ++i)
+    if (ctx.Inputs[i].numElements() != 1 ||
+        ctx.Inputs[i].Type != ctx.Outputs[0].Type)
+      return ctx.unsupported("operand " + llvm::Twine(i) +
+                             " must be a scalar of the state's type");
+  *skip = false;
+  if (!ctx.hasInput(scalars + 1))
+    return llvm::Error::success();
+  const TensorView &flag = ctx.Inputs[scalars + 1];
+  if (flag.Type != DType::Bool || flag.numElements() != 1)
+    return ctx.unsupported("enabled must be a bool scalar");
+  *skip = !*flag.as<uint8_t>();
+  return llvm::Error::success();
+}
+
+template <typename T> llvm::Error momentumUpdate(const KernelContext &ctx) {
+  const T *g = ctx.Inputs[0].as<T>();
+  T *w = ctx.Outputs[0].as<T>(), *buf = ctx.Outputs[1].as<T>();
+  bool scaled = ctx.hasInput(1);
+  T scale = scaled ? *ctx.Inputs[1].as<T>() : T(1);
+  T lr = static_cast<T>(ctx.attrFloat("lr", 0.0));
+  T wd = static_cast<T>(ctx.attrFloat("weight_decay", 0.0));
+  T mu = static_cast<T>(ctx.attrFloat("momentum", 0.0));
+  bool nesterov = ctx.attrInt("nesterov", 0);
+  parallelFor(ctx.Outputs[0].numElements(), kParallelGrain,
+              [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) {
+                  // Only the operations the primitive ops would do: x * 1
+                  // and x + 0 * w are exact, but -0 and NaN would tell.
+                  T d = scaled ? g[i] * scale : g[i];
+                  if (wd != T(0))
+                    d = d + w[i] * wd;
+                  T b = buf[i] * mu + d;
+                  buf[i] = b;
+                  w[i] = w[i] - (nesterov ? d + b * mu : b) * lr;
+                }
+              });
+  return llvm::Error::success();
+}
+
+llvm::Error momentumUpdateKernel(const KernelContext &ctx) {
+  bool skip;
+  if (auto e = checkUpdateOperands(ctx, /*slots=*/2, /*scalars=*/1, &skip))
+    return e;
+  if (skip)
+    return llvm::Error::success();
+  return HR_DISPATCH_FLOAT(ctx, ctx.Outputs[0].Type, momentumUpdate, ctx);
+}
+
+template <typename T> llvm::Error adamwUpdate(const KernelContext &ctx) {
+  const T *g = ctx.Inputs[0].as<T>();
+  T stepSize = *ctx.Inputs[1].as<T>(), sqrtBc2 = *ctx.Inputs[2].as<T>();
+  bool scaled = ctx.hasInput(3);
+  T scale = scaled ? *ctx.Inputs[3].as<T>() : T(1);
+  T *w = ctx.Outputs[0].as<T>(), *m = ctx.Outputs[1].as<T>(),
+    *v = ctx.Outputs[2].as<T>();
+  // No decay (or a factor of 1) skips the multiply: bit for bit the same.
+  T decay = static_cast<T>(ctx.attrFloat("decay", 1.0));
+  T b1 = static_cast<T>(ctx.attrFloat("beta1", 0.9));
+  T c1 = static_cast<T>(ctx.attrFloat("one_minus_beta1", 0.1));
+  T b2 = static_cast<T>(ctx.attrFloat("beta2", 0.999));
+  T c2 = static_cast<T>(ctx.attrFloat("one_minus_beta2", 0.001));
+  T eps = static_cast<T>(ctx.attrFloat("eps", 1e-8));
+  bool decays = decay != T(1);
+  parallelFor(ctx.Outputs[0].numElements(), kParallelGrain,
+              [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) {
+                  T d = scaled ? g[i] * scale : g[i];
+                  T wi = decays ? w[i] * decay : w[i];
+                  T mi = m[i] * b1 + d * c1;
+                  T vi = v[i] * b2 + (d * d) * c2;
+                  m[i] = mi;
+                  v[i] = vi;
+                  T denom = std::sqrt(vi) / sqrtBc2 + eps;
+                  w[i] = wi - (mi / denom) * stepSize;
+                }
+              });
+  return llvm::Error::success();
+}
+
+llvm::Error adamwUpdateKernel(const KernelContext &ctx) {
+  bool skip;
+  if (auto e = checkUpdateOperands(ctx, /*slots=*/3, /*scalars=*/3, &skip))
+    return e;
+  if (!ctx.hasInput(1) || !ctx.hasInput(2))
+    return ctx.unsupported("needs the step size and sqrt_bc2");
+  if (skip)
+    return llvm::Error::success();
+  return HR_DISPATCH_FLOAT(ctx, ctx.Outputs[0].Type, adamwUpdate, ctx);
+}
+
 llvm::Error accumulateKernel(const KernelContext &ctx) {
   if (auto e = checkState(ctx))
     return e;
@@ -97,5 +219,7 @@ llvm::Error accumulateKernel(const KernelContext &ctx) {
 
 void headroom::cpu::registerUpdateKernels() {
   registerKernel("SgdUpdate", sgdUpdateKernel, FloatSupport::F32F64);
+  registerKernel("MomentumUpdate", momentumUpdateKernel, FloatSupport::F32F64);
+  registerKernel("AdamWUpdate", adamwUpdateKernel, FloatSupport::F32F64);
   registerKernel("Accumulate", accumulateKernel, FloatSupport::F32F64);
 }

@@ -1,12 +1,13 @@
 //===- Update.cu - In-place state updates on the GPU ----------------------===//
 //
 // The update ops of kernels/cpu/Update.cpp, one thread per element; the
-// executor passes the state slot as the (only) output, read and written in
-// place:
-//   SgdUpdate   w -= lr * (scale * g + weight_decay * w), unless `enabled`
-//               (operand 2) is false
-//   Accumulate  acc += scale * g   (acc = scale * g when first = 1)
-// SgdUpdate's scale and enabled operands live on the device, so every thread
+// executor passes the state slots as the outputs, read and written in place:
+//   SgdUpdate       w -= lr * (scale * g + weight_decay * w), unless
+//                   `enabled` (operand 2) is false
+//   MomentumUpdate  on (w, buf), torch.optim.SGD with momentum
+//   AdamWUpdate     on (w, m, v), torch.optim.AdamW
+//   Accumulate      acc += scale * g   (acc = scale * g when first = 1)
+// The scale, enabled and step-size operands live on the device, so every thread
 // reads them there instead of the host deciding (a CUDA graph replays the
 // launch whatever they hold). Products are rounded before they are added,
 // never fused into an FMA, so f32/f64 weights equal the `optimizer` pass's
@@ -15,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/Launch.h"
+#include "kernels/cuda/Math.h"
 
 #include "compiler/Types.h"
 
@@ -126,6 +128,144 @@ Error sgdUpdate(const KernelContext &ctx) {
   return dispatch<cpu::FloatTypes>(ctx, state, SgdApply{ctx});
 }
 
+/// The fused optimizer updates' operands after the gradient: `scalars`
+/// scalars of the state's type, then the `enabled` flag.
+Error checkFused(const KernelContext &ctx, size_t slots, unsigned scalars) {
+  if (ctx.Outputs.size() != slots)
+    return ctx.unsupported("needs its " + llvm::Twine(slots) +
+                           " state slots as the outputs");
+  for (const TensorView &out : ctx.Outputs)
+    if (!out.present() || out.type() != ctx.Inputs[0].type())
+      return ctx.unsupported("gradient " + ctx.Inputs[0].type().str() +
+                             " does not match the state " + out.type().str());
+  for (unsigned i = 1; i <= scalars && ctx.hasInput(i); ++i)
+    if (ctx.Inputs[i].numElements() != 1 ||
+        ctx.Inputs[i].Type != ctx.Outputs[0].Type)
+      return ctx.unsupported("operand " + llvm::Twine(i) +
+                             " must be a scalar of the state's type");
+  if (ctx.hasInput(scalars + 1) &&
+      (ctx.Inputs[scalars + 1].Type != DType::Bool ||
+       ctx.Inputs[scalars + 1].numElements() != 1))
+    return ctx.unsupported("enabled must be a bool scalar");
+  return Error::success();
+}
+
+/// kernels/cpu's momentumUpdate: the operations the primitive ops would do,
+/// each product rounded on its own.
+template <typename T> struct MomentumBody {
+  using C = typename Elem<T>::Compute;
+  T *W, *Buf;
+  const T *G;
+  const T *Scale;      // null: unscaled
+  const Bool *Enabled; // null: always
+  C Lr, Wd, Mu;
+  bool Nesterov;
+
+  HR_HD void operator()(int64_t i) const {
+    if (Enabled && !Enabled->Value)
+      return;
+    C w = ld(W, i), d = ld(G, i);
+    if (Scale)
+      d = mulRn(d, ld(Scale, 0));
+    if (Wd != C(0))
+      d = d + mulRn(w, Wd);
+    C b = mulRn(ld(Buf, i), Mu) + d;
+    st(Buf, i, b);
+    C step = Nesterov ? d + mulRn(b, Mu) : b;
+    st(W, i, w - mulRn(step, Lr));
+  }
+};
+
+struct MomentumApply {
+  const KernelContext &Ctx;
+  template <typename T> Error apply() const {
+    using C = typename Elem<T>::Compute;
+    MomentumBody<T> body{Ctx.Outputs[0].as<T>(),
+                         Ctx.Outputs[1].as<T>(),
+                         Ctx.Inputs[0].as<T>(),
+                         Ctx.hasInput(1) ? Ctx.Inputs[1].as<T>() : nullptr,
+                         Ctx.hasInput(2) ? Ctx.Inputs[2].as<Bool>() : nullptr,
+                         static_cast<C>(Ctx.attrFloat("lr", 0.0)),
+                         static_cast<C>(Ctx.attrFloat("weight_decay", 0.0)),
+                         static_cast<C>(Ctx.attrFloat("momentum", 0.0)),
+                         Ctx.attrInt("nesterov", 0) != 0};
+    forEach(Ctx, Ctx.Outputs[0].numElements(), body);
+    return Error::success();
+  }
+};
+
+/// MomentumUpdate(g, scale?, enabled?) {lr, momentum, nesterov,
+/// weight_decay} -> (w, buf, in place).
+Error momentumUpdate(const KernelContext &ctx) {
+  if (Error e = checkFused(ctx, /*slots=*/2, /*scalars=*/1))
+    return e;
+  return dispatch<cpu::FloatTypes>(ctx, ctx.Outputs[0].Type,
+                                   MomentumApply{ctx});
+}
+
+/// kernels/cpu's adamwUpdate, each product rounded on its own.
+template <typename T> struct AdamWBody {
+  using C = typename Elem<T>::Compute;
+  T *W, *M, *V;
+  const T *G, *StepSize, *SqrtBc2;
+  const T *Scale;      // null: unscaled
+  const Bool *Enabled; // null: always
+  C Decay, B1, C1, B2, C2, Eps;
+  bool Decays;
+
+  HR_HD void operator()(int64_t i) const {
+    if (Enabled && !Enabled->Value)
+      return;
+    C d = ld(G, i);
+    if (Scale)
+      d = mulRn(d, ld(Scale, 0));
+    C w = ld(W, i);
+    if (Decays)
+      w = mulRn(w, Decay);
+    C m = mulRn(ld(M, i), B1) + mulRn(d, C1);
+    C v = mulRn(ld(V, i), B2) + mulRn(mulRn(d, d), C2);
+    st(M, i, m);
+    st(V, i, v);
+    C denom = msqrt(v) / ld(SqrtBc2, 0) + Eps;
+    st(W, i, w - mulRn(m / denom, ld(StepSize, 0)));
+  }
+};
+
+struct AdamWApply {
+  const KernelContext &Ctx;
+  template <typename T> Error apply() const {
+    using C = typename Elem<T>::Compute;
+    C decay = static_cast<C>(Ctx.attrFloat("decay", 1.0));
+    AdamWBody<T> body{Ctx.Outputs[0].as<T>(),
+                      Ctx.Outputs[1].as<T>(),
+                      Ctx.Outputs[2].as<T>(),
+                      Ctx.Inputs[0].as<T>(),
+                      Ctx.Inputs[1].as<T>(),
+                      Ctx.Inputs[2].as<T>(),
+                      Ctx.hasInput(3) ? Ctx.Inputs[3].as<T>() : nullptr,
+                      Ctx.hasInput(4) ? Ctx.Inputs[4].as<Bool>() : nullptr,
+                      decay,
+                      static_cast<C>(Ctx.attrFloat("beta1", 0.9)),
+                      static_cast<C>(Ctx.attrFloat("one_minus_beta1", 0.1)),
+                      static_cast<C>(Ctx.attrFloat("beta2", 0.999)),
+                      static_cast<C>(Ctx.attrFloat("one_minus_beta2", 0.001)),
+                      static_cast<C>(Ctx.attrFloat("eps", 1e-8)),
+                      decay != C(1)};
+    forEach(Ctx, Ctx.Outputs[0].numElements(), body);
+    return Error::success();
+  }
+};
+
+/// AdamWUpdate(g, step_size, sqrt_bc2, scale?, enabled?) {decay?, beta1,
+/// one_minus_beta1, beta2, one_minus_beta2, eps} -> (w, m, v, in place).
+Error adamwUpdate(const KernelContext &ctx) {
+  if (Error e = checkFused(ctx, /*slots=*/3, /*scalars=*/3))
+    return e;
+  if (!ctx.hasInput(1) || !ctx.hasInput(2))
+    return ctx.unsupported("needs the step size and sqrt_bc2");
+  return dispatch<cpu::FloatTypes>(ctx, ctx.Outputs[0].Type, AdamWApply{ctx});
+}
+
 template <typename T> struct AccumulateBody {
   using C = typename Elem<T>::Compute;
   T *Acc;
@@ -164,5 +304,7 @@ Error accumulate(const KernelContext &ctx) {
 
 void cuda::registerUpdateKernels() {
   registerKernel("SgdUpdate", sgdUpdate);
+  registerKernel("MomentumUpdate", momentumUpdate);
+  registerKernel("AdamWUpdate", adamwUpdate);
   registerKernel("Accumulate", accumulate);
 }

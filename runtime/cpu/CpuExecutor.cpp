@@ -12,6 +12,8 @@
 #include "kernels/cpu/Kernel.h"
 #include "runtime/Executor.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -171,11 +173,14 @@ llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
     ins.push_back(view(b));
   for (int b : c.Outputs)
     outs.push_back(view(b));
-  // Update ops (SgdUpdate, Accumulate) write their state slot in place.
-  if (c.State >= 0) {
-    const TensorType &t = ThePlan.States[c.State].Type;
-    outs.push_back(TensorView{t.dtype(), t.shape(), state(c.State)});
-  }
+  // Update ops (SgdUpdate, Accumulate, ...) write their state slots in
+  // place: the slots are the outputs, in the node's order.
+  if (c.State >= 0)
+    for (int s :
+         llvm::concat<const int>(llvm::makeArrayRef(c.State), c.MoreStates)) {
+      const TensorType &t = ThePlan.States[s].Type;
+      outs.push_back(TensorView{t.dtype(), t.shape(), state(s)});
+    }
   KernelContext ctx{c.Op,
                     ins,
                     outs,

@@ -27,6 +27,8 @@
 
 #include "compiler/ByteSize.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <cstring>
 #include <new>
 
@@ -379,10 +381,12 @@ Error CudaExecutor::runCall(const PlanFunction &f, const KernelCall &c,
   }
   for (int b : c.Outputs)
     outs.push_back(view(b));
-  if (c.State >= 0) { // update ops write their slot in place
-    const TensorType &t = ThePlan.States[c.State].Type;
-    outs.push_back(cpu::TensorView{t.dtype(), t.shape(), state(c.State)});
-  }
+  if (c.State >= 0) // update ops write their slots in place
+    for (int s :
+         llvm::concat<const int>(llvm::makeArrayRef(c.State), c.MoreStates)) {
+      const TensorType &t = ThePlan.States[s].Type;
+      outs.push_back(cpu::TensorView{t.dtype(), t.shape(), state(s)});
+    }
   KernelContext ctx{
       {c.Op, ins, outs, c.Attrs, 0, Workspace, ThePlan.WorkspaceBytes}};
   ctx.Stream = Stream;

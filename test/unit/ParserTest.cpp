@@ -12,6 +12,7 @@ namespace {
 
 const char *kSample = R"(state @fc1.weight : f32[3, 2] param
 state @"onnx::Mask_7" : f32[3] frozen
+state @fc1.weight.momentum_buffer : f32[3, 2] optimizer
 
 func @forward(%x: f32[4, 2], %y: i64[4]) {
   %w = Read(@fc1.weight) : f32[3, 2] loc("/fc1/Gemm")
@@ -24,6 +25,7 @@ func @forward(%x: f32[4, 2], %y: i64[4]) {
   %3 = Cast(%1) {to = bf16} : bf16[4, 1]
   %loss = SoftmaxCrossEntropyLoss(%0, %y) {reduction = "mean"} : f32[]
   Assign(@fc1.weight, %w) loc("a \"quoted\" name")
+  MomentumUpdate(@fc1.weight, @fc1.weight.momentum_buffer, %w) {lr = 0.1, momentum = 0.9}
   return %loss
 }
 )";
@@ -82,6 +84,9 @@ TEST(ParserTest, ErrorsNameTheLocation) {
             "t.hr:2:3: value %x is defined twice");
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%x) : f32[2]\n"),
             "t.hr:3:1: expected '}' to close function @f");
+  EXPECT_EQ(parseError("state @w : f32[2] param\nfunc @f(%x: f32[2]) {\n"
+                       "  Assign(%x, @w)\n}"),
+            "t.hr:3:14: state operands must come before value operands");
   EXPECT_EQ(parseError("state @w : f32[2] weights\n"),
             "t.hr:1:19: expected a state kind (param, frozen, buffer, "
             "optimizer or grad)");

@@ -318,8 +318,11 @@ TEST(PlanFileTest, InvalidContentsAreRefused) {
     EXPECT_NE(error.find(want), std::string::npos) << what << ": " << error;
   };
   const pb::Function &f0 = good.functions(0);
-  int addCall = -1, readCall = -1, constantBuffer = -1, stateBuffer = -1;
+  int addCall = -1, readCall = -1, adamCall = -1, constantBuffer = -1,
+      stateBuffer = -1;
   for (int i = 0; i < f0.calls_size(); ++i) {
+    if (adamCall < 0 && f0.calls(i).op() == "AdamWUpdate")
+      adamCall = i;
     if (addCall < 0 && f0.calls(i).inputs_size() == 2)
       addCall = i;
     if (readCall < 0 && f0.calls(i).op() == "Read")
@@ -333,6 +336,8 @@ TEST(PlanFileTest, InvalidContentsAreRefused) {
   }
   ASSERT_GE(addCall, 0);
   ASSERT_GE(readCall, 0);
+  ASSERT_GE(adamCall, 0);
+  ASSERT_EQ(f0.calls(adamCall).more_states_size(), 2);
   ASSERT_GE(constantBuffer, 0);
   ASSERT_GE(stateBuffer, 0);
   auto call = [&](pb::Plan &p, int i) {
@@ -354,6 +359,20 @@ TEST(PlanFileTest, InvalidContentsAreRefused) {
   check(
       "state", [&](pb::Plan &p) { call(p, readCall)->set_state(99); },
       "state 99 is out of range");
+  check(
+      "moments", [&](pb::Plan &p) { call(p, adamCall)->clear_more_states(); },
+      "names 1 state slots, the op writes 3");
+  check(
+      "moment is the weight",
+      [&](pb::Plan &p) {
+        call(p, adamCall)
+            ->set_more_states(1, p.functions(0).calls(adamCall).state());
+      },
+      "is out of range, repeated or of another type");
+  check(
+      "moment out of range",
+      [&](pb::Plan &p) { call(p, adamCall)->set_more_states(0, 12345); },
+      "state 12345 is out of range, repeated or of another type");
   check(
       "argument", [&](pb::Plan &p) { p.mutable_functions(0)->set_args(0, -3); },
       "argument: buffer -3 is out of range");

@@ -98,6 +98,25 @@ TEST(VerifierTest, RejectsBrokenInvariants) {
                   "  return %y\n}\n"),
       "in @f, node 0 ('Neg' defining %y): may not refer to state @w (only "
       "Read and update ops do)");
+  EXPECT_EQ(verifyError("state @w : f32[3] param\nstate @m : f32[3] optimizer\n"
+                        "func @f(%g: f32[3]) {\n  MomentumUpdate(@w, %g)\n"
+                        "  return %g\n}\n"),
+            "in @f, node 0 ('MomentumUpdate'): has 1 state operands, "
+            "expected 2");
+  EXPECT_EQ(verifyError("state @w : f32[3] param\nstate @m : f32[2] optimizer\n"
+                        "func @f(%g: f32[3]) {\n  MomentumUpdate(@w, @m, %g)\n"
+                        "  return %g\n}\n"),
+            "in @f, node 0 ('MomentumUpdate'): updates @m of type f32[2] with "
+            "f32[3]");
+  EXPECT_EQ(verifyError("state @w : f32[3] param\nstate @m : f32[3] optimizer\n"
+                        "func @f(%g: f32[3]) {\n"
+                        "  AdamWUpdate(@w, @m, @m, %g, %g, %g)\n"
+                        "  return %g\n}\n"),
+            "in @f, node 0 ('AdamWUpdate'): operand 1 must be a f32 scalar");
+  EXPECT_EQ(verifyError("state @w : f32[3] param\nstate @m : f32[3] optimizer\n"
+                        "func @f(%g: f32[3]) {\n  Assign(@w, @m, %g)\n"
+                        "  return %g\n}\n"),
+            "in @f, node 0 ('Assign'): has 2 state operands, expected 1");
   EXPECT_EQ(verifyError("state @w : f32[2] param\n"
                         "func @f(%x: f32[3]) {\n  Assign(@w, %x)\n"
                         "  return %x\n}\n"),

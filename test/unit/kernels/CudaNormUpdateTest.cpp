@@ -270,6 +270,89 @@ TEST(CudaUpdate, SgdUpdateErrors) {
   EXPECT_NE(cudaError(state).find("needs its state slot"), std::string::npos);
 }
 
+/// MomentumUpdate on (w, buf); `enabled` < 0: no flag.
+CudaCase momentum(DType t, bool scaled, double wd, bool nesterov, int enabled) {
+  CudaCase c;
+  c.Op = "MomentumUpdate";
+  std::vector<int64_t> shape = {5, 37};
+  Tensor scale(ty(t, {})), on(ty(DType::Bool, {}));
+  scale.setDouble(0, 0.25);
+  on.setDouble(0, enabled > 0);
+  c.Inputs = {randomTensor(ty(t, shape), 1), scale, on};
+  c.Absent = {false, !scaled && enabled < 0, enabled < 0};
+  c.InOut = {randomTensor(ty(t, shape), 2), randomTensor(ty(t, shape), 3)};
+  c.Attrs["lr"] = Attribute::getFloat(0.1);
+  c.Attrs["momentum"] = Attribute::getFloat(0.9);
+  c.Attrs["nesterov"] = Attribute::getInt(nesterov);
+  if (wd != 0)
+    c.Attrs["weight_decay"] = Attribute::getFloat(wd);
+  c.Tol = {0, 0};
+  return c;
+}
+
+TEST(CudaUpdate, MomentumUpdate) {
+  for (DType t : {DType::F32, DType::F64})
+    for (bool scaled : {false, true})
+      for (double wd : {0.0, 0.01})
+        for (bool nesterov : {false, true})
+          for (int enabled : {-1, 0, 1})
+            EXPECT_EQ(
+                compareCudaWithCpu(momentum(t, scaled, wd, nesterov, enabled)),
+                "")
+                << name(t) << scaled << wd << nesterov << enabled;
+}
+
+/// AdamWUpdate on (w, m, v); `enabled` < 0: no flag.
+CudaCase adamw(DType t, bool scaled, bool decay, int enabled) {
+  CudaCase c;
+  c.Op = "AdamWUpdate";
+  std::vector<int64_t> shape = {3, 301};
+  Tensor stepSize(ty(t, {})), sqrtBc2(ty(t, {})), scale(ty(t, {})),
+      on(ty(DType::Bool, {}));
+  stepSize.setDouble(0, 0.01);
+  sqrtBc2.setDouble(0, 0.0447);
+  scale.setDouble(0, 0.25);
+  on.setDouble(0, enabled > 0);
+  c.Inputs = {randomTensor(ty(t, shape), 1), stepSize, sqrtBc2, scale, on};
+  c.Absent = {false, false, false, !scaled && enabled < 0, enabled < 0};
+  // The second moment is non-negative.
+  c.InOut = {randomTensor(ty(t, shape), 2), randomTensor(ty(t, shape), 3),
+             randomTensor(ty(t, shape), 4, 0.0, 0.01)};
+  if (decay)
+    c.Attrs["decay"] = Attribute::getFloat(1.0 - 1e-3 * 0.01);
+  c.Attrs["beta1"] = Attribute::getFloat(0.9);
+  c.Attrs["one_minus_beta1"] = Attribute::getFloat(1.0 - 0.9);
+  c.Attrs["beta2"] = Attribute::getFloat(0.999);
+  c.Attrs["one_minus_beta2"] = Attribute::getFloat(1.0 - 0.999);
+  c.Attrs["eps"] = Attribute::getFloat(1e-8);
+  c.Tol = {0, 0};
+  return c;
+}
+
+TEST(CudaUpdate, AdamWUpdate) {
+  for (DType t : {DType::F32, DType::F64})
+    for (bool scaled : {false, true})
+      for (bool decay : {false, true})
+        for (int enabled : {-1, 0, 1})
+          EXPECT_EQ(compareCudaWithCpu(adamw(t, scaled, decay, enabled)), "")
+              << name(t) << scaled << decay << enabled;
+}
+
+TEST(CudaUpdate, FusedUpdateErrors) {
+  CudaCase slots = adamw(DType::F32, false, false, -1);
+  slots.InOut.pop_back();
+  EXPECT_NE(cudaError(slots).find("needs its 3 state slots"),
+            std::string::npos);
+  CudaCase moment = momentum(DType::F32, false, 0, false, -1);
+  moment.InOut[1] = randomTensor(ty(DType::F32, {5, 36}), 3);
+  EXPECT_NE(cudaError(moment).find("does not match the state"),
+            std::string::npos);
+  CudaCase step = adamw(DType::F32, false, false, -1);
+  step.Inputs[1] = randomTensor(ty(DType::F32, {2}), 5);
+  EXPECT_NE(cudaError(step).find("operand 1 must be a scalar"),
+            std::string::npos);
+}
+
 TEST(CudaUpdate, Accumulate) {
   for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16})
     for (int first : {0, 1})

@@ -1,12 +1,17 @@
-//===- UpdateKernelTest.cpp - SgdUpdate and Accumulate --------------------===//
+//===- UpdateKernelTest.cpp - The optimizer updates and Accumulate --------===//
 //
-// The update kernels write their state slot (Outputs[0]) in place. SgdUpdate
-// must round exactly as the sgd ops of the `optimizer` pass do (LOMO's
-// weights are SGD's bit for bit), so the expected values are computed here
-// with the same f32 operations in the same order, and compared exactly.
+// The update kernels write their state slots (the outputs) in place. They
+// must round exactly as torch.optim's ops do, one rounding per operation in
+// its order (LOMO's weights are SGD's bit for bit; fused momentum and AdamW
+// are the primitive ops' arithmetic), so the expected values are computed
+// here with the same f32 operations in the same order, and compared exactly.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelTestUtil.h"
+
+#include "kernels/cpu/Parallel.h"
+
+#include <cmath>
 
 using namespace headroom;
 using namespace headroom::cpu;
@@ -64,6 +69,158 @@ TEST(UpdateKernel, SgdUpdateF64) {
   EXPECT_EQ(w.Data, want);
 }
 
+AttributeMap momentumAttrs(double lr, double wd, double mu, bool nesterov) {
+  AttributeMap a = sgdAttrs(lr, wd);
+  a["momentum"] = Attribute::getFloat(mu);
+  a["nesterov"] = Attribute::getInt(nesterov);
+  return a;
+}
+
+TEST(UpdateKernel, MomentumUpdateRoundsLikeTorch) {
+  std::vector<int64_t> shape = {3, 4};
+  for (bool scaled : {false, true})
+    for (double wd : {0.0, 0.01})
+      for (bool nesterov : {false, true}) {
+        std::vector<float> w = randomFloats(12, 7), buf(12, 0.0f);
+        std::vector<float> wantW = w, wantBuf = buf;
+        float lr = 0.05f, wdf = static_cast<float>(wd), mu = 0.9f,
+              scale = 0.37f;
+        std::vector<float> s = {scale};
+        // Two steps: the second one reads a buffer the first one wrote.
+        for (unsigned step = 0; step < 2; ++step) {
+          std::vector<float> g = randomFloats(12, 8 + step);
+          for (size_t i = 0; i < w.size(); ++i) {
+            float d = scaled ? g[i] * scale : g[i];
+            if (wd != 0)
+              d = d + wantW[i] * wdf;
+            wantBuf[i] = wantBuf[i] * mu + d;
+            float u = nesterov ? d + wantBuf[i] * mu : wantBuf[i];
+            wantW[i] = wantW[i] - u * lr;
+          }
+          std::vector<TensorView> ins = {view(g, shape)};
+          if (scaled)
+            ins.push_back(view(s, {}));
+          ASSERT_EQ(runKernel("MomentumUpdate", ins,
+                              {view(w, shape), view(buf, shape)},
+                              momentumAttrs(0.05, wd, 0.9, nesterov)),
+                    "");
+        }
+        EXPECT_EQ(w, wantW) << scaled << wd << nesterov;
+        EXPECT_EQ(buf, wantBuf) << scaled << wd << nesterov;
+      }
+}
+
+/// The attributes the optimizer pass gives AdamWUpdate: each factor computed
+/// in double and rounded once, as torch's Python scalars are.
+AttributeMap adamwAttrs(double lr, double wd) {
+  AttributeMap a;
+  if (wd != 0)
+    a["decay"] = Attribute::getFloat(1.0 - lr * wd);
+  a["beta1"] = Attribute::getFloat(0.9);
+  a["one_minus_beta1"] = Attribute::getFloat(1.0 - 0.9);
+  a["beta2"] = Attribute::getFloat(0.999);
+  a["one_minus_beta2"] = Attribute::getFloat(1.0 - 0.999);
+  a["eps"] = Attribute::getFloat(1e-8);
+  return a;
+}
+
+/// lr / (1 - beta1^t) and sqrt(1 - beta2^t) in double, rounded once.
+std::vector<float> biasCorrections(double lr, int step) {
+  return {static_cast<float>(lr / (1.0 - std::pow(0.9, double(step)))),
+          static_cast<float>(std::sqrt(1.0 - std::pow(0.999, double(step))))};
+}
+
+/// One AdamW step as torch.optim.AdamW (single tensor) computes it in f32.
+void adamwReference(std::vector<float> &w, std::vector<float> &m,
+                    std::vector<float> &v, const std::vector<float> &g,
+                    float scale, double lr, double wd, int step) {
+  float decay = static_cast<float>(1.0 - lr * wd);
+  float b1 = 0.9f, b2 = 0.999f, c1 = static_cast<float>(1.0 - 0.9),
+        c2 = static_cast<float>(1.0 - 0.999), eps = 1e-8f;
+  std::vector<float> bc = biasCorrections(lr, step);
+  for (size_t i = 0; i < w.size(); ++i) {
+    float d = g[i] * scale;
+    float wi = wd != 0 ? w[i] * decay : w[i];
+    m[i] = m[i] * b1 + d * c1;
+    v[i] = v[i] * b2 + (d * d) * c2;
+    float denom = std::sqrt(v[i]) / bc[1] + eps;
+    w[i] = wi - (m[i] / denom) * bc[0];
+  }
+}
+
+TEST(UpdateKernel, AdamWUpdateRoundsLikeTorch) {
+  // Large enough that the kernel splits the loop across its threads.
+  int64_t n = 3 * kParallelGrain + 17;
+  std::vector<int64_t> shape = {n};
+  for (bool scaled : {false, true})
+    for (double wd : {0.0, 0.01}) {
+      std::vector<float> w = randomFloats(n, 11), m(n, 0.0f), v(n, 0.0f);
+      std::vector<float> wantW = w, wantM = m, wantV = v;
+      float scale = scaled ? 0.37f : 1.0f;
+      for (int step = 1; step <= 3; ++step) {
+        std::vector<float> g = randomFloats(n, 12 + step);
+        adamwReference(wantW, wantM, wantV, g, scale, 1e-3, wd, step);
+        std::vector<float> bc = biasCorrections(1e-3, step);
+        std::vector<float> stepSize = {bc[0]}, sqrtBc2 = {bc[1]};
+        std::vector<float> s = {scale};
+        std::vector<TensorView> ins = {view(g, shape), view(stepSize, {}),
+                                       view(sqrtBc2, {})};
+        if (scaled)
+          ins.push_back(view(s, {}));
+        ASSERT_EQ(runKernel("AdamWUpdate", ins,
+                            {view(w, shape), view(m, shape), view(v, shape)},
+                            adamwAttrs(1e-3, wd)),
+                  "");
+      }
+      EXPECT_EQ(w, wantW) << scaled << wd;
+      EXPECT_EQ(m, wantM) << scaled << wd;
+      EXPECT_EQ(v, wantV) << scaled << wd;
+    }
+}
+
+TEST(UpdateKernel, DisabledFusedUpdatesWriteNothing) {
+  std::vector<int64_t> shape = {5};
+  std::vector<float> w = randomFloats(5, 21), m = randomFloats(5, 22),
+                     v(5, 0.25f), g(5, std::nanf("")), one = {1.0f};
+  std::vector<float> w0 = w, m0 = m, v0 = v;
+  uint8_t off = 0;
+  TensorView flag{DType::Bool, {}, &off};
+  ASSERT_EQ(runKernel("AdamWUpdate",
+                      {view(g, shape), view(one, {}), view(one, {}),
+                       view(one, {}), flag},
+                      {view(w, shape), view(m, shape), view(v, shape)},
+                      adamwAttrs(1e-3, 0.01)),
+            "");
+  ASSERT_EQ(runKernel("MomentumUpdate", {view(g, shape), view(one, {}), flag},
+                      {view(w, shape), view(m, shape)},
+                      momentumAttrs(0.1, 0, 0.9, false)),
+            "");
+  EXPECT_EQ(w, w0);
+  EXPECT_EQ(m, m0);
+  EXPECT_EQ(v, v0);
+}
+
+TEST(UpdateKernel, AdamWUpdateF64) {
+  T64 w({6}, 31), g({6}, 32), m({6}, 0), v({6}, 0);
+  std::vector<double> stepSize = {0.01}, sqrtBc2 = {0.0316};
+  std::vector<int64_t> none;
+  TensorView ss{DType::F64, none, stepSize.data()},
+      bc{DType::F64, none, sqrtBc2.data()};
+  std::vector<double> want = w.Data;
+  // The attributes are f32: the factors are f32 values computed in f64.
+  double c1 = static_cast<float>(1.0 - 0.9),
+         c2 = static_cast<float>(1.0 - 0.999), eps = static_cast<float>(1e-8);
+  for (size_t i = 0; i < want.size(); ++i) {
+    double mi = g.Data[i] * c1;
+    double vi = (g.Data[i] * g.Data[i]) * c2;
+    want[i] = want[i] - (mi / (std::sqrt(vi) / sqrtBc2[0] + eps)) * 0.01;
+  }
+  ASSERT_EQ(runKernel("AdamWUpdate", {g.view(), ss, bc},
+                      {w.view(), m.view(), v.view()}, adamwAttrs(0.1, 0)),
+            "");
+  EXPECT_EQ(w.Data, want);
+}
+
 TEST(UpdateKernel, AccumulateWritesFirstThenAdds) {
   std::vector<int64_t> shape = {6};
   std::vector<float> acc(6, 123.0f), g1 = randomFloats(6, 5),
@@ -92,6 +249,21 @@ TEST(UpdateKernel, ErrorsNameTheProblem) {
             "SgdUpdate: scale must be a scalar of the state's type");
   EXPECT_EQ(runKernel("Accumulate", {view(g4, {4})}, {}),
             "Accumulate: needs its state slot as the output");
+  std::vector<float> m(4), m3(3), one = {1.0f};
+  EXPECT_EQ(runKernel("AdamWUpdate",
+                      {view(g4, {4}), view(one, {}), view(one, {})},
+                      {view(w, {4}), view(m, {4})}),
+            "AdamWUpdate: needs its 3 state slots as the outputs");
+  EXPECT_EQ(runKernel("MomentumUpdate", {view(g4, {4})},
+                      {view(w, {4}), view(m3, {3})}),
+            "MomentumUpdate: state f32[3] does not match the weight f32[4]");
+  EXPECT_EQ(runKernel("AdamWUpdate",
+                      {view(g4, {4}), view(s, {2}), view(one, {})},
+                      {view(w, {4}), view(m, {4}), view(m, {4})}),
+            "AdamWUpdate: operand 1 must be a scalar of the state's type");
+  EXPECT_EQ(runKernel("AdamWUpdate", {view(g4, {4})},
+                      {view(w, {4}), view(m, {4}), view(m, {4})}),
+            "AdamWUpdate: needs the step size and sqrt_bc2");
   std::vector<int32_t> wi(4), gi(4);
   std::vector<int64_t> four = {4};
   EXPECT_EQ(runKernel("Accumulate", {TensorView{DType::I32, four, gi.data()}},
