@@ -1,6 +1,8 @@
 //===- Cost.cpp - Floating-point operations of a node ---------------------===//
 #include "compiler/Cost.h"
 
+#include "compiler/MatMulShape.h"
+
 #include <algorithm>
 
 using namespace headroom;
@@ -17,9 +19,14 @@ static uint64_t convFlops(const TensorType &y, const TensorType &w) {
 uint64_t headroom::nodeFlops(const Node &n) {
   switch (n.kind()) {
   case OpKind::MatMul: {
-    const TensorType &a = n.operand(0)->type();
-    uint64_t k = a.rank() ? a.dim(a.rank() - 1) : 1;
-    return 2 * uint64_t(n.result(0)->type().numElements()) * k;
+    auto s =
+        matMulShape(n.operand(0)->type().shape(), n.operand(1)->type().shape(),
+                    n.intAttr("transA", 0), n.intAttr("transB", 0));
+    if (!s) { // the verifier reports it
+      llvm::consumeError(s.takeError());
+      return 0;
+    }
+    return 2 * uint64_t(n.result(0)->type().numElements()) * s->K;
   }
   case OpKind::Gemm: {
     const TensorType &a = n.operand(0)->type();

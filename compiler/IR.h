@@ -142,6 +142,7 @@ public:
   double floatAttr(llvm::StringRef name, double dflt) const;
   std::string stringAttr(llvm::StringRef name, llvm::StringRef dflt) const;
   void setAttr(llvm::StringRef name, Attribute a) { Attrs[name.str()] = a; }
+  void removeAttr(llvm::StringRef name) { Attrs.erase(name.str()); }
 
   /// Drops every operand (updating use lists) and unlinks and deletes this
   /// node. Its results must have no uses left.

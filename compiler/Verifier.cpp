@@ -1,6 +1,8 @@
 //===- Verifier.cpp - IR invariants ---------------------------------------===//
 #include "compiler/Verifier.h"
 
+#include "compiler/MatMulShape.h"
+
 #include "llvm/ADT/SmallPtrSet.h"
 
 using namespace headroom;
@@ -178,32 +180,14 @@ llvm::Error Verifier::verifyMatrixProduct(const Node &n) {
   llvm::ArrayRef<int64_t> a = n.operand(0)->type().shape(),
                           b = n.operand(1)->type().shape(),
                           y = n.result(0)->type().shape();
-  if (a.size() < 2 || b.size() < 2)
-    return llvm::Error::success(); // 1-D MatMul operands: numpy's promotion
-  int64_t m = a[a.size() - 2], k = a.back(), k2 = b[b.size() - 2],
-          nn = b.back();
-  llvm::SmallVector<int64_t, 4> want;
-  if (n.is(OpKind::Gemm)) {
-    if (a.size() != 2 || b.size() != 2)
-      return fail(n, "Gemm operands must be 2-D");
-    if (n.intAttr("transA", 0))
-      std::swap(m, k);
-    if (n.intAttr("transB", 0))
-      std::swap(k2, nn);
-  } else {
-    auto batch = broadcastShapes(a.drop_back(2), b.drop_back(2));
-    if (!batch)
-      return fail(n, "batch dimensions do not broadcast");
-    want = *batch;
-  }
-  if (k != k2)
-    return fail(n, "inner dimensions differ (" + llvm::Twine(k) + " and " +
-                       llvm::Twine(k2) + ")");
-  want.push_back(m);
-  want.push_back(nn);
-  if (llvm::ArrayRef<int64_t>(want) != y)
+  if (n.is(OpKind::Gemm) && (a.size() != 2 || b.size() != 2))
+    return fail(n, "Gemm operands must be 2-D");
+  auto s = matMulShape(a, b, n.intAttr("transA", 0), n.intAttr("transB", 0));
+  if (!s)
+    return fail(n, llvm::toString(s.takeError()));
+  if (llvm::ArrayRef<int64_t>(s->Result) != y)
     return fail(n, "result shape " + shapeString(y) + " should be " +
-                       shapeString(want));
+                       shapeString(s->Result));
   return llvm::Error::success();
 }
 

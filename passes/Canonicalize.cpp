@@ -7,6 +7,12 @@
 //  * Identity, and Dropout in inference mode (training_mode absent or false,
 //    or ratio 0) with an unused mask, forward their input;
 //  * equal Constants are merged into the first of them;
+//  * a Transpose that swaps the last two axes and feeds only MatMuls is
+//    folded into them (their transA/transB): the GEMM reads the operand as
+//    it lies instead of a transposed copy (attention's K^T, a tied LM
+//    head's embedding^T); one of a MatMul's result used nowhere else
+//    becomes the product the other way round, (A B)^T = B^T A^T (the
+//    gradient of K^T);
 //  * nodes without side effects whose results are unused are deleted, and so
 //    are frozen state slots nothing reads any more.
 // Requires: verified IR. Guarantees: no Identity; no node with all-constant
@@ -61,6 +67,73 @@ bool isInferenceDropout(const Node &n) {
 
 } // namespace
 
+/// Whether Transpose node `t` swaps the last two axes and keeps the others.
+static bool swapsLastTwo(const Node &t) {
+  unsigned rank = t.operand(0)->type().rank();
+  if (rank < 2)
+    return false;
+  std::vector<int64_t> perm;
+  if (const Attribute *a = t.attr("perm"))
+    perm = a->asInts();
+  else // ONNX's default reverses the axes
+    for (unsigned d = rank; d-- > 0;)
+      perm.push_back(d);
+  if (perm.size() != rank)
+    return false;
+  for (unsigned d = 0; d < rank; ++d) {
+    unsigned want = d + 2 < rank ? d : (d + 2 == rank ? rank - 1 : rank - 2);
+    if (perm[d] != want)
+      return false;
+  }
+  return true;
+}
+
+/// Sets MatMul flag `name` to `on`; absent means 0.
+static void setTransposeFlag(Node &matMul, llvm::StringRef name, bool on) {
+  if (on)
+    matMul.setAttr(name, Attribute::getInt(1));
+  else
+    matMul.removeAttr(name);
+}
+
+/// Folds Transpose `t` into the MatMuls that are its only users, or into
+/// the MatMul it transposes.
+static bool foldTransposeIntoMatMuls(Node &t) {
+  Value *y = t.result(0);
+  if (!swapsLastTwo(t) || !y->hasUses())
+    return false;
+  Node *def = t.operand(0)->definingNode();
+  if (def && def->is(OpKind::MatMul) && t.operand(0)->users().size() == 1 &&
+      !def->attr("grad_of") && def->operand(0)->type().rank() >= 2 &&
+      def->operand(1)->type().rank() >= 2) {
+    // (op(A) op(B))^T = op(B)^T op(A)^T: the same node, operands swapped.
+    bool ta = def->intAttr("transA", 0), tb = def->intAttr("transB", 0);
+    Value *a = def->operand(0), *b = def->operand(1);
+    def->setOperand(0, b);
+    def->setOperand(1, a);
+    setTransposeFlag(*def, "transA", !tb);
+    setTransposeFlag(*def, "transB", !ta);
+    def->result(0)->setType(y->type());
+    if (const Attribute *g = t.attr("grad_of")) // the gradient is the product
+      def->setAttr("grad_of", *g);
+    y->replaceAllUsesWith(def->result(0));
+    return true;
+  }
+  if (llvm::any_of(y->users(),
+                   [](const Node *u) { return !u->is(OpKind::MatMul); }))
+    return false;
+  llvm::SmallVector<Node *, 4> users(y->users().begin(), y->users().end());
+  for (Node *u : users)
+    for (unsigned i = 0; i < 2; ++i) {
+      if (u->operand(i) != y)
+        continue;
+      const char *flag = i == 0 ? "transA" : "transB";
+      u->setOperand(i, t.operand(0));
+      setTransposeFlag(*u, flag, !u->intAttr(flag, 0));
+    }
+  return true;
+}
+
 /// Replaces `v` with a Constant holding `t`, inserted before `at`.
 static void replaceWithConstant(Value *v, Tensor t, Node &at) {
   Value *c = Builder(*at.parent(), &at).constant(std::move(t));
@@ -76,6 +149,8 @@ llvm::Expected<bool> Canonicalize::foldNode(Node &n) {
   if (n.is(OpKind::Constant) || n.info()->hasSideEffects() ||
       n.is(OpKind::Read))
     return false;
+  if (n.is(OpKind::Transpose) && !constantValue(n.operand(0)))
+    return foldTransposeIntoMatMuls(n);
   if (auto t = foldTypeOp(n.op(), n.attrs(), n.operand(0)->type())) {
     if (!n.result(0)->hasUses())
       return false;

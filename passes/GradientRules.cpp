@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "passes/GradientRules.h"
 
+#include "compiler/MatMulShape.h"
 #include "compiler/Verifier.h"
 
 #include "llvm/ADT/StringMap.h"
@@ -377,37 +378,38 @@ static llvm::Error gradMatMul(GradContext &c) {
   unsigned ra = a->type().rank(), rb = b->type().rank();
   if (ra < 2 || rb < 2)
     return c.fail("MatMul with a 1-D operand has no gradient rule yet");
-  auto swapLast = [&](Value *v) {
-    llvm::SmallVector<int64_t, 4> perm;
-    for (unsigned d = 0; d < v->type().rank(); ++d)
-      perm.push_back(d);
-    std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
-    return c.transpose(v, perm);
-  };
-  auto matmul = [&](Value *l, Value *r) {
-    llvm::SmallVector<int64_t, 4> batch;
-    auto lb = l->type().shape().drop_back(2),
-         rbs = r->type().shape().drop_back(2);
-    batch = *broadcastShapes(lb, rbs);
-    batch.push_back(l->type().dim(l->type().rank() - 2));
-    batch.push_back(r->type().dim(r->type().rank() - 1));
+  bool ta = c.N.intAttr("transA", 0), tb = c.N.intAttr("transB", 0);
+  // Products read their operands transposed through the flags, never
+  // through a Transpose copy.
+  auto matmul = [&](Value *l, Value *r, bool tl, bool tr) {
+    auto s = matMulShape(l->type().shape(), r->type().shape(), tl, tr);
+    assert(s && "the gradient of a verified MatMul has valid shapes");
+    AttributeMap attrs;
+    if (tl)
+      attrs["transA"] = Attribute::getInt(1);
+    if (tr)
+      attrs["transB"] = Attribute::getInt(1);
     return c.B.createValue("MatMul", {l, r},
-                           TensorType(l->type().dtype(), batch));
+                           TensorType(l->type().dtype(), s->Result), attrs);
   };
+  // Y = op(A) op(B): d op(A) = dY op(B)^T, d op(B) = op(A)^T dY, each
+  // transposed back when the operand was read transposed.
   if (c.needs(0))
-    c.DIn[0] = c.unbroadcast(matmul(dy, swapLast(b)), a->type());
-  if (c.needs(1)) {
-    if (rb == 2 && ra > 2) {
-      // A shared weight: fold the batch into rows instead of materializing
-      // one [K, N] gradient per batch element and summing them.
-      int64_t k = a->type().dim(ra - 1), n = dy->type().dim(ra - 1);
-      Value *a2 = c.reshape(a, {a->type().numElements() / k, k});
-      Value *dy2 = c.reshape(dy, {dy->type().numElements() / n, n});
-      c.DIn[1] = matmul(c.transpose(a2, {1, 0}), dy2);
-    } else {
-      c.DIn[1] = c.unbroadcast(matmul(swapLast(a), dy), b->type());
-    }
+    c.DIn[0] = c.unbroadcast(
+        ta ? matmul(b, dy, tb, true) : matmul(dy, b, false, !tb), a->type());
+  if (!c.needs(1))
+    return ok();
+  if (rb == 2 && ra > 2 && !ta) {
+    // A shared weight: fold the batch into rows instead of materializing
+    // one gradient per batch element and summing them.
+    int64_t k = a->type().dim(ra - 1), n = dy->type().dim(ra - 1);
+    Value *a2 = c.reshape(a, {a->type().numElements() / k, k});
+    Value *dy2 = c.reshape(dy, {dy->type().numElements() / n, n});
+    c.DIn[1] = tb ? matmul(dy2, a2, true, false) : matmul(a2, dy2, true, false);
+    return ok();
   }
+  c.DIn[1] = c.unbroadcast(
+      tb ? matmul(dy, a, true, ta) : matmul(a, dy, !ta, false), b->type());
   return ok();
 }
 

@@ -2,14 +2,16 @@
 //
 // Both ops are thin layers over OpenBLAS's row-major gemm. Gemm fills the
 // output with beta*C broadcast to [M, N] and lets BLAS accumulate into it.
-// MatMul follows numpy: 1-D operands are promoted to matrices (and the added
-// axis dropped from the result), batch axes broadcast. A batched A against an
+// MatMul follows numpy (compiler/MatMulShape.h, with headroom's
+// transA/transB passed to BLAS as its transposes). A batched A against an
 // unbatched B is one tall gemm; otherwise each output batch is one gemm whose
 // operands are found through broadcast strides, so a broadcast batch axis is
 // never copied. OpenBLAS 0.3.21 has no strided-batch gemm, hence the loop.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+
+#include "compiler/MatMulShape.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -134,22 +136,11 @@ int64_t product(ArrayRef<int64_t> dims) {
 template <typename T> Error matMul(const KernelContext &ctx) {
   const TensorView &a = ctx.Inputs[0], &b = ctx.Inputs[1];
   const TensorView &y = ctx.Outputs[0];
-  if (a.rank() == 0 || b.rank() == 0)
-    return ctx.unsupported("operands must have rank >= 1");
-  // A 1-D A is a row [1, K]; a 1-D B is a column [K, 1].
-  int64_t m = a.rank() == 1 ? 1 : a.Shape[a.rank() - 2];
-  int64_t k = a.Shape.back();
-  int64_t kb = b.rank() == 1 ? b.Shape[0] : b.Shape[b.rank() - 2];
-  int64_t n = b.rank() == 1 ? 1 : b.Shape.back();
-  if (k != kb)
-    return ctx.unsupported("inner dimensions differ (" + llvm::Twine(k) +
-                           " vs " + llvm::Twine(kb) + ")");
-  ArrayRef<int64_t> aBatch = a.Shape.drop_back(a.rank() == 1 ? 1 : 2);
-  ArrayRef<int64_t> bBatch = b.Shape.drop_back(b.rank() == 1 ? 1 : 2);
-  auto outBatch = broadcastShapes(aBatch, bBatch);
-  if (!outBatch)
-    return ctx.unsupported("batch dimensions do not broadcast");
-  int64_t batches = product(*outBatch);
+  auto s = matMulShape(a.Shape, b.Shape, ctx.attrInt("transA", 0),
+                       ctx.attrInt("transB", 0));
+  if (!s)
+    return ctx.unsupported(llvm::toString(s.takeError()));
+  int64_t m = s->M, n = s->N, k = s->K, batches = s->batches();
   if (y.numElements() != batches * m * n)
     return ctx.unsupported("result type does not match the operands");
   if (y.numElements() == 0)
@@ -157,16 +148,17 @@ template <typename T> Error matMul(const KernelContext &ctx) {
 
   const T *pa = a.as<T>(), *pb = b.as<T>();
   T *py = y.as<T>();
-  GemmArgs g = contiguousGemm(false, false, m, n, k);
-  // A batched A against one B matrix: the batches of A stack into rows.
-  if (product(bBatch) == 1 && product(aBatch) == batches) {
+  GemmArgs g = contiguousGemm(s->TransA, s->TransB, m, n, k);
+  // A batched A against one B matrix: the batches of A stack into rows
+  // (not when each of A's matrices is read transposed).
+  if (!s->TransA && product(s->BBatch) == 1 && product(s->ABatch) == batches) {
     g.M = batches * m;
     blasGemm(g, pa, pb, py);
     return Error::success();
   }
-  SmallVector<int64_t, 4> aStrides = batchStrides(aBatch, *outBatch, m * k);
-  SmallVector<int64_t, 4> bStrides = batchStrides(bBatch, *outBatch, k * n);
-  SmallVector<int64_t, 4> index(outBatch->size(), 0);
+  SmallVector<int64_t, 4> aStrides = batchStrides(s->ABatch, s->Batch, m * k);
+  SmallVector<int64_t, 4> bStrides = batchStrides(s->BBatch, s->Batch, k * n);
+  SmallVector<int64_t, 4> index(s->Batch.size(), 0);
   int64_t aOff = 0, bOff = 0;
   for (int64_t i = 0; i < batches; ++i) {
     blasGemm(g, pa + aOff, pb + bOff, py + i * m * n);
@@ -174,7 +166,7 @@ template <typename T> Error matMul(const KernelContext &ctx) {
     for (int d = static_cast<int>(index.size()) - 1; d >= 0; --d) {
       aOff += aStrides[d];
       bOff += bStrides[d];
-      if (++index[d] < (*outBatch)[d])
+      if (++index[d] < s->Batch[d])
         break;
       aOff -= aStrides[d] * index[d];
       bOff -= bStrides[d] * index[d];

@@ -1,11 +1,11 @@
 //===- Linalg.cu - Gemm and MatMul through cuBLASLt -----------------------===//
 //
 // Both ops become a list of strided-batched row-major GEMMs, found on the
-// host with kernels/cpu/Linalg.cpp's rules (numpy's 1-D promotion and batch
-// broadcasting; Gemm's beta*C broadcast into the result first, then
-// accumulated into). A broadcast batch axis is a batch stride of 0, never a
-// copy; batch axes that do not merge into one strided batch become several
-// calls.
+// host with kernels/cpu/Linalg.cpp's rules (compiler/MatMulShape.h: numpy's
+// 1-D promotion and batch broadcasting, headroom's transA/transB; Gemm's beta*C
+// broadcast into the result first, then accumulated into). A broadcast batch
+// axis is a batch stride of 0, never a copy; batch axes that do not merge into
+// one strided batch become several calls.
 //
 // On the GPU each GEMM is one cublasLtMatmul on the executor's stream with
 // its workspace (the cuda target's library bytes): f32 computes in f32 with
@@ -24,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/Launch.h"
 
+#include "compiler/MatMulShape.h"
 #include "compiler/Types.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -331,34 +332,26 @@ int64_t product(ArrayRef<int64_t> dims) {
 Error matMulCalls(const KernelContext &ctx, SmallVector<GemmCall, 4> &out) {
   const TensorView &a = ctx.Inputs[0], &b = ctx.Inputs[1];
   const TensorView &y = ctx.Outputs[0];
-  if (a.rank() == 0 || b.rank() == 0)
-    return ctx.unsupported("operands must have rank >= 1");
-  int64_t m = a.rank() == 1 ? 1 : a.Shape[a.rank() - 2];
-  int64_t k = a.Shape.back();
-  int64_t kb = b.rank() == 1 ? b.Shape[0] : b.Shape[b.rank() - 2];
-  int64_t n = b.rank() == 1 ? 1 : b.Shape.back();
-  if (k != kb)
-    return ctx.unsupported("inner dimensions differ (" + llvm::Twine(k) +
-                           " vs " + llvm::Twine(kb) + ")");
-  ArrayRef<int64_t> aBatch = a.Shape.drop_back(a.rank() == 1 ? 1 : 2);
-  ArrayRef<int64_t> bBatch = b.Shape.drop_back(b.rank() == 1 ? 1 : 2);
-  auto outBatch = broadcastShapes(aBatch, bBatch);
-  if (!outBatch)
-    return ctx.unsupported("batch dimensions do not broadcast");
-  int64_t batches = product(*outBatch);
+  auto s = matMulShape(a.Shape, b.Shape, ctx.attrInt("transA", 0),
+                       ctx.attrInt("transB", 0));
+  if (!s)
+    return ctx.unsupported(llvm::toString(s.takeError()));
+  int64_t m = s->M, n = s->N, k = s->K, batches = s->batches();
+  ArrayRef<int64_t> aBatch = s->ABatch, bBatch = s->BBatch;
+  ArrayRef<int64_t> outBatch = s->Batch;
   if (y.numElements() != batches * m * n)
     return ctx.unsupported("result type does not match the operands");
   if (y.numElements() == 0)
     return Error::success();
-  GemmCall g = contiguous(false, false, m, n, k);
-  if (product(bBatch) == 1 && product(aBatch) == batches) {
+  GemmCall g = contiguous(s->TransA, s->TransB, m, n, k);
+  if (!s->TransA && product(bBatch) == 1 && product(aBatch) == batches) {
     g.M = batches * m; // A's batches stack into rows
     out.push_back(g);
     return Error::success();
   }
   // Batch strides of A, B and C over the output's batch axes (0 where an
   // operand is broadcast), merged where they stay linear.
-  unsigned rank = outBatch->size();
+  unsigned rank = outBatch.size();
   SmallVector<int64_t, 4> sa(rank, 0), sb(rank, 0), sc(rank, 0);
   auto strides = [&](ArrayRef<int64_t> batch, int64_t size,
                      SmallVector<int64_t, 4> &s) {
@@ -371,10 +364,10 @@ Error matMulCalls(const KernelContext &ctx, SmallVector<GemmCall, 4> &out) {
   };
   strides(aBatch, m * k, sa);
   strides(bBatch, k * n, sb);
-  strides(*outBatch, m * n, sc);
+  strides(outBatch, m * n, sc);
   SmallVector<int64_t, 4> dims, da, db, dc;
   for (unsigned d = 0; d < rank; ++d) {
-    int64_t size = (*outBatch)[d];
+    int64_t size = outBatch[d];
     if (size == 1)
       continue;
     if (!dims.empty() && da.back() == sa[d] * size &&

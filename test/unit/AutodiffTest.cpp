@@ -190,6 +190,28 @@ const GradCase kCases[] = {
      "%a = Read(@a) : f64[3, 4]\n%b = Read(@b) : f64[2, 4, 5]\n"
      "%out = MatMul(%a, %b) : f64[2, 3, 5]\n",
      "f64[2, 3, 5]"},
+    // headroom's transposed operands, every combination of flags, batched,
+    // broadcast and shared weights.
+    {"MatMulTransA",
+     "state @a : f64[2, 4, 3] param\nstate @b : f64[2, 4, 5] param\n",
+     "%a = Read(@a) : f64[2, 4, 3]\n%b = Read(@b) : f64[2, 4, 5]\n"
+     "%out = MatMul(%a, %b) {transA = 1} : f64[2, 3, 5]\n",
+     "f64[2, 3, 5]"},
+    {"MatMulTransB",
+     "state @a : f64[2, 3, 4] param\nstate @b : f64[5, 4] param\n",
+     "%a = Read(@a) : f64[2, 3, 4]\n%b = Read(@b) : f64[5, 4]\n"
+     "%out = MatMul(%a, %b) {transB = 1} : f64[2, 3, 5]\n",
+     "f64[2, 3, 5]"},
+    {"MatMulTransBoth",
+     "state @a : f64[4, 3] param\nstate @b : f64[2, 5, 4] param\n",
+     "%a = Read(@a) : f64[4, 3]\n%b = Read(@b) : f64[2, 5, 4]\n"
+     "%out = MatMul(%a, %b) {transA = 1, transB = 1} : f64[2, 3, 5]\n",
+     "f64[2, 3, 5]"},
+    {"MatMulTransASharedWeight",
+     "state @a : f64[2, 4, 3] param\nstate @b : f64[4, 5] param\n",
+     "%a = Read(@a) : f64[2, 4, 3]\n%b = Read(@b) : f64[4, 5]\n"
+     "%out = MatMul(%a, %b) {transA = 1} : f64[2, 3, 5]\n",
+     "f64[2, 3, 5]"},
     {"Gemm",
      "state @a : f64[3, 4] param\nstate @b : f64[5, 4] param\nstate @c : "
      "f64[5] param\n",

@@ -155,7 +155,23 @@ TEST(VerifierTest, ChecksMatrixProductShapes) {
       verifyError("func @f(%a: f32[2, 3, 4], %b: f32[5, 2]) {\n"
                   "  %y = MatMul(%a, %b) : f32[2, 3, 2]\n  return %y\n}\n"),
       "in @f, node 0 ('MatMul' defining %y): inner dimensions differ (4 "
-      "and 5)");
+      "vs 5)");
+  // headroom's transA/transB swap the last two axes of that operand.
+  EXPECT_EQ(verifyError("func @f(%a: f32[2, 4, 3], %b: f32[5, 4]) {\n"
+                        "  %y = MatMul(%a, %b) {transA = 1, transB = 1} : "
+                        "f32[2, 3, 5]\n  return %y\n}\n"),
+            "");
+  EXPECT_EQ(
+      verifyError("func @f(%a: f32[2, 4, 3], %b: f32[4, 5]) {\n"
+                  "  %y = MatMul(%a, %b) {transA = 1} : f32[2, 4, 5]\n"
+                  "  return %y\n}\n"),
+      "in @f, node 0 ('MatMul' defining %y): result shape 2x4x5 should be "
+      "2x3x5");
+  EXPECT_EQ(verifyError("func @f(%a: f32[4], %b: f32[4, 5]) {\n"
+                        "  %y = MatMul(%a, %b) {transA = 1} : f32[5]\n"
+                        "  return %y\n}\n"),
+            "in @f, node 0 ('MatMul' defining %y): a transposed operand must "
+            "have rank >= 2");
 }
 
 TEST(VerifierTest, RejectsUseBeforeDefinition) {

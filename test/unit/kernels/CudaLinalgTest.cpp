@@ -43,6 +43,33 @@ TEST(CudaLinalg, MatMulBatchesAndBroadcasts) {
           << shapeString(s[1]);
 }
 
+/// headroom's transA/transB: the operand's last two axes swapped.
+TEST(CudaLinalg, MatMulTransposedOperands) {
+  auto swapped = [](std::vector<int64_t> s, bool swap) {
+    if (swap)
+      std::swap(s[s.size() - 2], s[s.size() - 1]);
+    return s;
+  };
+  std::vector<std::vector<std::vector<int64_t>>> shapes = {
+      {{3, 4}, {4, 5}, {3, 5}},
+      {{2, 3, 4}, {4, 5}, {2, 3, 5}},
+      {{2, 3, 4}, {2, 4, 5}, {2, 3, 5}},
+      {{3, 4}, {2, 4, 5}, {2, 3, 5}},
+      {{2, 1, 3, 4}, {1, 5, 4, 2}, {2, 5, 3, 2}},
+      {{2, 3, 0}, {0, 5}, {2, 3, 5}}};
+  for (DType t : {DType::F32, DType::F64, DType::BF16})
+    for (const auto &s : shapes)
+      for (int flags = 1; flags < 4; ++flags) {
+        bool ta = flags & 1, tb = flags & 2;
+        CudaCase c = matmul(t, swapped(s[0], ta), swapped(s[1], tb), s[2]);
+        c.Attrs["transA"] = Attribute::getInt(ta);
+        c.Attrs["transB"] = Attribute::getInt(tb);
+        EXPECT_EQ(compareCudaWithCpu(c), "")
+            << dtypeName(t).str() << " " << shapeString(s[0]) << " x "
+            << shapeString(s[1]) << " flags " << flags;
+      }
+}
+
 TEST(CudaLinalg, GemmTransposesAlphaBetaAndBias) {
   for (DType t : {DType::F32, DType::BF16})
     for (int transA = 0; transA < 2; ++transA)

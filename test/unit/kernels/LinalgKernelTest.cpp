@@ -194,6 +194,54 @@ TEST(LinalgKernelTest, MatMulMatchesReference) {
   }
 }
 
+/// `x` with its last two axes swapped (what transA/transB undo).
+template <typename T> Buffer<T> swapLastTwo(const Buffer<T> &x) {
+  std::vector<int64_t> shape = x.Shape;
+  size_t r = shape.size();
+  std::swap(shape[r - 2], shape[r - 1]);
+  Buffer<T> t(shape);
+  int64_t rows = x.Shape[r - 2], cols = x.Shape[r - 1];
+  int64_t batches = rows * cols ? x.size() / (rows * cols) : 0;
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        t.Data[b * rows * cols + j * rows + i] =
+            x.Data[b * rows * cols + i * cols + j];
+  return t;
+}
+
+TEST(LinalgKernelTest, MatMulTransposedOperands) {
+  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {
+      {{3, 4}, {4, 5}},       {{2, 3, 4}, {4, 5}},
+      {{2, 3, 4}, {2, 4, 5}}, {{1, 3, 4}, {2, 4, 5}},
+      {{3, 4}, {2, 4, 5}},    {{2, 1, 3, 4}, {3, 4, 5}},
+      {{3, 0}, {0, 5}},       {{2, 3, 4}, {1, 1, 4, 2}}};
+  for (auto &[as, bs] : cases)
+    for (int flags = 1; flags < 4; ++flags) {
+      bool ta = flags & 1, tb = flags & 2;
+      SCOPED_TRACE(testing::PrintToString(as) + " x " +
+                   testing::PrintToString(bs) + " transA " +
+                   std::to_string(ta) + " transB " + std::to_string(tb));
+      auto a = randomBuffer<double>(as), b = randomBuffer<double>(bs);
+      auto [shape, want] = referenceMatMul(a, b);
+      Buffer<double> at = ta ? swapLastTwo(a) : a, bt = tb ? swapLastTwo(b) : b;
+      AttributeMap attrs;
+      attrs["transA"] = Attribute::getInt(ta);
+      attrs["transB"] = Attribute::getInt(tb);
+      Buffer<double> y(shape);
+      ASSERT_EQ(runKernel("MatMul", {at.view(), bt.view()}, {y.view()}, attrs),
+                "");
+      for (int64_t i = 0; i < y.size(); ++i)
+        EXPECT_NEAR(y.Data[i], want[i], 1e-12) << "element " << i;
+    }
+  auto a = randomBuffer<double>({4}), b = randomBuffer<double>({4, 5});
+  Buffer<double> y({5});
+  AttributeMap attrs;
+  attrs["transA"] = Attribute::getInt(1);
+  EXPECT_EQ(runKernel("MatMul", {a.view(), b.view()}, {y.view()}, attrs),
+            "MatMul: a transposed operand must have rank >= 2");
+}
+
 TEST(LinalgKernelTest, MatMulF32) {
   auto a = randomBuffer<float>({2, 3, 7}), b = randomBuffer<float>({2, 7, 5});
   auto [shape, want] = referenceMatMul(a, b);
