@@ -318,6 +318,19 @@ Error tanhKernel(const KernelContext &ctx) {
   return unaryKernel<TanhOp, FloatTypes>(ctx);
 }
 
+/// Erf likewise (gelu in BERT and ViT).
+Error erfKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (x.Type == DType::F32) {
+    const float *px = x.as<float>();
+    float *py = y.as<float>();
+    parallelFor(y.numElements(), kParallelGrain,
+                [&](int64_t b, int64_t e) { erfArray(px + b, py + b, e - b); });
+    return Error::success();
+  }
+  return unaryKernel<ErfOp, FloatTypes>(ctx);
+}
+
 /// Sigmoid likewise (SiLU in every Llama).
 Error sigmoidKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
@@ -642,7 +655,7 @@ void headroom::cpu::registerElementwiseKernels() {
   registerKernel("LeakyRelu", leakyRelu);
   registerKernel("Clip", clip);
   registerKernel("HardSigmoid", hardSigmoid);
-  registerKernel("Erf", unaryKernel<ErfOp, FloatTypes>);
+  registerKernel("Erf", erfKernel);
   registerKernel("Sin", unaryKernel<SinOp, FloatTypes>);
   registerKernel("Cos", unaryKernel<CosOp, FloatTypes>);
   registerKernel("Floor", unaryKernel<FloorOp, FloatTypes>);

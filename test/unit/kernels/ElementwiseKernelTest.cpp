@@ -512,6 +512,45 @@ TEST(VecMathTest, ExpTanhSigmoidAreWithinAFewUlpOfLibm) {
   EXPECT_NEAR(sumExpShifted(x.data(), 3.0f, z.size()), want, 1e-5 * want);
 }
 
+// erf against the double erf rounded to float: every 127th float of [0, 5]
+// (both signs) and the special values.
+TEST(VecMathTest, ErfIsWithinAFewUlp) {
+  std::vector<float> x;
+  for (uint32_t bits = 0; bits <= 0x40a00000u; bits += 127) {
+    float v;
+    std::memcpy(&v, &bits, 4);
+    x.push_back(v);
+    x.push_back(-v);
+  }
+  std::vector<float> y(x.size());
+  erfArray(x.data(), y.data(), x.size());
+  int64_t worst = 0;
+  float at = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    int64_t u = ulps(y[i], static_cast<float>(std::erf(double(x[i]))));
+    if (u > worst)
+      worst = u, at = x[i];
+  }
+  EXPECT_LE(worst, 2) << "at " << at;
+  float special[] = {0.0f,
+                     -0.0f,
+                     4.0f,
+                     -100.0f,
+                     std::numeric_limits<float>::infinity(),
+                     -std::numeric_limits<float>::infinity(),
+                     std::nanf(""),
+                     1e-30f};
+  float e[8];
+  erfArray(special, e, 8);
+  EXPECT_EQ(e[0], 0.0f);
+  EXPECT_EQ(e[2], 1.0f);
+  EXPECT_EQ(e[3], -1.0f);
+  EXPECT_EQ(e[4], 1.0f);
+  EXPECT_EQ(e[5], -1.0f);
+  EXPECT_TRUE(std::isnan(e[6]));
+  EXPECT_EQ(e[7], static_cast<float>(std::erf(1e-30)));
+}
+
 } // namespace
 
 namespace {
