@@ -66,6 +66,10 @@ public:
   uint64_t Flops = 0, RecomputeFlops = 0;
   /// Schedule position of the loss (-1: none).
   int LossPos = -1;
+  /// Buffers that are another arena buffer's bytes under another shape (a
+  /// Reshape of a dying value), with the index in ArenaBuffers of the buffer
+  /// whose place they share.
+  std::vector<std::pair<int, int>> Aliases;
 
 private:
   bool readNeedsCopy(const Node &read) const;
@@ -89,6 +93,14 @@ private:
 };
 
 } // namespace
+
+/// Ops whose result is the operand's bytes as they lie, under another shape.
+static bool isView(const Node &n) {
+  return (n.is(OpKind::Reshape) || n.is(OpKind::Flatten) ||
+          n.is(OpKind::Squeeze) || n.is(OpKind::Unsqueeze)) &&
+         n.result(0)->type().sizeInBytes() ==
+             n.operand(0)->type().sizeInBytes();
+}
 
 bool FunctionLowering::readNeedsCopy(const Node &read) const {
   for (const Node &w : F.nodes()) {
@@ -194,20 +206,36 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
         continue;
       }
       Value *first = n.operand(0);
-      if (O.InPlace && r == n.result(0) && T.mayReuseOperand0(n) &&
-          LastUse.lookup(first) == pos && arenaSlot.count(Buffers[first]) &&
-          !llvm::is_contained(F.arguments(), first)) {
-        // Reuse the dying operand's buffer: extend its lifetime.
-        int id = Buffers[first];
-        Buffers[r] = id;
-        BufferLife &life = Lives[arenaSlot[id]];
+      bool dying = O.InPlace && r == n.result(0) &&
+                   LastUse.lookup(first) == pos &&
+                   arenaSlot.count(Buffers[first]) &&
+                   !llvm::is_contained(F.arguments(), first);
+      // The dying operand's place in the arena now holds r: extend its life.
+      auto takeOver = [&](int slot) {
+        BufferLife &life = Lives[slot];
         life.Last = std::max<int64_t>(life.Last, LastUse.lookup(r));
         if (life.Last > lossPos && life.First <= lossPos)
-          Categories[arenaSlot[id]] = 0;
+          Categories[slot] = 0;
         // A gradient summed into a partial one's buffer (a weight used
         // twice) is a gradient from here on.
         else if (life.First > lossPos && updates.isGradient(r))
-          Categories[arenaSlot[id]] = 1;
+          Categories[slot] = 1;
+      };
+      if (dying && T.mayReuseOperand0(n)) {
+        int id = Buffers[first];
+        Buffers[r] = id;
+        takeOver(arenaSlot[id]);
+        call.Outputs.push_back(id);
+        continue;
+      }
+      if (dying && isView(n)) {
+        // The same bytes under another shape: a buffer of r's type at the
+        // operand's place, so the kernel's copy is skipped.
+        int slot = arenaSlot[Buffers[first]];
+        int id = newBuffer(r, Placement());
+        arenaSlot[id] = slot;
+        Aliases.push_back({id, slot});
+        takeOver(slot);
         call.Outputs.push_back(id);
         continue;
       }
@@ -273,6 +301,8 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
     ArenaAssignment a = planArena(fl.Lives, plan.Alignment);
     for (size_t i = 0; i < fl.ArenaBuffers.size(); ++i)
       plan.Placements[fl.ArenaBuffers[i]].Offset = a.Offsets[i];
+    for (auto [id, slot] : fl.Aliases)
+      plan.Placements[id].Offset = a.Offsets[slot];
     // Live bytes at each position by category (aligned sizes): the most
     // gradient bytes over every function, the timeline of the largest.
     int64_t positions = 0;
