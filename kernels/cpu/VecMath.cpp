@@ -161,12 +161,14 @@ HR_MULTIVERSION void headroom::cpu::sigmoidArray(const float *x, float *y,
 }
 
 HR_MULTIVERSION float headroom::cpu::maxArray(const float *x, int64_t n) {
-  float m = -__builtin_inff();
-  bool nan = false;
-#pragma omp simd reduction(max : m) reduction(| : nan)
+  // Two max reductions over floats (GCC vectorizes those; a bool flag
+  // beside the max kept the loop scalar): the max, and 1 where x is NaN.
+  float m = -__builtin_inff(), nan = 0;
+#pragma omp simd reduction(max : m, nan)
   for (int64_t i = 0; i < n; ++i) {
     m = x[i] > m ? x[i] : m;
-    nan |= x[i] != x[i];
+    float isNan = x[i] != x[i] ? 1.0f : 0.0f;
+    nan = isNan > nan ? isNan : nan;
   }
-  return nan ? __builtin_nanf("") : m;
+  return nan != 0 ? __builtin_nanf("") : m;
 }
