@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/LossShape.h"
+#include "kernels/cpu/Parallel.h"
 #include "kernels/cpu/VecMath.h"
 
 #include <algorithm>
@@ -163,6 +164,27 @@ template <typename T> Error softmaxCrossEntropy(const KernelContext &ctx) {
   // log(sum exp(x - max)) over the classes, with no scores-sized scratch
   // (the plan's memory is all the memory a step uses).
   const T *x = scores.as<T>();
+  if constexpr (std::is_same_v<T, float>)
+    if (s->D == 1) {
+      // Rows of classes, each on its own across the kernel threads; the
+      // reduction over targets stays in order.
+      std::vector<float> logProb(s->N);
+      parallelFor(s->N, std::max<int64_t>(1, kParallelGrain / (s->C + 1)),
+                  [&](int64_t begin, int64_t end) {
+                    for (int64_t n = begin; n < end; ++n) {
+                      if ((*w)[n] == 0)
+                        continue;
+                      const float *row = x + n * s->C;
+                      float shift = maxArray(row, s->C);
+                      float sum = sumExpShifted(row, shift, s->C);
+                      logProb[n] =
+                          (row[labelAt(labels, n)] - shift) - std::log(sum);
+                    }
+                  });
+      nllReduceWith<T>([&](int64_t n, int64_t, int64_t) { return logProb[n]; },
+                       *w, labels, *s, ctx.Outputs[0].as<T>());
+      return Error::success();
+    }
   auto logProbAt = [&](int64_t n, int64_t d, int64_t label) {
     const T *row = x + n * s->C * s->D + d;
     T shift = row[0];
@@ -215,10 +237,32 @@ template <typename T> Error softmaxCrossEntropyGrad(const KernelContext &ctx) {
     for (T wi : *w)
       norm += wi;
   }
-  // softmax = exp(log_softmax), computed in place in the result.
   T *out = dscores.as<T>();
-  logSoftmaxAxis1(scores.as<T>(), out, *s);
   const T *g = dloss.as<T>();
+  if constexpr (std::is_same_v<T, float>)
+    if (s->D == 1) {
+      // One pass per row after its max and sum: exp(log_softmax) * scale,
+      // rounded as the general path rounds it; rows across the threads.
+      const float *x = scores.as<float>();
+      parallelFor(s->N, std::max<int64_t>(1, kParallelGrain / (s->C + 1)),
+                  [&](int64_t begin, int64_t end) {
+                    for (int64_t n = begin; n < end; ++n) {
+                      float gn = s->Red == Reduction::None ? g[n] : g[0];
+                      float scale =
+                          (*w)[n] == 0 ? 0.0f : float((*w)[n] * gn / norm);
+                      const float *in = x + n * s->C;
+                      float *row = out + n * s->C;
+                      float shift = s->C ? maxArray(in, s->C) : 0;
+                      float logSum = std::log(sumExpShifted(in, shift, s->C));
+                      softmaxScaled(in, shift, logSum, scale, row, s->C);
+                      if ((*w)[n] != 0)
+                        row[labelAt(labels, n)] -= scale;
+                    }
+                  });
+      return Error::success();
+    }
+  // softmax = exp(log_softmax), computed in place in the result.
+  logSoftmaxAxis1(scores.as<T>(), out, *s);
   std::vector<T> scale(s->D);
   for (int64_t n = 0; n < s->N; ++n) {
     T *row = out + n * s->C * s->D;

@@ -11,7 +11,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+#include "kernels/cpu/Parallel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -116,14 +118,18 @@ llvm::Error layerNorm(const KernelContext &ctx, RowShape s) {
   T *y = ctx.Outputs[0].as<T>();
   double eps = ctx.attrFloat("epsilon", 1e-5);
   std::vector<double> means(s.Rows), invs(s.Rows);
-  for (int64_t r = 0; r < s.Rows; ++r) {
-    const T *xr = x + r * s.Cols;
-    T *yr = y + r * s.Cols;
-    moments(xr, s.Cols, eps, means[r], invs[r]);
-    T mean = means[r], inv = invs[r];
-    for (int64_t c = 0; c < s.Cols; ++c)
-      yr[c] = (xr[c] - mean) * inv * scale[c] + bias[c];
-  }
+  // Rows are independent: split across the kernel threads, same bits.
+  parallelFor(s.Rows, std::max<int64_t>(1, kParallelGrain / (s.Cols + 1)),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  const T *xr = x + r * s.Cols;
+                  T *yr = y + r * s.Cols;
+                  moments(xr, s.Cols, eps, means[r], invs[r]);
+                  T mean = means[r], inv = invs[r];
+                  for (int64_t c = 0; c < s.Cols; ++c)
+                    yr[c] = (xr[c] - mean) * inv * scale[c] + bias[c];
+                }
+              });
   if (const TensorView *m = optionalOutput(ctx, 1))
     storeAll(*m, means);
   if (const TensorView *m = optionalOutput(ctx, 2))

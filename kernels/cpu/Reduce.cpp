@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+#include "kernels/cpu/Parallel.h"
 #include "kernels/cpu/VecMath.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -339,16 +340,22 @@ template <typename T> Error softmax(const KernelContext &ctx, bool log) {
     return ctx.unsupported("result type does not match the input");
   if (y.numElements() == 0) // an empty axis (or any empty dimension)
     return Error::success();
-  std::vector<T> scratch(s->Inner == 1 ? 0 : 2 * s->Inner);
-  for (int64_t o = 0; o < s->Outer; ++o) {
-    const T *in = x.as<T>() + o * s->N * s->Inner;
-    T *out = y.as<T>() + o * s->N * s->Inner;
-    if (s->Inner == 1)
-      softmaxRow(in, out, s->N, log);
-    else
-      softmaxStrided(in, out, s->N, s->Inner, log, scratch.data(),
-                     scratch.data() + s->Inner);
-  }
+  // Each outer block is independent (its sums are its own): blocks split
+  // across the kernel threads give the same bits on any number of them.
+  int64_t block = s->N * s->Inner;
+  parallelFor(s->Outer, std::max<int64_t>(1, kParallelGrain / block),
+              [&](int64_t begin, int64_t end) {
+                std::vector<T> scratch(s->Inner == 1 ? 0 : 2 * s->Inner);
+                for (int64_t o = begin; o < end; ++o) {
+                  const T *in = x.as<T>() + o * block;
+                  T *out = y.as<T>() + o * block;
+                  if (s->Inner == 1)
+                    softmaxRow(in, out, s->N, log);
+                  else
+                    softmaxStrided(in, out, s->N, s->Inner, log, scratch.data(),
+                                   scratch.data() + s->Inner);
+                }
+              });
   return Error::success();
 }
 

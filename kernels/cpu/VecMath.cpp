@@ -142,6 +142,14 @@ HR_MULTIVERSION void headroom::cpu::expScaled(const float *x, float scale,
     y[i] = vexp(x[i]) * scale;
 }
 
+HR_MULTIVERSION void headroom::cpu::softmaxScaled(const float *x, float shift,
+                                                  float logSum, float scale,
+                                                  float *y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = vexp((x[i] - shift) - logSum) * scale;
+}
+
 HR_MULTIVERSION void headroom::cpu::tanhArray(const float *x, float *y,
                                               int64_t n) {
 #pragma omp simd

@@ -28,6 +28,10 @@ float expShifted(const float *x, float shift, float *y, int64_t n);
 float sumExpShifted(const float *x, float shift, int64_t n);
 /// y[i] = exp(x[i]) * scale; y may be x.
 void expScaled(const float *x, float scale, float *y, int64_t n);
+/// y[i] = exp((x[i] - shift) - logSum) * scale: a softmax row times a
+/// factor, rounded as exp of the stored log-softmax would be; y may be x.
+void softmaxScaled(const float *x, float shift, float logSum, float scale,
+                   float *y, int64_t n);
 /// y[i] = tanh(x[i]); y may be x.
 void tanhArray(const float *x, float *y, int64_t n);
 /// y[i] = erf(x[i]) (BERT's and ViT's gelu), within 2 ulp; y may be x.

@@ -169,3 +169,61 @@ TEST(LossKernelTest, GradMatchesFiniteDifferences) {
 }
 
 } // namespace
+
+namespace {
+
+/// The [N, C] f32 paths split rows across the kernel threads: a batch large
+/// enough to split gives each row the bits a call on that row alone gives
+/// (one row never splits), for the loss (reduction none), its gradient and
+/// Softmax.
+TEST(LossKernelTest, RowsSplitAcrossThreadsKeepTheirBits) {
+  const int64_t n = 64, c = 4099; // > 2 * kParallelGrain elements
+  std::vector<double> d = randomData(n * c, 11, -6, 6);
+  std::vector<float> x(d.begin(), d.end());
+  std::vector<int64_t> labels(n);
+  for (int64_t i = 0; i < n; ++i)
+    labels[i] = i % 7 ? (i * 131) % c : -1; // some ignored
+  std::vector<float> loss(n), grad(n * c), probs(n * c), ones(n, 1.0f);
+  std::vector<int64_t> xs = {n, c}, ls = {n};
+  AttributeMap none = lossAttrs("none");
+  ASSERT_EQ(
+      runKernel("SoftmaxCrossEntropyLoss",
+                {{DType::F32, xs, x.data()}, {DType::I64, ls, labels.data()}},
+                {{DType::F32, ls, loss.data()}}, none),
+      "");
+  ASSERT_EQ(runKernel("SoftmaxCrossEntropyLossGrad",
+                      {{DType::F32, ls, ones.data()},
+                       {DType::F32, xs, x.data()},
+                       {DType::I64, ls, labels.data()}},
+                      {{DType::F32, xs, grad.data()}}, none),
+            "");
+  ASSERT_EQ(runKernel("Softmax", {{DType::F32, xs, x.data()}},
+                      {{DType::F32, xs, probs.data()}}, {}),
+            "");
+  std::vector<int64_t> row = {1, c}, one = {1};
+  for (int64_t i = 0; i < n; ++i) {
+    float l;
+    std::vector<float> g(c), p(c);
+    float *xi = x.data() + i * c;
+    ASSERT_EQ(runKernel("SoftmaxCrossEntropyLoss",
+                        {{DType::F32, row, xi}, {DType::I64, one, &labels[i]}},
+                        {{DType::F32, one, &l}}, none),
+              "");
+    ASSERT_EQ(runKernel("SoftmaxCrossEntropyLossGrad",
+                        {{DType::F32, one, ones.data()},
+                         {DType::F32, row, xi},
+                         {DType::I64, one, &labels[i]}},
+                        {{DType::F32, row, g.data()}}, none),
+              "");
+    ASSERT_EQ(runKernel("Softmax", {{DType::F32, row, xi}},
+                        {{DType::F32, row, p.data()}}, {}),
+              "");
+    EXPECT_EQ(loss[i], l) << "row " << i;
+    EXPECT_TRUE(std::equal(g.begin(), g.end(), grad.begin() + i * c))
+        << "row " << i;
+    EXPECT_TRUE(std::equal(p.begin(), p.end(), probs.begin() + i * c))
+        << "row " << i;
+  }
+}
+
+} // namespace
