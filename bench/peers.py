@@ -16,7 +16,7 @@ Peers (each skipped, with a line saying why, when it is not installed):
               /usr/bin/python3, and any other interpreter named by
               PEERS_TORCH_PYTHON (a venv with torch 2.x).
   ort         onnxruntime-training (PEERS_ORT_PYTHON, default /opt/ort/bin/python:
-              `python3 -m venv --system-site-packages /opt/ort &&
+              `/usr/bin/python3 -m venv --system-site-packages /opt/ort &&
               /opt/ort/bin/pip install onnxruntime-training-cpu==1.19.2`):
               generate_artifacts(loss=None, optimizer=AdamW) on the graph,
               then Module/Optimizer steps with intra_op_num_threads=T.

@@ -30,7 +30,8 @@
 #include "llvm/ADT/SmallVector.h"
 
 #if !defined(HEADROOM_CUDA_EMULATED)
-#include <cublasLt.h>
+#include "kernels/cuda/CublasLt.h"
+
 #include <cuda_runtime.h>
 #endif
 
@@ -116,31 +117,32 @@ const char *blasStatus(cublasStatus_t s) {
 
 /// Owns the cuBLASLt descriptors of one call.
 struct LtCall {
+  const CublasLtApi &Api;
   cublasLtMatmulDesc_t Op = nullptr;
   cublasLtMatrixLayout_t A = nullptr, B = nullptr, C = nullptr;
   cublasLtMatmulPreference_t Pref = nullptr;
   ~LtCall() {
     if (Pref)
-      cublasLtMatmulPreferenceDestroy(Pref);
+      Api.MatmulPreferenceDestroy(Pref);
     for (cublasLtMatrixLayout_t l : {A, B, C})
       if (l)
-        cublasLtMatrixLayoutDestroy(l);
+        Api.MatrixLayoutDestroy(l);
     if (Op)
-      cublasLtMatmulDescDestroy(Op);
+      Api.MatmulDescDestroy(Op);
   }
 };
 
 cublasStatus_t layout(cublasLtMatrixLayout_t &l, cudaDataType_t t, int64_t rows,
                       int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
-  if (cublasStatus_t s = cublasLtMatrixLayoutCreate(&l, t, rows, cols, ld);
+  if (cublasStatus_t s = cublasLt()->MatrixLayoutCreate(&l, t, rows, cols, ld);
       s != CUBLAS_STATUS_SUCCESS)
     return s;
   int32_t count = static_cast<int32_t>(batch);
-  if (cublasStatus_t s = cublasLtMatrixLayoutSetAttribute(
+  if (cublasStatus_t s = cublasLt()->MatrixLayoutSetAttribute(
           l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count));
       s != CUBLAS_STATUS_SUCCESS)
     return s;
-  return cublasLtMatrixLayoutSetAttribute(
+  return cublasLt()->MatrixLayoutSetAttribute(
       l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride));
 }
 
@@ -169,9 +171,11 @@ llvm::Expected<bool> ltGemm(const KernelContext &ctx, const GemmCall &g,
                                          : CUDA_R_16F;
     compute = CUBLAS_COMPUTE_32F, scale = CUDA_R_32F;
   }
-  if (g.Batch > INT32_MAX)
+  // No handle (cuBLASLt is loaded when the executor makes one): GemmBody.
+  const CublasLtApi *api = cublasLt();
+  if (g.Batch > INT32_MAX || !api || !ctx.BlasLt)
     return false;
-  LtCall lt;
+  LtCall lt{*api};
   auto check = [&](cublasStatus_t s, const char *what) -> Error {
     if (s == CUBLAS_STATUS_SUCCESS)
       return Error::success();
@@ -179,19 +183,19 @@ llvm::Expected<bool> ltGemm(const KernelContext &ctx, const GemmCall &g,
                            blasStatus(s));
   };
   if (Error e =
-          check(cublasLtMatmulDescCreate(&lt.Op, compute, scale), "descriptor"))
+          check(api->MatmulDescCreate(&lt.Op, compute, scale), "descriptor"))
     return llvm::Expected<bool>(std::move(e));
   cublasOperation_t opFirst = g.TransB ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opSecond = g.TransA ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (Error e = check(
-          cublasLtMatmulDescSetAttribute(lt.Op, CUBLASLT_MATMUL_DESC_TRANSA,
-                                         &opFirst, sizeof(opFirst)),
-          "transpose"))
+  if (Error e =
+          check(api->MatmulDescSetAttribute(lt.Op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                            &opFirst, sizeof(opFirst)),
+                "transpose"))
     return llvm::Expected<bool>(std::move(e));
-  if (Error e = check(
-          cublasLtMatmulDescSetAttribute(lt.Op, CUBLASLT_MATMUL_DESC_TRANSB,
-                                         &opSecond, sizeof(opSecond)),
-          "transpose"))
+  if (Error e =
+          check(api->MatmulDescSetAttribute(lt.Op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                            &opSecond, sizeof(opSecond)),
+                "transpose"))
     return llvm::Expected<bool>(std::move(e));
   // Stored row-major B (k x n, or n x k transposed) read as column-major.
   int64_t bRows = g.TransB ? g.K : g.N, bCols = g.TransB ? g.N : g.K;
@@ -207,7 +211,7 @@ llvm::Expected<bool> ltGemm(const KernelContext &ctx, const GemmCall &g,
   if (Error e = check(layout(lt.C, data, g.N, g.M, g.Ldc, g.Batch, g.StrideC),
                       "layout"))
     return llvm::Expected<bool>(std::move(e));
-  if (Error e = check(cublasLtMatmulPreferenceCreate(&lt.Pref), "preference"))
+  if (Error e = check(api->MatmulPreferenceCreate(&lt.Pref), "preference"))
     return llvm::Expected<bool>(std::move(e));
   uint64_t ws = ctx.BlasWorkspaceBytes;
   // Lt's A is our B and Lt's B our A (the column-major view swaps them).
@@ -223,14 +227,14 @@ llvm::Expected<bool> ltGemm(const KernelContext &ctx, const GemmCall &g,
                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignC, 4},
                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignC, 4}};
   for (const auto &p : prefs)
-    if (Error e = check(cublasLtMatmulPreferenceSetAttribute(lt.Pref, p.Attr,
-                                                             p.Value, p.Size),
-                        "preference"))
+    if (Error e = check(
+            api->MatmulPreferenceSetAttribute(lt.Pref, p.Attr, p.Value, p.Size),
+            "preference"))
       return llvm::Expected<bool>(std::move(e));
   cublasLtMatmulHeuristicResult_t result;
   int found = 0;
   auto handle = static_cast<cublasLtHandle_t>(ctx.BlasLt);
-  cublasStatus_t h = cublasLtMatmulAlgoGetHeuristic(
+  cublasStatus_t h = api->MatmulAlgoGetHeuristic(
       handle, lt.Op, lt.A, lt.B, lt.C, lt.C, lt.Pref, 1, &result, &found);
   if (h == CUBLAS_STATUS_NOT_SUPPORTED ||
       (h == CUBLAS_STATUS_SUCCESS &&
@@ -244,12 +248,12 @@ llvm::Expected<bool> ltGemm(const KernelContext &ctx, const GemmCall &g,
                                                 : (const void *)&alpha32;
   const void *beta =
       std::is_same_v<T, double> ? (const void *)&beta64 : (const void *)&beta32;
-  if (Error e = check(cublasLtMatmul(handle, lt.Op, alpha, b + g.OffB, lt.A,
-                                     a + g.OffA, lt.B, beta, c + g.OffC, lt.C,
-                                     c + g.OffC, lt.C, &result.algo,
-                                     ctx.BlasWorkspace, ws,
-                                     static_cast<cudaStream_t>(ctx.Stream)),
-                      "matmul"))
+  if (Error e =
+          check(api->Matmul(handle, lt.Op, alpha, b + g.OffB, lt.A, a + g.OffA,
+                            lt.B, beta, c + g.OffC, lt.C, c + g.OffC, lt.C,
+                            &result.algo, ctx.BlasWorkspace, ws,
+                            static_cast<cudaStream_t>(ctx.Stream)),
+                "matmul"))
     return llvm::Expected<bool>(std::move(e));
   return true;
 }

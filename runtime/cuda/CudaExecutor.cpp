@@ -33,7 +33,8 @@
 #include <new>
 
 #if !defined(HEADROOM_CUDA_EMULATED)
-#include <cublasLt.h>
+#include "kernels/cuda/CublasLt.h"
+
 #include <cuda_runtime.h>
 #endif
 
@@ -234,7 +235,7 @@ CudaExecutor::~CudaExecutor() {
   for (auto &[name, g] : Graphs)
     cudaGraphExecDestroy(g);
   if (BlasLt)
-    cublasLtDestroy(static_cast<cublasLtHandle_t>(BlasLt));
+    cublasLt()->Destroy(static_cast<cublasLtHandle_t>(BlasLt));
   if (Stream)
     cudaStreamDestroy(static_cast<cudaStream_t>(Stream));
 #endif
@@ -264,8 +265,12 @@ Error CudaExecutor::allocate() {
                       "creating a stream"))
     return e;
   Stream = stream;
+  std::string why;
+  const CublasLtApi *api = cublasLt(&why);
+  if (!api)
+    return fail("cuBLASLt: " + why);
   cublasLtHandle_t lt;
-  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS)
+  if (api->Create(&lt) != CUBLAS_STATUS_SUCCESS)
     return fail("cannot create the cuBLASLt handle");
   BlasLt = lt;
 #endif

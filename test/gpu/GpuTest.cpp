@@ -19,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 #include "../unit/CompileUtil.h"
 #include "../unit/NodeTests.h"
+#include "kernels/cuda/CublasLt.h"
 #include "kernels/cuda/CudaTarget.h"
 #include "runtime/Data.h"
 #include "runtime/cuda/CudaExecutor.h"
@@ -323,6 +324,13 @@ TEST(GpuErrors, NoCudaPlanOnCpuExecutor) {
 
 int main(int argc, char **argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  // headroom loads cuBLASLt itself (kernels/cuda/CublasLt.h); that needs no
+  // device, so every machine with the toolkit checks it.
+  std::string why;
+  if (!headroom::cuda::cublasLt(&why)) {
+    std::cerr << "test/gpu: " << why << "\n";
+    return 1;
+  }
   ::testing::AddGlobalTestEnvironment(new GpuEnvironment);
   return RUN_ALL_TESTS();
 }

@@ -22,8 +22,8 @@
 #define HEADROOM_CUDA_EMULATED 1
 #endif
 #if defined(HEADROOM_CUDA_TEST_ON_GPU)
+#include "kernels/cuda/CublasLt.h"
 #include "kernels/cuda/CudaTarget.h"
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 #endif
 #include "kernels/cpu/Kernel.h"
@@ -138,7 +138,8 @@ struct GpuContext {
     static GpuContext g = [] {
       GpuContext g;
       cudaStreamCreate(&g.Stream);
-      cublasLtCreate(&g.Lt);
+      if (const cuda::CublasLtApi *lt = cuda::cublasLt())
+        lt->Create(&g.Lt); // none: the GEMMs run GemmBody
       cudaMalloc(&g.Workspace, kCublasLtWorkspaceBytes);
       cudaMalloc(&g.Step, sizeof(uint64_t));
       uint64_t step = 3;
