@@ -46,66 +46,6 @@ llvm::Error checkState(const KernelContext &ctx, size_t slots = 1) {
   return llvm::Error::success();
 }
 
-template <typename T> llvm::Error sgdUpdate(const KernelContext &ctx) {
-  const T *g = ctx.Inputs[0].as<T>();
-  T *w = ctx.Outputs[0].as<T>();
-  bool scaled = ctx.hasInput(1);
-  T scale = scaled ? *ctx.Inputs[1].as<T>() : T(1);
-  T lr = static_cast<T>(ctx.attrFloat("lr", 0.0));
-  T wd = static_cast<T>(ctx.attrFloat("weight_decay", 0.0));
-  int64_t n = ctx.Outputs[0].numElements();
-  // Four cases so that no operation the sgd ops skip is done here: x * 1 and
-  // x + 0 * w are exact, but -0 and NaN/Inf weights would tell.
-  if (scaled && wd != T(0)) {
-    for (int64_t i = 0; i < n; ++i) {
-      T d = g[i] * scale;
-      d = d + w[i] * wd;
-      w[i] = w[i] - d * lr;
-    }
-  } else if (scaled) {
-    for (int64_t i = 0; i < n; ++i)
-      w[i] = w[i] - (g[i] * scale) * lr;
-  } else if (wd != T(0)) {
-    for (int64_t i = 0; i < n; ++i) {
-      T d = g[i] + w[i] * wd;
-      w[i] = w[i] - d * lr;
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i)
-      w[i] = w[i] - g[i] * lr;
-  }
-  return llvm::Error::success();
-}
-
-llvm::Error sgdUpdateKernel(const KernelContext &ctx) {
-  if (auto e = checkState(ctx))
-    return e;
-  if (ctx.hasInput(1) && (ctx.Inputs[1].numElements() != 1 ||
-                          ctx.Inputs[1].Type != ctx.Outputs[0].Type))
-    return ctx.unsupported("scale must be a scalar of the state's type");
-  if (ctx.hasInput(2)) {
-    if (ctx.Inputs[2].Type != DType::Bool || ctx.Inputs[2].numElements() != 1)
-      return ctx.unsupported("enabled must be a bool scalar");
-    if (!*ctx.Inputs[2].as<uint8_t>())
-      return llvm::Error::success(); // a skipped step: w stays as it is
-  }
-  return HR_DISPATCH_FLOAT(ctx, ctx.Outputs[0].Type, sgdUpdate, ctx);
-}
-
-template <typename T> llvm::Error accumulate(const KernelContext &ctx) {
-  const T *g = ctx.Inputs[0].as<T>();
-  T *acc = ctx.Outputs[0].as<T>();
-  T scale = static_cast<T>(ctx.attrFloat("scale", 1.0));
-  int64_t n = ctx.Outputs[0].numElements();
-  if (ctx.attrInt("first", 0))
-    for (int64_t i = 0; i < n; ++i)
-      acc[i] = g[i] * scale;
-  else
-    for (int64_t i = 0; i < n; ++i)
-      acc[i] = acc[i] + g[i] * scale;
-  return llvm::Error::success();
-}
-
 /// The operands after the gradient: `scalars` scalars of the state's type
 /// (the last one the gradient's scale) and the `enabled` flag. Sets *skip
 /// when the flag is false.
@@ -130,6 +70,51 @@ llvm::Error checkUpdateOperands(const KernelContext &ctx, size_t slots,
   if (flag.Type != DType::Bool || flag.numElements() != 1)
     return ctx.unsupported("enabled must be a bool scalar");
   *skip = !*flag.as<uint8_t>();
+  return llvm::Error::success();
+}
+
+template <typename T> llvm::Error sgdUpdate(const KernelContext &ctx) {
+  const T *g = ctx.Inputs[0].as<T>();
+  T *w = ctx.Outputs[0].as<T>();
+  bool scaled = ctx.hasInput(1);
+  T scale = scaled ? *ctx.Inputs[1].as<T>() : T(1);
+  T lr = static_cast<T>(ctx.attrFloat("lr", 0.0));
+  T wd = static_cast<T>(ctx.attrFloat("weight_decay", 0.0));
+  // Only the operations the sgd ops do: x * 1 and x + 0 * w are exact, but
+  // -0 and NaN/Inf weights would tell.
+  bool decays = wd != T(0);
+  parallelFor(ctx.Outputs[0].numElements(), kParallelGrain,
+              [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) {
+                  T d = scaled ? g[i] * scale : g[i];
+                  if (decays)
+                    d = d + w[i] * wd;
+                  w[i] = w[i] - d * lr;
+                }
+              });
+  return llvm::Error::success();
+}
+
+llvm::Error sgdUpdateKernel(const KernelContext &ctx) {
+  bool skip;
+  if (auto e = checkUpdateOperands(ctx, /*slots=*/1, /*scalars=*/1, &skip))
+    return e;
+  if (skip) // a skipped step: w stays as it is
+    return llvm::Error::success();
+  return HR_DISPATCH_FLOAT(ctx, ctx.Outputs[0].Type, sgdUpdate, ctx);
+}
+
+template <typename T> llvm::Error accumulate(const KernelContext &ctx) {
+  const T *g = ctx.Inputs[0].as<T>();
+  T *acc = ctx.Outputs[0].as<T>();
+  T scale = static_cast<T>(ctx.attrFloat("scale", 1.0));
+  int64_t n = ctx.Outputs[0].numElements();
+  if (ctx.attrInt("first", 0))
+    for (int64_t i = 0; i < n; ++i)
+      acc[i] = g[i] * scale;
+  else
+    for (int64_t i = 0; i < n; ++i)
+      acc[i] = acc[i] + g[i] * scale;
   return llvm::Error::success();
 }
 

@@ -246,7 +246,7 @@ TEST(UpdateKernel, ErrorsNameTheProblem) {
   std::vector<float> g4(4);
   EXPECT_EQ(runKernel("SgdUpdate", {view(g4, {4}), view(s, {2})},
                       {view(w, {4})}, sgdAttrs(0.1, 0)),
-            "SgdUpdate: scale must be a scalar of the state's type");
+            "SgdUpdate: operand 1 must be a scalar of the state's type");
   EXPECT_EQ(runKernel("Accumulate", {view(g4, {4})}, {}),
             "Accumulate: needs its state slot as the output");
   std::vector<float> m(4), m3(3), one = {1.0f};
