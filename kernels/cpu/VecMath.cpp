@@ -73,7 +73,7 @@ inline float vtanh(float x) {
 /// (erfc(x) exp(x^2) is smooth there); 1 beyond (erfc(4) is under half an
 /// ulp of 1). P (degree 6) and R (degree 9) are least-squares fits of erf(x)
 /// / x and erfc(x) exp(x^2) in relative error (scripts/fit-erf.py; within
-/// 2 ulp of the correctly rounded erf, tested).
+/// 3 ulp of the correctly rounded erf, tested).
 inline float verf(float x) {
   float a = x < 0 ? -x : x;
   float u = a * a;

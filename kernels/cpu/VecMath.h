@@ -1,15 +1,14 @@
-//===- VecMath.h - Vectorized exp, tanh, erf for the CPU kernels -*- C++
-//-*-===//
+//===- VecMath.h - Vectorized math for the CPU kernels ----------*- C++ -*-===//
 //
 // glibc's expf, tanhf and erff are scalar calls, and the kernels are
 // compiled for baseline x86-64: the loss over a vocabulary, softmax and gelu
 // spent a fifth of a GPT step in them. These loops compute Cephes'
 // single-precision polynomials (exp: range reduction by ln 2 and a degree-6
 // polynomial; tanh: an odd polynomial below 0.625, 1 - 2 / (exp(2x) + 1)
-// above) and headroom's own erf fit, within 2 ulp of the correctly rounded
-// result, branch-free so that the compiler
-// vectorizes them; each is compiled for AVX-512, AVX2 and the baseline, and
-// the CPU picks (function multiversioning). NaN stays NaN, exp overflows to
+// above) within 2 ulp of the correctly rounded result, and headroom's own
+// erf fit within 3, branch-free so that the compiler vectorizes them; each
+// is compiled for AVX-512, AVX2 and the baseline, and the CPU picks
+// (function multiversioning). NaN stays NaN, exp overflows to
 // inf and underflows to 0 below -87.3 (where expf gives subnormals).
 //
 //===----------------------------------------------------------------------===//
@@ -34,7 +33,7 @@ void softmaxScaled(const float *x, float shift, float logSum, float scale,
                    float *y, int64_t n);
 /// y[i] = tanh(x[i]); y may be x.
 void tanhArray(const float *x, float *y, int64_t n);
-/// y[i] = erf(x[i]) (BERT's and ViT's gelu), within 2 ulp; y may be x.
+/// y[i] = erf(x[i]) (BERT's and ViT's gelu), within 3 ulp; y may be x.
 void erfArray(const float *x, float *y, int64_t n);
 /// y[i] = 1 / (1 + exp(-x[i])), in the form whose exp cannot overflow; y may
 /// be x.

@@ -513,7 +513,9 @@ TEST(VecMathTest, ExpTanhSigmoidAreWithinAFewUlpOfLibm) {
 }
 
 // erf against the double erf rounded to float: every 127th float of [0, 5]
-// (both signs) and the special values.
+// (both signs) and the special values. 2.4 ulp from the exact erf without
+// FMA (scripts/fit-erf.py), so up to 3 from its rounding; 2 where the
+// AVX-512 clone contracts the polynomial into FMAs.
 TEST(VecMathTest, ErfIsWithinAFewUlp) {
   std::vector<float> x;
   for (uint32_t bits = 0; bits <= 0x40a00000u; bits += 127) {
@@ -531,7 +533,7 @@ TEST(VecMathTest, ErfIsWithinAFewUlp) {
     if (u > worst)
       worst = u, at = x[i];
   }
-  EXPECT_LE(worst, 2) << "at " << at;
+  EXPECT_LE(worst, 3) << "at " << at;
   float special[] = {0.0f,
                      -0.0f,
                      4.0f,
