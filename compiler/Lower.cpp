@@ -104,7 +104,8 @@ static bool isView(const Node &n) {
 
 bool FunctionLowering::readNeedsCopy(const Node &read) const {
   for (const Node &w : F.nodes()) {
-    if (!w.info()->has(opflags::WritesState) || w.state() != read.state() ||
+    if (!w.info()->has(opflags::WritesState) ||
+        !llvm::is_contained(w.states(), read.state()) ||
         Position.lookup(&w) < Position.lookup(&read))
       continue;
     for (const Node *user : read.result(0)->users()) {

@@ -81,10 +81,13 @@ llvm::Error Verifier::verifyNode(const Node &n) {
   if (n.states().size() != wantStates)
     return fail(n, "has " + llvm::Twine(n.states().size()) +
                        " state operands, expected " + llvm::Twine(wantStates));
-  for (const StateSlot *s : n.states())
+  for (const StateSlot *s : n.states()) {
     if (!States.count(s))
       return fail(n, "refers to state @" + s->name() +
                          " that is not in this module");
+    if (llvm::count(n.states(), s) > 1)
+      return fail(n, "writes @" + s->name() + " twice");
+  }
   if (n.is(OpKind::Read) && n.result(0)->type() != n.state()->type())
     return fail(n, "reads @" + n.state()->name() + " of type " +
                        n.state()->type().str() + " as " +

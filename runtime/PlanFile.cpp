@@ -437,10 +437,13 @@ llvm::Error PlanReader::checkCall(const PlanFunction &f,
   bool usesState =
       op->has(opflags::ReadsState) || op->has(opflags::WritesState);
   if (!usesState) {
-    if (c.State != -1)
+    if (c.State != -1 || !c.MoreStates.empty())
       return fail("names a state slot but the op has none");
     return llvm::Error::success();
   }
+  if (c.State < 0 || size_t(c.State) >= P.States.size())
+    return fail("state " + llvm::Twine(c.State) + " is out of range (" +
+                llvm::Twine(P.States.size()) + " states)");
   size_t moreStates = c.Kind == OpKind::AdamWUpdate      ? 2
                       : c.Kind == OpKind::MomentumUpdate ? 1
                                                          : 0;
@@ -450,12 +453,9 @@ llvm::Error PlanReader::checkCall(const PlanFunction &f,
   for (int s : c.MoreStates)
     if (s < 0 || size_t(s) >= P.States.size() || s == c.State ||
         llvm::count(c.MoreStates, s) != 1 ||
-        P.States[s].Type != P.States[c.State < 0 ? s : c.State].Type)
+        P.States[s].Type != P.States[c.State].Type)
       return fail("state " + llvm::Twine(s) +
                   " is out of range, repeated or of another type");
-  if (c.State < 0 || size_t(c.State) >= P.States.size())
-    return fail("state " + llvm::Twine(c.State) + " is out of range (" +
-                llvm::Twine(P.States.size()) + " states)");
   const TensorType &state = P.States[c.State].Type;
   // Read and Assign copy the slot's bytes; ParamGrad copies its input's.
   int value = c.Kind == OpKind::Read ? c.Outputs[0] : c.Inputs[0];

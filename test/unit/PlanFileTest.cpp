@@ -370,6 +370,14 @@ TEST(PlanFileTest, InvalidContentsAreRefused) {
       },
       "is out of range, repeated or of another type");
   check(
+      "fused update's state out of range",
+      [&](pb::Plan &p) { call(p, adamCall)->set_state(99999); },
+      "state 99999 is out of range");
+  check(
+      "moments on a stateless op",
+      [&](pb::Plan &p) { call(p, addCall)->add_more_states(0); },
+      "names a state slot but the op has none");
+  check(
       "moment out of range",
       [&](pb::Plan &p) { call(p, adamCall)->set_more_states(0, 12345); },
       "state 12345 is out of range, repeated or of another type");

@@ -55,6 +55,22 @@ TEST(PlanTest, AReturnedReadIsTheValueBeforeTheWrite) {
   EXPECT_EQ(r[0].getDouble(1), 6.0);
 }
 
+/// The same when the slot is a fused update's second: the momentum buffer
+/// read before MomentumUpdate writes it is returned as it was.
+TEST(PlanTest, AReadOfAMomentIsTheValueBeforeTheFusedUpdate) {
+  auto r = runText("state @w : f32[2] param\n"
+                   "state @b : f32[2] optimizer\n"
+                   "func @f(%g: f32[2]) {\n"
+                   "  %b = Read(@b) : f32[2]\n"
+                   "  MomentumUpdate(@w, @b, %g) {lr = 0.5, momentum = 0.5}\n"
+                   "  return %b\n}\n",
+                   {Tensor::fromDoubles(DType::F32, {2}, {1, 1})},
+                   {{"b", Tensor::fromDoubles(DType::F32, {2}, {5, 6})}});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].getDouble(0), 5.0);
+  EXPECT_EQ(r[0].getDouble(1), 6.0);
+}
+
 TEST(PlanTest, ElementwiseChainsShareOneBuffer) {
   auto m = takeOrFail(parseModule("func @f(%x: f32[256]) {\n"
                                   "  %a = Neg(%x) : f32[256]\n"

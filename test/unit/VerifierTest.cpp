@@ -112,6 +112,11 @@ TEST(VerifierTest, RejectsBrokenInvariants) {
                         "func @f(%g: f32[3]) {\n"
                         "  AdamWUpdate(@w, @m, @m, %g, %g, %g)\n"
                         "  return %g\n}\n"),
+            "in @f, node 0 ('AdamWUpdate'): writes @m twice");
+  EXPECT_EQ(verifyError("state @w : f32[3] param\nstate @m : f32[3] optimizer\n"
+                        "state @v : f32[3] optimizer\nfunc @f(%g: f32[3]) {\n"
+                        "  AdamWUpdate(@w, @m, @v, %g, %g, %g)\n"
+                        "  return %g\n}\n"),
             "in @f, node 0 ('AdamWUpdate'): operand 1 must be a f32 scalar");
   EXPECT_EQ(verifyError("state @w : f32[3] param\nstate @m : f32[3] optimizer\n"
                         "func @f(%g: f32[3]) {\n  Assign(@w, @m, %g)\n"
