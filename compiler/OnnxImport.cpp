@@ -252,6 +252,13 @@ Error Importer::checkModel() {
     return fail("IR version " + llvm::Twine(Model.ir_version()) +
                 " is not supported (expected 3.." +
                 llvm::Twine(int(onnx::IR_VERSION)) + ")");
+  // External data is checked before ONNX's checker, which reads nothing
+  // but would name a missing file less clearly: every location must be a
+  // file inside the model's folder that holds the tensor's bytes.
+  for (const auto &t : Graph.initializer())
+    if (isExternal(t))
+      if (auto span = externalDataSpan(t, ModelDir); !span)
+        return fail(llvm::toString(span.takeError()));
   try {
     // check_model(ModelProto) cannot be told where the model lives, which
     // external data needs; this is its body with the model directory set.
@@ -436,8 +443,11 @@ Expected<bool> Importer::expandFunctions() {
         return failAt(n, i,
                       "unknown operator (not in ONNX opset " +
                           llvm::Twine(Opset) + ")");
+      // A function body is chosen for the model's opset: the ops it uses
+      // must mean what they mean there (ReduceMean's axes became an input
+      // at 18, and ONNX keeps a body per opset for such changes).
       if (schema->HasFunction()) {
-        local = schema->GetFunction();
+        local = schema->GetFunction(Opset);
       } else if (schema->HasContextDependentFunction()) {
         std::vector<onnx::TypeProto> inputTypes;
         for (const auto &in : n.input()) {
@@ -453,7 +463,7 @@ Expected<bool> Importer::expandFunctions() {
         }
         onnx::FunctionBodyBuildContextImpl ctx(n, inputTypes);
         try {
-          if (schema->BuildContextDependentFunction(ctx, built))
+          if (schema->BuildContextDependentFunction(ctx, built, Opset))
             local = &built;
         } catch (const std::exception &e) {
           return failAt(n, i, "cannot expand: " + llvm::Twine(e.what()));
@@ -940,15 +950,29 @@ Error Importer::inferShapes() {
   Graph.clear_value_info();
   for (auto &out : *Graph.mutable_output())
     out.mutable_type()->mutable_tensor_type()->clear_shape();
-  try {
-    onnx::ShapeInferenceOptions opts(/*check_type_val=*/true,
-                                     /*strict_mode_val=*/1,
-                                     /*data_prop_val=*/true);
-    onnx::shape_inference::InferShapes(
-        Model, onnx::OpSchemaRegistry::Instance(), opts);
-  } catch (const std::exception &e) {
-    return fail("shape inference failed: " +
-                llvm::StringRef(e.what()).split('\n').first.trim());
+  // Data propagation (shape arithmetic evaluated by ONNX) is tried first.
+  // ONNX 1.19 propagates the values of tensors of any rank through
+  // Unsqueeze and then refuses them in Mul ("Invalid rank for Mul
+  // broadcasting", LLaMA's rotary table): without it, constant folding
+  // below evaluates the shape arithmetic instead, so a model that fails only
+  // with propagation is inferred again without.
+  auto infer = [&](bool dataProp) -> Error {
+    try {
+      onnx::ShapeInferenceOptions opts(/*check_type_val=*/true,
+                                       /*strict_mode_val=*/1, dataProp);
+      onnx::shape_inference::InferShapes(
+          Model, onnx::OpSchemaRegistry::Instance(), opts);
+    } catch (const std::exception &e) {
+      return fail("shape inference failed: " +
+                  llvm::StringRef(e.what()).split('\n').first.trim());
+    }
+    return Error::success();
+  };
+  if (Error e = infer(/*dataProp=*/true)) {
+    llvm::consumeError(std::move(e));
+    Graph.clear_value_info();
+    if (Error again = infer(/*dataProp=*/false))
+      return again;
   }
   Types.clear();
   auto record = [&](const onnx::ValueInfoProto &v) {

@@ -2,6 +2,7 @@
 #include "compiler/OnnxTensor.h"
 
 #include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 
 #include <cstring>
@@ -34,28 +35,103 @@ Expected<TensorType> headroom::tensorProtoType(const onnx::TensorProto &t) {
   return TensorType(*dt, dims);
 }
 
-/// Reads an external-data tensor's bytes (small tensors only: shape constants
-/// and the like; float weights are never read).
-static Expected<std::vector<uint8_t>> readExternal(const onnx::TensorProto &t,
-                                                   llvm::StringRef modelDir,
-                                                   uint64_t size) {
-  std::string location;
-  uint64_t offset = 0;
-  for (const auto &kv : t.external_data()) {
-    if (kv.key() == "location")
-      location = kv.value();
-    else if (kv.key() == "offset")
-      offset = std::strtoull(kv.value().c_str(), nullptr, 10);
-  }
+/// The file an external-data tensor's `location` names, which must lie inside
+/// the model's folder: an absolute location, a `..` component or a symbolic
+/// link that leads out of the folder is refused (a crafted model could
+/// otherwise read any file into its weights and `--save` would write it out;
+/// ONNX closed the same hole in 1.16, CVE-2024-27318).
+static Expected<std::string> externalDataPath(const onnx::TensorProto &t,
+                                              llvm::StringRef location,
+                                              llvm::StringRef modelDir) {
+  auto refuse = [&](const llvm::Twine &why) {
+    return err("tensor '" + t.name() + "': external data location '" +
+               location + "' " + why +
+               " (external data must be a file inside the model's folder)");
+  };
+  if (location.empty())
+    return refuse("is empty");
+  if (location.find('\0') != llvm::StringRef::npos)
+    return refuse("contains a NUL byte");
+  if (llvm::sys::path::is_absolute(location) ||
+      llvm::sys::path::is_absolute(location, llvm::sys::path::Style::windows))
+    return refuse("is an absolute path");
+  for (auto it = llvm::sys::path::begin(location),
+            end = llvm::sys::path::end(location);
+       it != end; ++it)
+    if (*it == "..")
+      return refuse("leaves the model's folder through '..'");
   llvm::SmallString<256> path(modelDir);
   llvm::sys::path::append(path, location);
-  std::ifstream in(path.c_str(), std::ios::binary);
-  std::vector<uint8_t> bytes(size);
-  if (!in || !in.seekg(offset) ||
-      !in.read(reinterpret_cast<char *>(bytes.data()), size))
-    return err("cannot read " + llvm::Twine(size) + " bytes at offset " +
-               llvm::Twine(offset) + " of external data file '" + path +
-               "' for tensor '" + t.name() + "'");
+  // Symbolic links: the real file must still be inside the real folder.
+  llvm::SmallString<256> realDir, realFile;
+  if (llvm::sys::fs::real_path(modelDir, realDir) ||
+      llvm::sys::fs::real_path(path, realFile))
+    return err("cannot open external data file '" + path + "' for tensor '" +
+               t.name() + "'");
+  llvm::StringRef inside(realFile);
+  if (!inside.consume_front(realDir) ||
+      !(inside.empty() || llvm::sys::path::is_separator(inside.front())))
+    return refuse("is a link to '" + realFile + "', outside the folder");
+  if (!llvm::sys::fs::is_regular_file(realFile))
+    return refuse("is not a regular file");
+  return std::string(path);
+}
+
+Expected<ExternalSpan> headroom::externalDataSpan(const onnx::TensorProto &t,
+                                                  llvm::StringRef modelDir) {
+  auto type = tensorProtoType(t);
+  if (!type)
+    return type.takeError();
+  uint64_t size = type->sizeInBytes();
+  std::string location;
+  uint64_t offset = 0;
+  llvm::Optional<uint64_t> length;
+  for (const auto &kv : t.external_data()) {
+    uint64_t n = 0;
+    bool bad = false;
+    if (kv.key() == "location") {
+      location = kv.value();
+    } else if (kv.key() == "offset") {
+      bad = llvm::StringRef(kv.value()).getAsInteger(10, offset);
+    } else if (kv.key() == "length") {
+      bad = llvm::StringRef(kv.value()).getAsInteger(10, n);
+      length = n;
+    }
+    if (bad)
+      return err("tensor '" + t.name() + "': external data " + kv.key() + " '" +
+                 kv.value() + "' is not a byte count");
+  }
+  if (length && *length != size)
+    return err("tensor '" + t.name() + "': external data length " +
+               llvm::Twine(*length) + " does not match its type " +
+               type->str() + ", which needs " + llvm::Twine(size) + " bytes");
+  auto path = externalDataPath(t, location, modelDir);
+  if (!path)
+    return path.takeError();
+  uint64_t fileSize = 0;
+  if (llvm::sys::fs::file_size(*path, fileSize) || offset > fileSize ||
+      size > fileSize - offset)
+    return err("tensor '" + t.name() + "' needs " + llvm::Twine(size) +
+               " bytes at offset " + llvm::Twine(offset) +
+               " of external data file '" + *path + "', which has " +
+               llvm::Twine(fileSize) + " (truncated or the wrong file?)");
+  return ExternalSpan{*path, offset, size};
+}
+
+/// Reads an external-data tensor's bytes (small tensors only: shape constants
+/// and the like; float weights are read when a run loads its initial state).
+static Expected<std::vector<uint8_t>> readExternal(const onnx::TensorProto &t,
+                                                   llvm::StringRef modelDir) {
+  auto span = externalDataSpan(t, modelDir);
+  if (!span)
+    return span.takeError();
+  std::ifstream in(span->Path.c_str(), std::ios::binary);
+  std::vector<uint8_t> bytes(span->Size);
+  if (!in || !in.seekg(span->Offset) ||
+      !in.read(reinterpret_cast<char *>(bytes.data()), span->Size))
+    return err("cannot read " + llvm::Twine(span->Size) + " bytes at offset " +
+               llvm::Twine(span->Offset) + " of external data file '" +
+               span->Path + "' for tensor '" + t.name() + "'");
   return bytes;
 }
 
@@ -66,7 +142,7 @@ Expected<Tensor> headroom::tensorFromProto(const onnx::TensorProto &t,
     return type.takeError();
   uint64_t size = type->sizeInBytes();
   if (isExternal(t)) {
-    auto bytes = readExternal(t, modelDir, size);
+    auto bytes = readExternal(t, modelDir);
     if (!bytes)
       return bytes.takeError();
     return Tensor(*type, std::move(*bytes));

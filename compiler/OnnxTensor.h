@@ -22,6 +22,16 @@ llvm::Expected<TensorType> tensorProtoType(const onnx::TensorProto &t);
 /// The tensor's value; external data is read relative to `modelDir`.
 llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto &t,
                                        llvm::StringRef modelDir);
+/// Where an external-data tensor's bytes are: a file inside `modelDir` (an
+/// absolute location, `..` or a symbolic link leading out is refused), with
+/// the offset and byte count checked against the tensor's type and the
+/// file's size. No data is read.
+struct ExternalSpan {
+  std::string Path;
+  uint64_t Offset = 0, Size = 0;
+};
+llvm::Expected<ExternalSpan> externalDataSpan(const onnx::TensorProto &t,
+                                              llvm::StringRef modelDir);
 /// A TensorProto holding `t` as raw_data.
 onnx::TensorProto tensorToProto(const Tensor &t, const std::string &name);
 

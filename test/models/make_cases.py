@@ -81,6 +81,19 @@ def main():
                 helper.make_node("ReduceMean", ["sq"], ["loss"], keepdims=0)],
                [x_input()], [loss_output()], [weight("w", (4, 3), 2)]),
          "function_op.onnx")
+    # A weight whose external data names a file outside the model's folder
+    # (ONNX's CVE-2024-27318): refused before anything is read. Also a seed
+    # for the importer's fuzz corpus.
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4, 3])
+    w.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "../../../../etc/passwd"), ("offset", "0"),
+                 ("length", "48")):
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    save(model([helper.make_node("MatMul", ["x", "w"], ["y"]),
+                helper.make_node("ReduceSum", ["y"], ["loss"], keepdims=0)],
+               [x_input()], [loss_output()], [w]),
+         "external_escape.onnx", check=False)
     # A tiny Llama with its weights in a side file, written by the benchmark
     # generator (which never materializes the weights).
     subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "bench",

@@ -2,17 +2,20 @@
 #include "compiler/OnnxImport.h"
 #include "RecurrentModels.h"
 #include "TestUtil.h"
+#include "compiler/OnnxTensor.h"
 #include "compiler/Parser.h"
 #include "compiler/Printer.h"
 #include "compiler/Verifier.h"
 #include "kernels/cpu/CpuTarget.h"
 #include "runtime/Executor.h"
 
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <random>
 
@@ -153,8 +156,8 @@ TEST(OnnxImportTest, FuzzRegressionsAreErrors) {
   ASSERT_TRUE(bool(buf));
   EXPECT_EQ(
       errorOf(importOnnxBuffer((*buf)->getBuffer(), "m.onnx", "", batch(2))),
-      "m.onnx: shape inference failed: [ShapeInferenceError] Shape "
-      "inference error(s): (op_type:LayerNormalization): "
+      "m.onnx: shape inference failed: [ShapeInferenceError] Inference "
+      "error(s): (op_type:LayerNormalization): "
       "[ShapeInferenceError] LayerNormalization: axis -1 is out of "
       "range for an input of rank 0");
 }
@@ -196,6 +199,115 @@ TEST(OnnxImportTest, TruncatedAndRandomInputsNeverCrash) {
     else
       llvm::consumeError(m.takeError());
   }
+}
+
+/// A model `y = sum(x * w)` whose f32[4] weight `w` is external data at
+/// `location` (relative to the model's folder).
+std::string externalWeightModel(const std::string &location,
+                                int64_t offset = 0) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  onnx::GraphProto *g = m.mutable_graph();
+  g->set_name("external");
+  auto *x = g->add_input();
+  x->set_name("x");
+  x->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+  x->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->add_dim()
+      ->set_dim_value(4);
+  onnx::TensorProto *w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(1);
+  w->add_dims(4);
+  w->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto entry = [&](const char *k, const std::string &v) {
+    auto *e = w->add_external_data();
+    e->set_key(k);
+    e->set_value(v);
+  };
+  entry("location", location);
+  entry("offset", std::to_string(offset));
+  entry("length", "16");
+  auto *mul = g->add_node();
+  mul->set_op_type("Mul");
+  mul->add_input("x");
+  mul->add_input("w");
+  mul->add_output("xw");
+  auto *sum = g->add_node();
+  sum->set_op_type("ReduceSum");
+  sum->add_input("xw");
+  sum->add_output("loss");
+  sum->add_attribute()->set_name("keepdims");
+  sum->mutable_attribute(0)->set_type(onnx::AttributeProto::INT);
+  sum->mutable_attribute(0)->set_i(0);
+  auto *out = g->add_output();
+  out->set_name("loss");
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+  out->mutable_type()->mutable_tensor_type()->mutable_shape();
+  return m.SerializeAsString();
+}
+
+/// External data must stay inside the model's folder (ONNX's
+/// CVE-2024-27318): `..`, absolute locations and links out are refused
+/// before anything is read; a short data file is named too.
+TEST(OnnxImportTest, ExternalDataStaysInsideTheModelsFolder) {
+  llvm::SmallString<128> root;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("hr-ext", root));
+  std::string dir = (root + "/model").str(), secret = (root + "/secret").str();
+  ASSERT_FALSE(llvm::sys::fs::create_directory(dir));
+  auto write = [](const std::string &path, size_t bytes) {
+    std::ofstream(path, std::ios::binary) << std::string(bytes, '\x3f');
+  };
+  write(secret, 64);
+  write(dir + "/w.data", 32);
+  ASSERT_FALSE(llvm::sys::fs::create_link("../secret", dir + "/link.data"));
+  ASSERT_FALSE(llvm::sys::fs::create_directory(dir + "/sub"));
+  write(dir + "/sub/w.data", 16);
+  auto importAt = [&](const std::string &location, int64_t offset = 0) {
+    return errorOf(
+        importOnnxBuffer(externalWeightModel(location, offset), "m.onnx", dir));
+  };
+  EXPECT_EQ(importAt("w.data"), "");
+  EXPECT_EQ(importAt("w.data", 16), "");
+  EXPECT_EQ(importAt("sub/w.data"), "");
+  EXPECT_EQ(importAt("./sub/../w.data"),
+            "m.onnx: tensor 'w': external data location './sub/../w.data' "
+            "leaves the model's folder through '..' (external data must be a "
+            "file inside the model's folder)");
+  EXPECT_EQ(importAt("../secret"),
+            "m.onnx: tensor 'w': external data location '../secret' leaves "
+            "the model's folder through '..' (external data must be a file "
+            "inside the model's folder)");
+  EXPECT_EQ(importAt(secret),
+            "m.onnx: tensor 'w': external data location '" + secret +
+                "' is an absolute path (external data must be a file inside "
+                "the model's folder)");
+  std::string link = importAt("link.data");
+  EXPECT_NE(link.find("is a link to '"), std::string::npos) << link;
+  EXPECT_NE(link.find("secret', outside the folder"), std::string::npos)
+      << link;
+  EXPECT_EQ(importAt("sub"),
+            "m.onnx: tensor 'w': external data location 'sub' is not a "
+            "regular file (external data must be a file inside the model's "
+            "folder)");
+  EXPECT_EQ(importAt("w.data", 24),
+            "m.onnx: tensor 'w' needs 16 bytes at offset 24 of external data "
+            "file '" +
+                dir +
+                "/w.data', which has 32 (truncated or the wrong "
+                "file?)");
+  EXPECT_NE(importAt("missing.data").find("cannot open external data file"),
+            std::string::npos);
+  // The runtime's reader shares the check: the weight is never read.
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(externalWeightModel("../secret")));
+  EXPECT_NE(errorOf(tensorFromProto(m.graph().initializer(0), dir))
+                .find("leaves the model's folder"),
+            std::string::npos);
+  llvm::sys::fs::remove_directories(root);
 }
 
 //===----------------------------------------------------------------------===//
