@@ -176,6 +176,7 @@ public:
 
 private:
   Error checkModel();
+  Error checkOpVersion(const onnx::NodeProto &n, int index);
   Error bindInputs();
   Error makeShapesStatic();
   Expected<bool> expandFunctions();
@@ -185,6 +186,9 @@ private:
   Error inferShapes();
   Expected<bool> foldConstants();
   Expected<std::unique_ptr<Module>> translate();
+  Error normalizeNode(const onnx::NodeProto &n, int index,
+                      llvm::SmallVectorImpl<Value *> &operands,
+                      AttributeMap &attrs, Builder &b);
 
   Error fail(const llvm::Twine &msg) { return err(Name + ": " + msg); }
   /// "--batch N --shape x=AxB " (what bound the data inputs' shapes), or
@@ -215,6 +219,18 @@ private:
   unsigned ExpansionCount = 0;
 };
 
+/// Refuses a default-domain node that headroom runs as an IR op (or unrolls)
+/// when the model's opset gives it a version whose meaning headroom does not
+/// implement (see opVersionProblem).
+Error Importer::checkOpVersion(const onnx::NodeProto &n, int index) {
+  if (!isDefaultDomain(n.domain()))
+    return Error::success();
+  std::string why = opVersionProblem(n.op_type(), Opset);
+  if (why.empty())
+    return Error::success();
+  return failAt(n, index, why);
+}
+
 Error Importer::checkModel() {
   if (!Model.has_graph() || Graph.node_size() == 0)
     return fail("not an ONNX model with a graph (the file may be truncated, "
@@ -226,28 +242,13 @@ Error Importer::checkModel() {
     return fail("the model does not import the default ONNX opset");
   if (Opset > kMaxOpset)
     return fail("opset " + llvm::Twine(Opset) +
-                " is newer than the supported range " + llvm::Twine(kMinOpset) +
-                ".." + llvm::Twine(kMaxOpset) +
-                " (re-export with torch.onnx.export(..., opset_version=17))");
-  if (Opset < kMinOpset) {
-    // Older models are fine where every op means what it means at 17.
-    for (int i = 0; i < Graph.node_size(); ++i) {
-      const onnx::NodeProto &n = Graph.node(i);
-      if (!isDefaultDomain(n.domain()))
-        continue;
-      auto *then = onnx::OpSchemaRegistry::Schema(n.op_type(), Opset, "");
-      auto *now = onnx::OpSchemaRegistry::Schema(n.op_type(), kMaxOpset, "");
-      if (then && (!now || then->since_version() != now->since_version()))
-        return failAt(n, i,
-                      "opset " + llvm::Twine(Opset) + " gives " + n.op_type() +
-                          "-" + llvm::Twine(then->since_version()) +
-                          ", which changed before the supported range " +
-                          llvm::Twine(kMinOpset) + ".." +
-                          llvm::Twine(kMaxOpset) +
-                          " (re-export with torch.onnx.export(..., "
-                          "opset_version=17))");
-    }
-  }
+                " is newer than this headroom reads (" +
+                llvm::Twine(kMinOpset) + ".." + llvm::Twine(kMaxOpset) +
+                "); export with torch.onnx.export(..., opset_version=" +
+                llvm::Twine(kMaxOpset) + ") or older");
+  for (int i = 0; i < Graph.node_size(); ++i)
+    if (auto e = checkOpVersion(Graph.node(i), i))
+      return e;
   if (Model.ir_version() < 3 || Model.ir_version() > onnx::IR_VERSION)
     return fail("IR version " + llvm::Twine(Model.ir_version()) +
                 " is not supported (expected 3.." +
@@ -1151,6 +1152,90 @@ Error writeBackRunningStats(Node &n, Builder &b) {
   return Error::success();
 }
 
+/// The value of `v` when a Constant node defines it.
+const Tensor *constantOf(Value *v) {
+  Node *d = v ? v->definingNode() : nullptr;
+  if (!d || !d->is(OpKind::Constant))
+    return nullptr;
+  return &d->attrs().at("value").asTensor();
+}
+
+/// Rewrites a node of a newer op version (kNewerVersions) into the form the
+/// IR op takes, which is the opset-17 one.
+Error Importer::normalizeNode(const onnx::NodeProto &n, int index,
+                              llvm::SmallVectorImpl<Value *> &operands,
+                              AttributeMap &attrs, Builder &b) {
+  llvm::StringRef op = n.op_type();
+  // Split-18 {num_outputs}: chunks of ceil(d / n), the last one smaller.
+  if (op == "Split" && attrs.count("num_outputs")) {
+    int64_t parts = attrs.at("num_outputs").asInt();
+    attrs.erase("num_outputs");
+    if (operands.size() > 1 && operands[1])
+      return failAt(n, index, "gives both num_outputs and split sizes");
+    const TensorType &x = operands[0]->type();
+    int64_t axis = attrs.count("axis") ? attrs.at("axis").asInt() : 0;
+    if (axis < -x.rank() || axis >= x.rank())
+      return failAt(n, index, "axis " + llvm::Twine(axis) +
+                                  " is out of range for " + x.str());
+    int64_t dim = x.dim(axis < 0 ? axis + x.rank() : axis);
+    if (parts < 1 || parts != n.output_size())
+      return failAt(n, index, "num_outputs " + llvm::Twine(parts) +
+                                  " differs from its " +
+                                  llvm::Twine(n.output_size()) + " outputs");
+    int64_t chunk = (dim + parts - 1) / parts;
+    std::vector<int64_t> sizes(parts, chunk);
+    sizes.back() = dim - chunk * (parts - 1);
+    if (sizes.back() < 0)
+      return failAt(n, index, "cannot split " + llvm::Twine(dim) + " into " +
+                                  llvm::Twine(parts) + " parts");
+    operands.resize(1);
+    operands.push_back(b.constant(
+        Tensor::fromInts(DType::I64, {parts}, sizes)));
+    return Error::success();
+  }
+  // Pad-18 (data, pads, constant_value?, axes?): pads for the listed axes
+  // only; the IR's Pad takes pads for every axis.
+  if (op == "Pad" && operands.size() > 3 && operands[3]) {
+    const Tensor *pads = constantOf(operands[1]);
+    const Tensor *axes = constantOf(operands[3]);
+    if (!pads || !axes)
+      return failAt(n, index, "pads and axes must be constants");
+    int64_t rank = operands[0]->type().rank(), count = axes->numElements();
+    if (pads->numElements() != 2 * count)
+      return failAt(n, index, "has " + llvm::Twine(pads->numElements()) +
+                                  " pads for " + llvm::Twine(count) + " axes");
+    std::vector<int64_t> full(2 * rank, 0);
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t a = axes->getInt(i);
+      if (a < -rank || a >= rank)
+        return failAt(n, index, "axis " + llvm::Twine(a) +
+                                    " is out of range for rank " +
+                                    llvm::Twine(rank));
+      a = a < 0 ? a + rank : a;
+      full[a] = pads->getInt(i);
+      full[a + rank] = pads->getInt(i + count);
+    }
+    operands[1] = b.constant(Tensor::fromInts(DType::I64, {2 * rank}, full));
+    operands.resize(3);
+    while (!operands.back())
+      operands.pop_back();
+    return Error::success();
+  }
+  // Cast-19 {saturate}, Cast-24 {round_mode}: for float8 only.
+  if (op == "Cast") {
+    attrs.erase("saturate");
+    attrs.erase("round_mode");
+  }
+  // AveragePool-19 {dilations}.
+  if (op == "AveragePool" && attrs.count("dilations")) {
+    for (int64_t d : attrs.at("dilations").asInts())
+      if (d != 1)
+        return failAt(n, index, "dilations other than 1 are not supported");
+    attrs.erase("dilations");
+  }
+  return Error::success();
+}
+
 Expected<std::unique_ptr<Module>> Importer::translate() {
   auto m = std::make_unique<Module>();
   llvm::StringSet<> frozen;
@@ -1249,6 +1334,12 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
     const OpInfo *info = lookupOp(n.op_type());
     if (!info || !info->has(opflags::Onnx))
       return failAt(n, i, "unsupported operator");
+    // Function bodies expanded since checkModel use ops at the model's
+    // opset too.
+    if (auto e = checkOpVersion(n, i))
+      return e;
+    if (auto e = normalizeNode(n, i, operands, attrs, b))
+      return e;
     if (static_cast<int>(operands.size()) < info->MinOperands ||
         (info->MaxOperands >= 0 &&
          static_cast<int>(operands.size()) > info->MaxOperands))
@@ -1328,6 +1419,117 @@ Expected<std::unique_ptr<Module>> Importer::run() {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// Op versions
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Whether two versions of an op have the same contract: the same inputs,
+/// outputs and attributes (names, arity, optionality, attribute types,
+/// requiredness and defaults). Such versions differ only in the element
+/// types they allow (bf16 at 13, float8 at 19, int4 at 21, ...), which
+/// headroom's own type checks cover.
+bool sameContract(const onnx::OpSchema &a, const onnx::OpSchema &b) {
+  auto sameParams = [](const auto &x, const auto &y) {
+    if (x.size() != y.size())
+      return false;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (x[i].GetName() != y[i].GetName() ||
+          x[i].GetOption() != y[i].GetOption())
+        return false;
+    return true;
+  };
+  if (!sameParams(a.inputs(), b.inputs()) ||
+      !sameParams(a.outputs(), b.outputs()) ||
+      a.attributes().size() != b.attributes().size())
+    return false;
+  for (const auto &[name, attr] : a.attributes()) {
+    auto it = b.attributes().find(name);
+    if (it == b.attributes().end() || it->second.type != attr.type ||
+        it->second.required != attr.required ||
+        it->second.default_value.SerializeAsString() !=
+            attr.default_value.SerializeAsString())
+      return false;
+  }
+  return true;
+}
+
+/// Versions after opset kIrOpset whose contract changed and that headroom
+/// implements all the same: the IR op takes both forms, or translate()
+/// rewrites the new form into the IR's (normalizeNode).
+const std::pair<const char *, int> kNewerVersions[] = {
+    // Axes as an optional operand, noop_with_empty_axes: ReduceSum's form
+    // since 13, which the IR's reductions take.
+    {"ReduceMean", 18},
+    {"ReduceMax", 18},
+    {"ReduceMax", 20},
+    {"ReduceMin", 18},
+    {"ReduceMin", 20},
+    {"ReduceProd", 18},
+    // num_outputs: normalizeNode writes the split sizes.
+    {"Split", 18},
+    // An axes operand: normalizeNode writes pads for every axis.
+    {"Pad", 18},
+    // saturate (19) and round_mode (24): only conversions to float8 saturate
+    // or round by mode, and headroom has no float8.
+    {"Cast", 19},
+    {"Cast", 24},
+    // dilations: normalizeNode refuses any but 1.
+    {"AveragePool", 19},
+};
+
+} // namespace
+
+std::string headroom::opVersionProblem(llvm::StringRef op, int opset) {
+  const OpInfo *info = lookupOp(op);
+  if (!(info && info->has(opflags::Onnx)) && !importerExpandsOp(op))
+    return ""; // expanded from ONNX's function body for this opset, or
+               // refused as unsupported
+  std::string name = op.str();
+  auto *given = onnx::OpSchemaRegistry::Schema(name, opset, "");
+  auto *ir = onnx::OpSchemaRegistry::Schema(name, kIrOpset, "");
+  if (!given || !ir)
+    return "";
+  int version = given->since_version();
+  // Every version in effect at some opset from kMinOpset to kIrOpset.
+  auto *first = onnx::OpSchemaRegistry::Schema(name, kMinOpset, "");
+  int lowest = first ? first->since_version() : 1;
+  auto accepted = [&](const onnx::OpSchema &s) {
+    int v = s.since_version();
+    if (v >= lowest && v <= ir->since_version())
+      return true;
+    for (const auto &[o, newer] : kNewerVersions)
+      if (op == o && v == newer)
+        return true;
+    return false;
+  };
+  if (version < lowest && sameContract(*given, *ir))
+    return "";
+  // A newer version is accepted when it is listed, or when its contract is
+  // that of the version before it and that one is accepted (Pad-19 only
+  // adds a mode, which the kernels refuse by name; Cast-21 only types).
+  for (const onnx::OpSchema *s = given; s && version > lowest;) {
+    if (accepted(*s))
+      return "";
+    auto *before =
+        onnx::OpSchemaRegistry::Schema(name, s->since_version() - 1, "");
+    if (!before || !sameContract(*s, *before))
+      break;
+    s = before;
+  }
+  if (accepted(*given))
+    return "";
+  return "opset " + std::to_string(opset) + " gives " + name + "-" +
+         std::to_string(version) + ", whose contract differs from the " +
+         name + "-" + std::to_string(ir->since_version()) +
+         " that headroom implements (" +
+         (version < lowest ? "export with opset_version " +
+                                 std::to_string(kMinOpset) + " or newer"
+                           : "export with an older opset_version") +
+         ")";
+}
 
 bool headroom::importerExpandsOp(llvm::StringRef op) {
   return op == "LSTM" || op == "GRU" || op == "RNN";

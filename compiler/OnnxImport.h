@@ -41,12 +41,24 @@ struct ImportOptions {
   std::map<std::string, Tensor> ConstantInputs;
 };
 
-/// headroom implements the default-domain ops as defined in opsets
-/// kMinOpset..kMaxOpset. A model with an older opset is accepted when every
-/// op it uses is unchanged since then (Sin-7 is still Sin at opset 17;
+/// The opsets headroom reads: kMaxOpset is the newest that the ONNX library
+/// it is built with knows (1.19: 24). headroom's IR ops mean what ONNX's ops
+/// mean at kIrOpset; a model at another opset is accepted node by node
+/// (opVersionProblem): an op version in effect between kMinOpset and
+/// kIrOpset, one whose contract differs from kIrOpset's only in element
+/// types, or a newer one the importer rewrites (ReduceMean-18's axes
+/// operand, Split-18's num_outputs, ...). Older opsets are accepted where
+/// every op used is unchanged since then (Sin-7 is still Sin at 17;
 /// ReduceSum-11 is not ReduceSum-13).
 constexpr int kMinOpset = 13;
-constexpr int kMaxOpset = 17;
+constexpr int kIrOpset = 17;
+constexpr int kMaxOpset = 24;
+
+/// Why a node of default-domain op `op` in a model at `opset` cannot be
+/// imported because of the op's version there ("" when it can). Ops that are
+/// not IR ops are expanded from ONNX's function body for that opset and are
+/// never refused here.
+std::string opVersionProblem(llvm::StringRef op, int opset);
 
 llvm::Expected<std::unique_ptr<Module>>
 importOnnxFile(llvm::StringRef path, const ImportOptions &options = {});

@@ -236,7 +236,9 @@ static std::string opsMarkdown() {
       "--markdown`; a test keeps this file equal to that output. ONNX ops "
       "are accepted from the default domain at opsets " +
       std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset) +
-      "; ONNX function ops not listed here are expanded into their bodies at "
+      " with the meaning they have at opset " + std::to_string(kIrOpset) +
+      " (docs/import.md says which newer versions are read and how); ONNX "
+      "function ops not listed here are expanded into their bodies at "
       "import.\n\n| op | kind | what it does |\n|---|---|---|\n";
   for (const OpInfo &op : allOps())
     s += "| `" + op.Name.str() + "` | " +

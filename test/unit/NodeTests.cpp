@@ -50,8 +50,7 @@ std::string headroom::whyNotAccepted(const onnx::ModelProto &m) {
     if ((!info || !info->has(opflags::Onnx)) && !importerExpandsOp(n.op_type()))
       return "op " + n.op_type();
     auto *then = onnx::OpSchemaRegistry::Schema(n.op_type(), opset, "");
-    auto *now = onnx::OpSchemaRegistry::Schema(n.op_type(), kMaxOpset, "");
-    if (!then || !now || then->since_version() != now->since_version())
+    if (!then || !opVersionProblem(n.op_type(), opset).empty())
       return "op version " + n.op_type() + "-" +
              std::to_string(then ? then->since_version() : 0);
   }
