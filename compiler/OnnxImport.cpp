@@ -180,6 +180,8 @@ private:
   Error bindInputs();
   Error makeShapesStatic();
   Expected<bool> expandFunctions();
+  Expected<bool> lowerSequences();
+  Expected<llvm::Optional<Tensor>> knownConstant(const std::string &name);
   Expected<bool>
   expandRecurrent(const onnx::NodeProto &n, int index,
                   google::protobuf::RepeatedPtrField<onnx::NodeProto> &nodes);
@@ -423,6 +425,12 @@ Expected<bool> Importer::expandFunctions() {
       *nodes.Add() = n;
       continue;
     }
+    // Sequences are lowered once their types are known (lowerSequences).
+    if (isDefaultDomain(n.domain()) &&
+        (n.op_type() == "SplitToSequence" || n.op_type() == "SequenceAt")) {
+      *nodes.Add() = n;
+      continue;
+    }
     if (isDefaultDomain(n.domain()) && importerExpandsOp(n.op_type())) {
       auto done = expandRecurrent(n, i, nodes);
       if (!done)
@@ -450,6 +458,15 @@ Expected<bool> Importer::expandFunctions() {
       if (schema->HasFunction()) {
         local = schema->GetFunction(Opset);
       } else if (schema->HasContextDependentFunction()) {
+        // Its body depends on its inputs' types (CastLike's target type):
+        // kept until shape inference knows them.
+        bool typesKnown = true;
+        for (const auto &in : n.input())
+          typesKnown &= in.empty() || Types.count(in) > 0;
+        if (!typesKnown) {
+          *nodes.Add() = n;
+          continue;
+        }
         std::vector<onnx::TypeProto> inputTypes;
         for (const auto &in : n.input()) {
           onnx::TypeProto tp;
@@ -1086,6 +1103,177 @@ Expected<bool> Importer::foldConstants() {
   return changed;
 }
 
+/// The value of `name` when an initializer that is not a weight or a
+/// Constant node gives it; None when it is computed.
+Expected<llvm::Optional<Tensor>>
+Importer::knownConstant(const std::string &name) {
+  for (const auto &t : Graph.initializer()) {
+    if (t.name() != name)
+      continue;
+    auto type = tensorProtoType(t);
+    if (!type)
+      return type.takeError();
+    if (isFloat(type->dtype()) && !BoundConstants.count(name))
+      return llvm::None;
+    auto v = tensorFromProto(t, ModelDir);
+    if (!v)
+      return v.takeError();
+    return llvm::Optional<Tensor>(std::move(*v));
+  }
+  for (const auto &n : Graph.node()) {
+    if (n.op_type() != "Constant" || n.output_size() != 1 ||
+        n.output(0) != name)
+      continue;
+    auto v = constantNodeValue(n, ModelDir);
+    if (!v)
+      return v.takeError();
+    return llvm::Optional<Tensor>(std::move(*v));
+  }
+  return llvm::None;
+}
+
+/// A SplitToSequence whose every use is a SequenceAt at a constant position
+/// (torch.split and torch.chunk in dynamo exports: GPT-2's q, k, v) becomes
+/// one Split, with a Squeeze per piece where keepdims=0 drops the axis, and
+/// each SequenceAt an Identity of its piece. Needs the input's static type,
+/// so it runs once shape inference has it.
+Expected<bool> Importer::lowerSequences() {
+  llvm::StringMap<std::vector<int>> users;
+  for (int i = 0; i < Graph.node_size(); ++i)
+    for (const auto &in : Graph.node(i).input())
+      users[in].push_back(i);
+  std::map<int, std::vector<onnx::NodeProto>> replace;
+  for (int i = 0; i < Graph.node_size(); ++i) {
+    const onnx::NodeProto &n = Graph.node(i);
+    if (!isDefaultDomain(n.domain()) || n.op_type() != "SplitToSequence" ||
+        !Types.count(n.input(0)))
+      continue;
+    const TensorType &x = Types.lookup(n.input(0));
+    int64_t axis = 0, keepdims = 1;
+    for (const auto &a : n.attribute()) {
+      if (a.name() == "axis")
+        axis = a.i();
+      if (a.name() == "keepdims")
+        keepdims = a.i();
+    }
+    int64_t rank = x.rank();
+    if (axis < -rank || axis >= rank)
+      return failAt(n, i, "axis " + llvm::Twine(axis) +
+                              " is out of range for " + x.str());
+    axis = axis < 0 ? axis + rank : axis;
+    int64_t dim = x.dim(axis);
+    std::vector<int64_t> sizes;
+    bool hasSplit = n.input_size() > 1 && !n.input(1).empty();
+    if (!hasSplit) {
+      sizes.assign(dim, 1);
+    } else {
+      auto split = knownConstant(n.input(1));
+      if (!split)
+        return split.takeError();
+      if (!*split)
+        return failAt(n, i, "split sizes must be constants");
+      if ((*split)->type().rank() == 0) {
+        int64_t chunk = (*split)->getInt(0);
+        if (chunk <= 0)
+          return failAt(n, i, "split size " + llvm::Twine(chunk) +
+                                  " is not positive");
+        for (int64_t at = 0; at < dim; at += chunk)
+          sizes.push_back(std::min(chunk, dim - at));
+      } else {
+        for (int64_t k = 0; k < (*split)->numElements(); ++k)
+          sizes.push_back((*split)->getInt(k));
+      }
+    }
+    std::string prefix = "_seq" + std::to_string(ExpansionCount++) + "/";
+    std::vector<std::string> pieces;
+    for (size_t k = 0; k < sizes.size(); ++k)
+      pieces.push_back(prefix + std::to_string(k));
+    // Every user must be a SequenceAt at a known position.
+    std::vector<std::pair<int, int64_t>> uses;
+    for (int u : users.lookup(n.output(0))) {
+      const onnx::NodeProto &at = Graph.node(u);
+      if (at.op_type() != "SequenceAt" || at.input(0) != n.output(0))
+        return failAt(at, u,
+                      "uses the sequence of a SplitToSequence; headroom "
+                      "supports sequences read by SequenceAt only");
+      auto pos = knownConstant(at.input(1));
+      if (!pos)
+        return pos.takeError();
+      int64_t p = *pos ? (*pos)->getInt(0) : INT64_MAX;
+      int64_t count = static_cast<int64_t>(sizes.size());
+      if (p < -count || p >= count)
+        return failAt(at, u, *pos ? "position " + llvm::Twine(p) +
+                                        " is outside the sequence of " +
+                                        llvm::Twine(count)
+                                  : llvm::Twine("position must be a constant"));
+      uses.push_back({u, p < 0 ? p + count : p});
+    }
+    std::vector<onnx::NodeProto> nodes;
+    onnx::NodeProto c;
+    c.set_op_type("Constant");
+    c.set_name(n.name());
+    c.add_output(prefix + "sizes");
+    auto *value = c.add_attribute();
+    value->set_name("value");
+    value->set_type(onnx::AttributeProto::TENSOR);
+    *value->mutable_t() = tensorToProto(
+        Tensor::fromInts(DType::I64, {int64_t(sizes.size())}, sizes),
+        prefix + "sizes");
+    nodes.push_back(c);
+    onnx::NodeProto split;
+    split.set_op_type("Split");
+    split.set_name(n.name());
+    split.add_input(n.input(0));
+    split.add_input(prefix + "sizes");
+    auto *ax = split.add_attribute();
+    ax->set_name("axis");
+    ax->set_type(onnx::AttributeProto::INT);
+    ax->set_i(axis);
+    for (const std::string &p : pieces)
+      split.add_output(p + (keepdims || hasSplit ? "" : "/kept"));
+    nodes.push_back(split);
+    if (!keepdims && !hasSplit) {
+      onnx::NodeProto axes = c;
+      axes.set_output(0, prefix + "axes");
+      *axes.mutable_attribute(0)->mutable_t() = tensorToProto(
+          Tensor::fromInts(DType::I64, {1}, {axis}), prefix + "axes");
+      nodes.push_back(axes);
+      for (const std::string &p : pieces) {
+        onnx::NodeProto sq;
+        sq.set_op_type("Squeeze");
+        sq.set_name(n.name());
+        sq.add_input(p + "/kept");
+        sq.add_input(prefix + "axes");
+        sq.add_output(p);
+        nodes.push_back(sq);
+      }
+    }
+    replace[i] = std::move(nodes);
+    for (const auto &[u, p] : uses) {
+      onnx::NodeProto id;
+      id.set_op_type("Identity");
+      id.set_name(Graph.node(u).name());
+      id.add_input(pieces[p]);
+      id.add_output(Graph.node(u).output(0));
+      replace[u] = {id};
+    }
+  }
+  if (replace.empty())
+    return false;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (int i = 0; i < Graph.node_size(); ++i) {
+    auto it = replace.find(i);
+    if (it == replace.end()) {
+      *nodes.Add() = Graph.node(i);
+      continue;
+    }
+    for (auto &r : it->second)
+      *nodes.Add() = std::move(r);
+  }
+  Graph.mutable_node()->Swap(&nodes);
+  return true;
+}
+
 Error Importer::makeShapesStatic() {
   for (int round = 0;; ++round) {
     auto expanded = expandFunctions();
@@ -1101,6 +1289,11 @@ Error Importer::makeShapesStatic() {
       if (*again)
         continue;
     }
+    auto lowered = lowerSequences();
+    if (!lowered)
+      return lowered.takeError();
+    if (*lowered)
+      continue;
     int missing = -1;
     for (int i = 0; i < Graph.node_size() && missing < 0; ++i)
       for (const auto &o : Graph.node(i).output())
@@ -1174,10 +1367,11 @@ Error Importer::normalizeNode(const onnx::NodeProto &n, int index,
       return failAt(n, index, "gives both num_outputs and split sizes");
     const TensorType &x = operands[0]->type();
     int64_t axis = attrs.count("axis") ? attrs.at("axis").asInt() : 0;
-    if (axis < -x.rank() || axis >= x.rank())
+    int64_t rank = x.rank();
+    if (axis < -rank || axis >= rank)
       return failAt(n, index, "axis " + llvm::Twine(axis) +
                                   " is out of range for " + x.str());
-    int64_t dim = x.dim(axis < 0 ? axis + x.rank() : axis);
+    int64_t dim = x.dim(axis < 0 ? axis + rank : axis);
     if (parts < 1 || parts != n.output_size())
       return failAt(n, index, "num_outputs " + llvm::Twine(parts) +
                                   " differs from its " +

@@ -460,6 +460,24 @@ Error compareKernel(const KernelContext &ctx) {
   });
 }
 
+/// IsNaN, and IsInf {detect_positive, detect_negative}: a float operand, a
+/// bool result.
+template <bool Inf> Error classifyKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  bool pos = ctx.attrInt("detect_positive", 1) != 0;
+  bool neg = ctx.attrInt("detect_negative", 1) != 0;
+  return dispatchType<FloatTypes>(ctx, x.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = typename Elem<T>::Compute;
+    mapUnary<T, Bool>(x, y, [=](C v) {
+      if (!Inf)
+        return std::isnan(v);
+      return std::isinf(v) && (v > C(0) ? pos : neg);
+    });
+    return Error::success();
+  });
+}
+
 /// Max, Min and Sum of one or more operands: the first is broadcast into the
 /// result, then each further operand is folded into it.
 template <typename Op> Error variadicKernel(const KernelContext &ctx) {
@@ -661,6 +679,8 @@ void headroom::cpu::registerElementwiseKernels() {
   registerKernel("Floor", unaryKernel<FloorOp, FloatTypes>);
   registerKernel("Ceil", unaryKernel<CeilOp, FloatTypes>);
   registerKernel("Not", unaryKernel<NotOp, BoolType>);
+  registerKernel("IsNaN", classifyKernel</*Inf=*/false>);
+  registerKernel("IsInf", classifyKernel</*Inf=*/true>);
   registerKernel("Identity", identity);
 
   registerKernel("Add", binaryKernel<AddOp, Num>);

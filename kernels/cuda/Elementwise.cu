@@ -221,6 +221,38 @@ template <typename Op> struct UnaryApply {
   }
 };
 
+/// IsNaN, and IsInf {detect_positive, detect_negative}: a float operand, a
+/// bool result. NaN is the value unequal to itself; an infinity is the value
+/// whose difference with itself is NaN.
+template <typename T> struct ClassifyBody {
+  const T *X;
+  Bool *Y;
+  bool Inf, Pos, Neg;
+  HR_HD void operator()(int64_t i) const {
+    auto v = ld(X, i);
+    bool nan = v != v;
+    bool inf = !nan && (v - v) != (v - v);
+    using C = decltype(v);
+    st(Y, i, Inf ? inf && (v > C(0) ? Pos : Neg) : nan);
+  }
+};
+
+template <bool Inf> struct ClassifyApply {
+  const KernelContext &Ctx;
+  template <typename T> Error apply() const {
+    ClassifyBody<T> body{Ctx.Inputs[0].as<T>(), Ctx.Outputs[0].as<Bool>(), Inf,
+                         Ctx.attrInt("detect_positive", 1) != 0,
+                         Ctx.attrInt("detect_negative", 1) != 0};
+    forEach(Ctx, Ctx.Outputs[0].numElements(), body);
+    return Error::success();
+  }
+};
+
+template <bool Inf> Error classifyKernel(const KernelContext &ctx) {
+  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type,
+                                   ClassifyApply<Inf>{ctx});
+}
+
 template <typename Op, unsigned Types>
 Error unaryKernel(const KernelContext &ctx) {
   return dispatch<Types>(ctx, ctx.Inputs[0].Type, UnaryApply<Op>{ctx});
@@ -604,6 +636,8 @@ void cuda::registerElementwiseKernels() {
   registerKernel("Floor", unaryKernel<FloorOp, Float>);
   registerKernel("Ceil", unaryKernel<CeilOp, Float>);
   registerKernel("Not", unaryKernel<NotOp, cpu::BoolType>);
+  registerKernel("IsNaN", classifyKernel</*Inf=*/false>);
+  registerKernel("IsInf", classifyKernel</*Inf=*/true>);
   registerKernel("Identity", identity);
 
   registerKernel("Add", binaryKernel<AddOp, Num>);

@@ -22,10 +22,15 @@ arguments (no input_names is passed). Each is exported in train() mode twice:
 
 (the first falls back to static shapes, recorded as "dynamic_batch": false,
 where the dynamic batch does not export; llama falls back to
-attn_implementation="eager" where the default attention does not export).
+attn_implementation="eager" where the default attention does not export;
+t5 falls back to BART: T5's default sdpa attention does not export in
+2.15, "Cannot view a tensor with shape [B, 16, 4, 8] and strides
+(512, 8, 128, 1) as a tensor with shape (B, 16, 32)" in the exporter's
+type promotion pass).
 The exporter's own layout is kept: weights in external data files next to
-the model, and its metadata (stack traces, FX nodes, graph signature) on
-nodes and values. The stack traces name this script's path as it was run.
+the model, and its metadata (module paths, name scopes, graph signature) on
+nodes and values; only the nodes' Python stack traces and FX node texts are
+dropped (strip_traces), which halves the committed files.
 
 For every model <name> this writes:
 
@@ -45,10 +50,17 @@ For every model <name> this writes:
                  weight_decay=0.01)
   <name>.ref.json
                  the per-step losses, versions, configuration, and what the
-                 exported file holds (op types, opset, inputs, metadata counts)
+                 exported file holds (op types, opset, inputs, metadata counts,
+                 its loss on the first batch by onnx.reference)
 
 and, for llama, llama.opset23.onnx (+ .data): the same export with
 opset_version=23, kept where it succeeds.
+
+torchlib writes train-mode BatchNorm as BatchNormalization without
+training_mode (0: normalize by the running statistics, which stay as they
+are), so cnn.onnx computes another loss than torch does in train mode; the
+references are torch's train mode, and cnn.ref.json also gives the losses
+with BatchNorm in eval mode ("losses_batchnorm_eval"), which the file computes.
 
 The tests never run this script; the outputs are committed.
 """
@@ -83,6 +95,7 @@ ADAMW = collections.OrderedDict([("lr", 1e-3), ("betas", [0.9, 0.999]), ("eps", 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KIND = "pkg.torch.export.graph_signature.InputSpec.kind"
 FOLDED = "pkg.onnxscript.optimizer.folded_from"
+TRACES = ("pkg.torch.onnx.stack_trace", "pkg.torch.onnx.fx_node")
 
 VERSIONS = collections.OrderedDict(
     (p, importlib.metadata.version(p))
@@ -291,6 +304,21 @@ def export(model, args, path, **kw):
     except Exception:
         remove(path)
         raise
+    strip_traces(path)
+
+
+def strip_traces(path):
+    """Drops the two largest kinds of node metadata, the Python stack trace
+    and the FX node text (half of each file; headroom reads neither), and
+    keeps everything else the exporter wrote: module paths, name scopes,
+    class hierarchy, the graph signature, the external data."""
+    mp = onnx.load(path, load_external_data=False)
+    for n in mp.graph.node:
+        keep = [p for p in n.metadata_props if p.key not in TRACES]
+        del n.metadata_props[:]
+        n.metadata_props.extend(keep)
+    with open(path, "wb") as f:
+        f.write(mp.SerializeToString())
 
 
 def op_types(mp):
