@@ -1158,8 +1158,9 @@ Expected<bool> Importer::lowerSequences() {
     }
     int64_t rank = x.rank();
     if (axis < -rank || axis >= rank)
-      return failAt(n, i, "axis " + llvm::Twine(axis) +
-                              " is out of range for " + x.str());
+      return failAt(n, i,
+                    "axis " + llvm::Twine(axis) + " is out of range for " +
+                        x.str());
     axis = axis < 0 ? axis + rank : axis;
     int64_t dim = x.dim(axis);
     std::vector<int64_t> sizes;
@@ -1175,8 +1176,8 @@ Expected<bool> Importer::lowerSequences() {
       if ((*split)->type().rank() == 0) {
         int64_t chunk = (*split)->getInt(0);
         if (chunk <= 0)
-          return failAt(n, i, "split size " + llvm::Twine(chunk) +
-                                  " is not positive");
+          return failAt(
+              n, i, "split size " + llvm::Twine(chunk) + " is not positive");
         for (int64_t at = 0; at < dim; at += chunk)
           sizes.push_back(std::min(chunk, dim - at));
       } else {
@@ -1202,10 +1203,11 @@ Expected<bool> Importer::lowerSequences() {
       int64_t p = *pos ? (*pos)->getInt(0) : INT64_MAX;
       int64_t count = static_cast<int64_t>(sizes.size());
       if (p < -count || p >= count)
-        return failAt(at, u, *pos ? "position " + llvm::Twine(p) +
-                                        " is outside the sequence of " +
-                                        llvm::Twine(count)
-                                  : llvm::Twine("position must be a constant"));
+        return failAt(at, u,
+                      *pos ? "position " + llvm::Twine(p) +
+                                 " is outside the sequence of " +
+                                 llvm::Twine(count)
+                           : llvm::Twine("position must be a constant"));
       uses.push_back({u, p < 0 ? p + count : p});
     }
     std::vector<onnx::NodeProto> nodes;
@@ -1369,22 +1371,24 @@ Error Importer::normalizeNode(const onnx::NodeProto &n, int index,
     int64_t axis = attrs.count("axis") ? attrs.at("axis").asInt() : 0;
     int64_t rank = x.rank();
     if (axis < -rank || axis >= rank)
-      return failAt(n, index, "axis " + llvm::Twine(axis) +
-                                  " is out of range for " + x.str());
+      return failAt(n, index,
+                    "axis " + llvm::Twine(axis) + " is out of range for " +
+                        x.str());
     int64_t dim = x.dim(axis < 0 ? axis + rank : axis);
     if (parts < 1 || parts != n.output_size())
-      return failAt(n, index, "num_outputs " + llvm::Twine(parts) +
-                                  " differs from its " +
-                                  llvm::Twine(n.output_size()) + " outputs");
+      return failAt(n, index,
+                    "num_outputs " + llvm::Twine(parts) + " differs from its " +
+                        llvm::Twine(n.output_size()) + " outputs");
     int64_t chunk = (dim + parts - 1) / parts;
     std::vector<int64_t> sizes(parts, chunk);
     sizes.back() = dim - chunk * (parts - 1);
     if (sizes.back() < 0)
-      return failAt(n, index, "cannot split " + llvm::Twine(dim) + " into " +
-                                  llvm::Twine(parts) + " parts");
+      return failAt(n, index,
+                    "cannot split " + llvm::Twine(dim) + " into " +
+                        llvm::Twine(parts) + " parts");
     operands.resize(1);
-    operands.push_back(b.constant(
-        Tensor::fromInts(DType::I64, {parts}, sizes)));
+    operands.push_back(
+        b.constant(Tensor::fromInts(DType::I64, {parts}, sizes)));
     return Error::success();
   }
   // Pad-18 (data, pads, constant_value?, axes?): pads for the listed axes
@@ -1396,15 +1400,16 @@ Error Importer::normalizeNode(const onnx::NodeProto &n, int index,
       return failAt(n, index, "pads and axes must be constants");
     int64_t rank = operands[0]->type().rank(), count = axes->numElements();
     if (pads->numElements() != 2 * count)
-      return failAt(n, index, "has " + llvm::Twine(pads->numElements()) +
-                                  " pads for " + llvm::Twine(count) + " axes");
+      return failAt(n, index,
+                    "has " + llvm::Twine(pads->numElements()) + " pads for " +
+                        llvm::Twine(count) + " axes");
     std::vector<int64_t> full(2 * rank, 0);
     for (int64_t i = 0; i < count; ++i) {
       int64_t a = axes->getInt(i);
       if (a < -rank || a >= rank)
-        return failAt(n, index, "axis " + llvm::Twine(a) +
-                                    " is out of range for rank " +
-                                    llvm::Twine(rank));
+        return failAt(n, index,
+                      "axis " + llvm::Twine(a) + " is out of range for rank " +
+                          llvm::Twine(rank));
       a = a < 0 ? a + rank : a;
       full[a] = pads->getInt(i);
       full[a + rank] = pads->getInt(i + count);
@@ -1716,8 +1721,8 @@ std::string headroom::opVersionProblem(llvm::StringRef op, int opset) {
   if (accepted(*given))
     return "";
   return "opset " + std::to_string(opset) + " gives " + name + "-" +
-         std::to_string(version) + ", whose contract differs from the " +
-         name + "-" + std::to_string(ir->since_version()) +
+         std::to_string(version) + ", whose contract differs from the " + name +
+         "-" + std::to_string(ir->since_version()) +
          " that headroom implements (" +
          (version < lowest ? "export with opset_version " +
                                  std::to_string(kMinOpset) + " or newer"
