@@ -176,6 +176,8 @@ public:
 
 private:
   Error checkModel();
+  Error readSignature();
+  Error trainBatchNorms();
   Error checkOpVersion(const onnx::NodeProto &n, int index);
   Error bindInputs();
   Error makeShapesStatic();
@@ -219,6 +221,12 @@ private:
   /// Static types of every value ONNX inferred, by name.
   llvm::StringMap<TensorType> Types;
   unsigned ExpansionCount = 0;
+  /// What torch.export's graph signature (PyTorch 2.x's dynamo exporter)
+  /// says each initializer is: PARAMETER, BUFFER, CONSTANT_TENSOR, ...; and
+  /// the buffers the model's forward mutates (BUFFER_MUTATION).
+  bool HasSignature = false;
+  llvm::StringMap<std::string> Roles;
+  llvm::StringSet<> MutatedBuffers;
 };
 
 /// Refuses a default-domain node that headroom runs as an IR op (or unrolls)
@@ -282,6 +290,87 @@ Error Importer::checkModel() {
   }
   for (const auto &t : Graph.initializer())
     Initializers.insert(t.name());
+  return Error::success();
+}
+
+constexpr llvm::StringLiteral kKindKey =
+    "pkg.torch.export.graph_signature.InputSpec.kind";
+constexpr llvm::StringLiteral kSignatureKey =
+    "pkg.torch.export.ExportedProgram.graph_signature";
+constexpr llvm::StringLiteral kFoldedKey =
+    "pkg.onnxscript.optimizer.folded_from";
+
+/// Reads what the dynamo exporter records of the training state: each
+/// initializer's InputSpec.kind (on the value_info entry of its name) and the
+/// BUFFER_MUTATION outputs of the graph signature. A file written with the
+/// exporter's optimizer (optimize=True, the default) is refused: it folds
+/// parameters into new constants (the transposed Linear weights, BatchNorm
+/// into Conv, equal-valued tensors merged), so what PyTorch trains is no
+/// longer in it.
+Error Importer::readSignature() {
+  unsigned folded = 0;
+  std::string firstFolded;
+  for (const auto &v : Graph.value_info())
+    for (const auto &p : v.metadata_props()) {
+      if (p.key() == kKindKey) {
+        HasSignature = true;
+        Roles[v.name()] = p.value();
+      }
+      if (p.key() == kFoldedKey && Initializers.count(v.name()) &&
+          folded++ == 0)
+        firstFolded = v.name();
+    }
+  for (const auto &p : Graph.metadata_props()) {
+    if (p.key() != kSignatureKey)
+      continue;
+    HasSignature = true;
+    // Lines such as `getitem_3: BUFFER_MUTATION target='bn1.running_mean'`.
+    llvm::SmallVector<llvm::StringRef, 64> lines;
+    llvm::StringRef(p.value()).split(lines, '\n');
+    for (llvm::StringRef line : lines) {
+      if (!line.contains(": BUFFER_MUTATION "))
+        continue;
+      llvm::StringRef target = line.split("target='").second;
+      MutatedBuffers.insert(target.split('\'').first);
+    }
+  }
+  if (folded)
+    return fail(
+        "written by torch.onnx.export's optimizer (optimize=True, the "
+        "default), which folds parameters into constants (" +
+        llvm::Twine(folded) + " initializers, the first '" + firstFolded +
+        "', say pkg.onnxscript.optimizer.folded_from): PyTorch's training "
+        "cannot be reproduced from it; export with torch.onnx.export(model, "
+        "args, f, dynamo=True, optimize=False)");
+  return Error::success();
+}
+
+/// The dynamo exporter writes every BatchNormalization in inference mode
+/// (torchlib hard-codes it) while the signature says the forward mutates its
+/// running statistics: such a node is trained as PyTorch trains it, in
+/// training mode (batch statistics), with the new statistics as outputs that
+/// the step writes back (writeBackRunningStats).
+Error Importer::trainBatchNorms() {
+  for (int i = 0; i < Graph.node_size(); ++i) {
+    onnx::NodeProto &n = *Graph.mutable_node(i);
+    if (n.op_type() != "BatchNormalization" || !isDefaultDomain(n.domain()) ||
+        n.input_size() != 5 || n.output_size() != 1 ||
+        !MutatedBuffers.count(n.input(3)) || !MutatedBuffers.count(n.input(4)))
+      continue;
+    bool training = false;
+    for (const auto &a : n.attribute())
+      training |= a.name() == "training_mode" && a.i() != 0;
+    if (training)
+      continue;
+    if (Opset < 14)
+      return failAt(n, i, "training mode needs opset 14 or newer");
+    auto *a = n.add_attribute();
+    a->set_name("training_mode");
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(1);
+    n.add_output(n.output(0) + "/running_mean");
+    n.add_output(n.output(0) + "/running_var");
+  }
   return Error::success();
 }
 
@@ -528,8 +617,9 @@ namespace {
 class NodeBuilder {
 public:
   NodeBuilder(const onnx::NodeProto &n, std::string prefix, DType dtype,
+              int opset,
               google::protobuf::RepeatedPtrField<onnx::NodeProto> &out)
-      : N(n), Prefix(std::move(prefix)), Dtype(dtype), Out(out) {}
+      : N(n), Prefix(std::move(prefix)), Dtype(dtype), Opset(opset), Out(out) {}
 
   static onnx::AttributeProto intAttr(const char *name, int64_t v) {
     onnx::AttributeProto a;
@@ -615,13 +705,18 @@ private:
     std::vector<std::string> ins = {v};
     if (!sizes.empty())
       ins.push_back(sizes);
-    emit("Split", ins, outs, {intAttr("axis", axis)});
+    // Equal pieces: implied by the outputs before opset 18, said after.
+    std::vector<onnx::AttributeProto> attrs = {intAttr("axis", axis)};
+    if (sizes.empty() && Opset >= 18)
+      attrs.push_back(intAttr("num_outputs", parts));
+    emit("Split", ins, outs, attrs);
     return outs;
   }
 
   const onnx::NodeProto &N;
   std::string Prefix;
   DType Dtype;
+  int Opset;
   google::protobuf::RepeatedPtrField<onnx::NodeProto> &Out;
   int Counter = 0;
 };
@@ -866,7 +961,7 @@ Expected<bool> Importer::expandRecurrent(
 
   std::string name = llvm::StringRef(op).lower();
   NodeBuilder b(n, "_" + name + std::to_string(ExpansionCount++) + "/",
-                x->dtype(), nodes);
+                x->dtype(), Opset, nodes);
   bool wantY = n.output_size() > 0 && !n.output(0).empty();
   std::string rows =
       b.op("Reshape", {n.input(0), b.ints({steps * batch, inputs})});
@@ -1450,9 +1545,16 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
     if (!type)
       return fail(llvm::toString(type.takeError()));
     if (isFloat(type->dtype()) && !BoundConstants.count(t.name())) {
+      // With a graph signature only PARAMETERs train; buffers the step
+      // updates become Buffer state (writeBackRunningStats), every other
+      // float initializer stays as it is. Without one every float
+      // initializer trains unless frozen.
+      bool trains = !HasSignature || Roles.lookup(t.name()) == "PARAMETER";
+      StateKind kind = trains ? StateKind::Param : StateKind::Frozen;
+      if (MutatedBuffers.count(t.name()))
+        kind = StateKind::Buffer;
       m->addState(t.name(), *type,
-                  frozen.count(t.name()) ? StateKind::Frozen
-                                         : StateKind::Param);
+                  frozen.count(t.name()) ? StateKind::Frozen : kind);
       continue;
     }
     if (frozen.count(t.name()))
@@ -1554,6 +1656,19 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
       return failAt(n, i, llvm::toString(std::move(e)));
   }
 
+  // Every buffer the forward mutates must be written by the step.
+  llvm::StringSet<> written;
+  for (const Node &n : f->nodes())
+    if (n.is(OpKind::Assign))
+      written.insert(n.state()->name());
+  for (const auto &s : m->states())
+    if (s->kind() == StateKind::Buffer && !written.count(s->name()))
+      return fail("the model's forward updates buffer '" + s->name() +
+                  "' (BUFFER_MUTATION in its graph signature), and headroom "
+                  "reproduces that for BatchNorm running statistics only; "
+                  "--freeze " +
+                  s->name() + " keeps it constant");
+
   if (Options.AllOutputs) {
     llvm::SmallVector<Value *, 4> results;
     for (const auto &o : Graph.output()) {
@@ -1599,6 +1714,10 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
 
 Expected<std::unique_ptr<Module>> Importer::run() {
   if (auto e = checkModel())
+    return e;
+  if (auto e = readSignature())
+    return e;
+  if (auto e = trainBatchNorms())
     return e;
   if (auto e = bindInputs())
     return e;

@@ -477,6 +477,17 @@ TEST_P(DynamoModelsMatchPyTorch, WeightsAndLosses) {
   // tolerance; here every element must be within the full tolerance except
   // at most one in twenty of each tensor, and those within steps * lr: an
   // error in the update itself moves every element.
+  // MobileNetV2's projection BatchNorm biases (features.N.conv.2/3.bias)
+  // feed a 1x1 convolution and another BatchNorm, which subtracts them
+  // again: their gradient is zero in exact arithmetic (as LeNet's
+  // conv1.bias in the header), so every element is noise, and so is the
+  // part of the next BatchNorm's running mean they feed.
+  auto allNoise = [&](llvm::StringRef name) {
+    return std::string(c.Model) == "cnn" &&
+           ((name.endswith(".bias") &&
+             (name.contains(".conv.2.") || name.contains(".conv.3."))) ||
+            name.endswith(".conv.0.1.running_mean"));
+  };
   double noise = losses.size() * o.Optimizer.Lr;
   for (const auto &[name, ref] : want) {
     auto got = trainer->executor().readState(name);
@@ -492,24 +503,27 @@ TEST_P(DynamoModelsMatchPyTorch, WeightsAndLosses) {
           << base << ": " << name << "[" << i << "] = " << g << ", PyTorch has "
           << w;
     }
-    EXPECT_LE(loose, 1 + ref.numElements() / 20)
-        << base << ": " << name << " differs in " << loose << " elements";
+    if (!allNoise(name))
+      EXPECT_LE(loose, 1 + ref.numElements() / 20)
+          << base << ": " << name << " differs in " << loose << " elements";
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Dynamo, DynamoModelsMatchPyTorch, ::testing::ValuesIn([] {
-      std::vector<DynamoCase> out;
-      for (const char *m : {"gpt2", "llama", "bert", "bart", "vit"})
-        for (const char *opt : {"sgd", "adamw"})
-          for (const char *d : {"cpu", "cuda"})
-            out.push_back({m, opt, d});
-      return out;
-    }()),
-    [](const auto &info) {
-      return std::string(info.param.Model) + "_" + info.param.Optimizer + "_" +
-             info.param.Device;
-    });
+INSTANTIATE_TEST_SUITE_P(Dynamo, DynamoModelsMatchPyTorch,
+                         ::testing::ValuesIn([] {
+                           std::vector<DynamoCase> out;
+                           for (const char *m : {"gpt2", "llama", "bert",
+                                                 "bart", "vit", "cnn", "lstm"})
+                             for (const char *opt : {"sgd", "adamw"})
+                               for (const char *d : {"cpu", "cuda"})
+                                 out.push_back({m, opt, d});
+                           return out;
+                         }()),
+                         [](const auto &info) {
+                           return std::string(info.param.Model) + "_" +
+                                  info.param.Optimizer + "_" +
+                                  info.param.Device;
+                         });
 
 class GradientsMatchPyTorch : public ::testing::TestWithParam<const char *> {};
 
