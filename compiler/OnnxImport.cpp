@@ -72,6 +72,46 @@ std::string prettyName(llvm::StringRef name) {
   return out;
 }
 
+/// Where a node comes from, for errors and for recomputation's blocks.
+/// torch's legacy exporter names nodes by module path
+/// (`/transformer/h.0/attn/MatMul`); the dynamo exporter names them
+/// `node_MatMul_12` and records the module path in the node's metadata
+/// `pkg.torch.onnx.name_scopes` (`['', 'model', 'model.h.0', 'matmul']`:
+/// each scope extends the one before, the last is the op's own), which
+/// gives `/model/h.0/node_MatMul_12`.
+std::string nodeLocation(const onnx::NodeProto &n) {
+  for (const auto &p : n.metadata_props()) {
+    if (p.key() != "pkg.torch.onnx.name_scopes")
+      continue;
+    llvm::SmallVector<llvm::StringRef, 8> scopes;
+    llvm::StringRef rest = p.value();
+    while (true) {
+      auto [before, after] = rest.split('\'');
+      if (after.empty() && before == rest)
+        break;
+      auto [scope, tail] = after.split('\'');
+      scopes.push_back(scope);
+      rest = tail;
+    }
+    std::string loc;
+    llvm::StringRef parent;
+    for (size_t i = 0; i + 1 < scopes.size(); ++i) {
+      llvm::StringRef s = scopes[i];
+      if (s.empty())
+        continue;
+      // `model.h.0` under `model` adds `h.0`.
+      llvm::StringRef own = s;
+      if (!parent.empty() && s.startswith(parent) && s.size() > parent.size() &&
+          s[parent.size()] == '.')
+        own = s.drop_front(parent.size() + 1);
+      loc += "/" + own.str();
+      parent = s;
+    }
+    return loc + "/" + n.name();
+  }
+  return n.name();
+}
+
 bool isDefaultDomain(const std::string &d) {
   return d.empty() || d == "ai.onnx";
 }
@@ -479,6 +519,7 @@ void expandFunction(const onnx::NodeProto &node, const onnx::FunctionProto &fn,
     onnx::NodeProto *n = out.Add();
     *n = body;
     n->set_name(prefix + body.name());
+    *n->mutable_metadata_props() = node.metadata_props(); // its module
     for (auto &in : *n->mutable_input())
       in = rename(in);
     for (auto &o : *n->mutable_output())
@@ -637,6 +678,7 @@ public:
     m->set_op_type(op.str());
     m->set_name(N.name().empty() ? Prefix + op.str()
                                  : N.name() + "/" + op.str());
+    *m->mutable_metadata_props() = N.metadata_props(); // its module
     for (auto &i : ins)
       m->add_input(i);
     for (auto &o : outs)
@@ -1345,11 +1387,14 @@ Expected<bool> Importer::lowerSequences() {
         nodes.push_back(sq);
       }
     }
+    for (onnx::NodeProto &made : nodes)
+      *made.mutable_metadata_props() = n.metadata_props();
     replace[i] = std::move(nodes);
     for (const auto &[u, p] : uses) {
       onnx::NodeProto id;
       id.set_op_type("Identity");
       id.set_name(Graph.node(u).name());
+      *id.mutable_metadata_props() = Graph.node(u).metadata_props();
       id.add_input(pieces[p]);
       id.add_output(Graph.node(u).output(0));
       replace[u] = {id};
@@ -1593,7 +1638,7 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
   for (int i = 0; i < Graph.node_size(); ++i) {
     const onnx::NodeProto &n = Graph.node(i);
     // Every node made for this one (its Reads and Constants too) is from it.
-    b.setLoc(n.name());
+    b.setLoc(nodeLocation(n));
     llvm::SmallVector<Value *, 4> operands;
     for (const auto &in : n.input()) {
       if (in.empty()) {
