@@ -227,6 +227,27 @@ static Expected<Results> foldBinary(llvm::StringRef op,
       });
 }
 
+/// Mod {fmod}: integers only (shape arithmetic: opset 23's Attention body
+/// computes head groups with it). fmod=0 takes the divisor's sign (Python's
+/// %), fmod=1 the dividend's (C's %); x mod 0 is 0, as the kernels' Div.
+static Expected<Results> foldMod(const AttributeMap &attrs,
+                                 ArrayRef<const Tensor *> ins) {
+  if (ins.size() != 2 || !ins[1] || isFloat(ins[0]->type().dtype()) ||
+      ins[0]->type().dtype() != ins[1]->type().dtype())
+    return Results();
+  auto it = attrs.find("fmod");
+  bool cStyle = it != attrs.end() && it->second.asInt() != 0;
+  return broadcastMap(ins, ins[0]->type().dtype(),
+                      [&](Tensor &out, int64_t o, ArrayRef<int64_t> idx) {
+                        int64_t a = ins[0]->getInt(idx[0]);
+                        int64_t b = ins[1]->getInt(idx[1]);
+                        int64_t r = b == 0 || b == -1 ? 0 : a % b;
+                        if (!cStyle && r != 0 && (r < 0) != (b < 0))
+                          r += b;
+                        out.setInt(o, r);
+                      });
+}
+
 static Expected<Results> foldCast(const AttributeMap &attrs, const Tensor &x) {
   auto it = attrs.find("to");
   if (it == attrs.end() || it->second.kind() != Attribute::Kind::Type)
@@ -580,6 +601,7 @@ static const char *const kFoldable[] = {"Identity",
                                         "Sub",
                                         "Mul",
                                         "Div",
+                                        "Mod",
                                         "Pow",
                                         "Max",
                                         "Min",
@@ -634,6 +656,8 @@ Expected<Results> headroom::foldConstantOp(llvm::StringRef op,
   };
   if (op == "Cast")
     return foldCast(attrs, *ins[0]);
+  if (op == "Mod")
+    return foldMod(attrs, ins);
   if (op == "Concat")
     return need(ins.size()) ? foldConcat(attrs, ins) : Results();
   if (op == "Gather")

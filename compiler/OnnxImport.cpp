@@ -555,6 +555,13 @@ Expected<bool> Importer::expandFunctions() {
       *nodes.Add() = n;
       continue;
     }
+    // Ops that are not IR ops but that constant folding evaluates (Mod in
+    // shape arithmetic) wait for it; translate() refuses any left over.
+    if (isDefaultDomain(n.domain()) && isFoldableOp(n.op_type()) &&
+        !(info && info->has(opflags::Onnx))) {
+      *nodes.Add() = n;
+      continue;
+    }
     // Sequences are lowered once their types are known (lowerSequences).
     if (isDefaultDomain(n.domain()) &&
         (n.op_type() == "SplitToSequence" || n.op_type() == "SequenceAt")) {
