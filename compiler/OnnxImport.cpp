@@ -1430,14 +1430,13 @@ Error Importer::makeShapesStatic() {
       return expanded.takeError();
     if (auto e = inferShapes())
       return e;
-    // Context-dependent functions need input types: expand again once known.
-    if (!*expanded) {
-      auto again = expandFunctions();
-      if (!again)
-        return again.takeError();
-      if (*again)
-        continue;
-    }
+    // Context-dependent functions need input types (CastLike, also inside
+    // bodies expanded this round): expand again once they are known.
+    auto again = expandFunctions();
+    if (!again)
+      return again.takeError();
+    if (*again)
+      continue;
     auto lowered = lowerSequences();
     if (!lowered)
       return lowered.takeError();
@@ -1571,13 +1570,6 @@ Error Importer::normalizeNode(const onnx::NodeProto &n, int index,
   if (op == "Cast") {
     attrs.erase("saturate");
     attrs.erase("round_mode");
-  }
-  // AveragePool-19 {dilations}.
-  if (op == "AveragePool" && attrs.count("dilations")) {
-    for (int64_t d : attrs.at("dilations").asInts())
-      if (d != 1)
-        return failAt(n, index, "dilations other than 1 are not supported");
-    attrs.erase("dilations");
   }
   return Error::success();
 }
@@ -1846,7 +1838,7 @@ const std::pair<const char *, int> kNewerVersions[] = {
     // or round by mode, and headroom has no float8.
     {"Cast", 19},
     {"Cast", 24},
-    // dilations: normalizeNode refuses any but 1.
+    // dilations: the pooling windows take them as MaxPool's.
     {"AveragePool", 19},
 };
 

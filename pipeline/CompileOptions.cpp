@@ -7,6 +7,8 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <cmath>
+
 using namespace headroom;
 
 static const FlagInfo kFlags[] = {
@@ -77,8 +79,8 @@ static llvm::Error flagError(llvm::StringRef name, llvm::StringRef value,
 static llvm::Expected<double> number(llvm::StringRef name,
                                      llvm::StringRef value) {
   double d = 0;
-  if (value.trim().getAsDouble(d))
-    return flagError(name, value, "a number");
+  if (value.trim().getAsDouble(d) || !std::isfinite(d))
+    return flagError(name, value, "a finite number");
   return d;
 }
 
@@ -195,7 +197,8 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
   opt.Nesterov = sw("nesterov");
   if (has("betas")) {
     auto [b1, b2] = get("betas").split(',');
-    if (b1.trim().getAsDouble(opt.Beta1) || b2.trim().getAsDouble(opt.Beta2))
+    if (b1.trim().getAsDouble(opt.Beta1) || b2.trim().getAsDouble(opt.Beta2) ||
+        !std::isfinite(opt.Beta1) || !std::isfinite(opt.Beta2))
       return flagError("betas", get("betas"), "two numbers B1,B2");
   }
   if (opt.WeightDecay < 0)

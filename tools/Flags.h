@@ -14,10 +14,24 @@
 
 namespace headroom {
 
-/// Registers every training flag on `subcommands`; call before
-/// cl::ParseCommandLineOptions.
-void registerCompileFlags(llvm::ArrayRef<llvm::cl::SubCommand *> subcommands,
-                          llvm::cl::OptionCategory &category);
+/// The groups --help shows flags in.
+llvm::cl::OptionCategory &modelFlags();     // the model, data and the run
+llvm::cl::OptionCategory &optimizerFlags(); // the update rule
+llvm::cl::OptionCategory &memoryFlags();    // what fits, and how
+llvm::cl::OptionCategory &outputFlags();    // what is written
+/// Every group, for cl::HideUnrelatedOptions.
+llvm::ArrayRef<const llvm::cl::OptionCategory *> flagGroups();
+
+/// Registers every training flag on `subcommands`, each in its group; call
+/// before cl::ParseCommandLineOptions.
+void registerCompileFlags(llvm::ArrayRef<llvm::cl::SubCommand *> subcommands);
+
+/// A flag on the command line that `sub` does not take, as one error line
+/// with the nearest flag it does take (`--learning-rate`: did you mean
+/// `--lr`?); success when every flag is known. LLVM's own parser would take
+/// a misspelt flag's value for a positional argument and suggest by
+/// spelling alone.
+llvm::Error checkFlagNames(int argc, char **argv, llvm::cl::SubCommand &sub);
 
 /// The training flags given on the command line, in compileFlags() order.
 FlagList givenCompileFlags();

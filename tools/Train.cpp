@@ -20,6 +20,7 @@
 #include "runtime/Trainer.h"
 
 #include "tools/Diagnostics.h"
+#include "tools/Flags.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
@@ -44,64 +45,65 @@ extern cl::SubCommand TrainCmd;
 extern cl::SubCommand ReportCmd;
 extern cl::SubCommand CompileCmd;
 extern cl::SubCommand RunCmd;
-static cl::OptionCategory TrainCat("training options");
 
-static cl::opt<std::string> Model(cl::Positional,
-                                  cl::desc("<model.onnx> (report: or .plan)"),
+static cl::opt<std::string> Model(cl::Positional, cl::desc("<model.onnx>"),
                                   cl::Required, cl::sub(TrainCmd),
                                   cl::sub(ReportCmd), cl::sub(CompileCmd));
 static cl::opt<std::string> PlanPath(cl::Positional, cl::desc("<model.plan>"),
                                      cl::Required, cl::sub(RunCmd));
 static cl::opt<std::string> PlanOut("o", cl::desc("Write the plan here"),
                                     cl::value_desc("PLAN"), cl::sub(CompileCmd),
-                                    cl::cat(TrainCat));
+                                    cl::cat(outputFlags()));
 static cl::opt<std::string> DataPath("data",
                                      cl::desc(".npz archive or folder of .npy"),
                                      cl::value_desc("PATH"), cl::Required,
                                      cl::sub(TrainCmd), cl::sub(RunCmd),
-                                     cl::cat(TrainCat));
+                                     cl::cat(modelFlags()));
 static cl::opt<int64_t> Steps("steps", cl::desc("Optimizer steps to run"),
-                              cl::init(0), cl::sub(TrainCmd), cl::sub(RunCmd),
-                              cl::cat(TrainCat));
+                              cl::value_desc("N"), cl::init(0),
+                              cl::sub(TrainCmd), cl::sub(RunCmd),
+                              cl::cat(modelFlags()));
 static cl::opt<int64_t> Epochs("epochs",
                                cl::desc("Passes over the data (instead of "
                                         "--steps)"),
-                               cl::init(0), cl::sub(TrainCmd), cl::sub(RunCmd),
-                               cl::cat(TrainCat));
-static cl::opt<uint64_t> Seed("seed", cl::desc("Seed for dropout"), cl::init(0),
+                               cl::value_desc("N"), cl::init(0),
+                               cl::sub(TrainCmd), cl::sub(RunCmd),
+                               cl::cat(modelFlags()));
+static cl::opt<uint64_t> Seed("seed", cl::desc("Seed for dropout"),
+                              cl::value_desc("SEED"), cl::init(0),
                               cl::sub(TrainCmd), cl::sub(RunCmd),
-                              cl::cat(TrainCat));
+                              cl::cat(modelFlags()));
 static cl::opt<int64_t> Shuffle("shuffle",
                                 cl::desc("Shuffle the samples every epoch with "
                                          "this seed"),
                                 cl::value_desc("SEED"), cl::init(-1),
                                 cl::sub(TrainCmd), cl::sub(RunCmd),
-                                cl::cat(TrainCat));
+                                cl::cat(modelFlags()));
 static cl::opt<std::string> Save("save",
                                  cl::desc("Write the trained model (ONNX)"),
                                  cl::value_desc("OUT.onnx"), cl::sub(TrainCmd),
-                                 cl::sub(RunCmd), cl::cat(TrainCat));
+                                 cl::sub(RunCmd), cl::cat(outputFlags()));
 static cl::opt<std::string> Log("log", cl::desc("Write one JSON line per step"),
                                 cl::value_desc("FILE"), cl::sub(TrainCmd),
-                                cl::sub(RunCmd), cl::cat(TrainCat));
+                                cl::sub(RunCmd), cl::cat(outputFlags()));
 static cl::opt<std::string>
     CheckpointDir("checkpoint",
                   cl::desc("Write checkpoints (DIR/checkpoint.hrc, "
                            "atomically) to this folder"),
                   cl::value_desc("DIR"), cl::sub(TrainCmd), cl::sub(RunCmd),
-                  cl::cat(TrainCat));
+                  cl::cat(outputFlags()));
 static cl::opt<int64_t>
     CheckpointEvery("checkpoint-every",
                     cl::desc("Checkpoint every N steps and after the last "
                              "(default: after the last only)"),
                     cl::value_desc("N"), cl::init(0), cl::sub(TrainCmd),
-                    cl::sub(RunCmd), cl::cat(TrainCat));
+                    cl::sub(RunCmd), cl::cat(outputFlags()));
 static cl::opt<std::string>
     ResumeDir("resume",
               cl::desc("Continue the run whose checkpoint is in this folder "
                        "(--steps/--epochs count from its start)"),
               cl::value_desc("DIR"), cl::sub(TrainCmd), cl::sub(RunCmd),
-              cl::cat(TrainCat));
+              cl::cat(outputFlags()));
 
 static std::string formatDuration(double seconds) {
   int64_t s = static_cast<int64_t>(seconds + 0.5);
@@ -348,9 +350,49 @@ static llvm::Error refuseWhatDoesNotFit(const Plan &plan, llvm::StringRef model,
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
+/// Refuses an output that cannot be written before anything runs: an
+/// unwritable --save was found after the whole run, with the trained
+/// weights lost. A file is written atomically next to its path, so its
+/// folder must exist and be writable; a folder (--checkpoint) may be made.
+static llvm::Error checkWritable(llvm::StringRef flag, llvm::StringRef path,
+                                 bool isDir = false) {
+  if (path.empty())
+    return llvm::Error::success();
+  namespace fs = llvm::sys::fs;
+  auto refuse = [&](const llvm::Twine &why) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   flag + " " + path + ": " + why);
+  };
+  if (isDir && fs::is_directory(path))
+    return fs::access(path, fs::AccessMode::Write)
+               ? refuse("the folder is not writable")
+               : llvm::Error::success();
+  if (fs::exists(path) && (isDir || fs::is_directory(path)))
+    return refuse(isDir ? "exists and is not a folder" : "is a folder");
+  llvm::StringRef parent = llvm::sys::path::parent_path(path);
+  if (parent.empty())
+    parent = ".";
+  if (!fs::is_directory(parent))
+    return refuse("the folder '" + parent + "' does not exist");
+  if (fs::access(parent, fs::AccessMode::Write))
+    return refuse("the folder '" + parent + "' is not writable");
+  return llvm::Error::success();
+}
+
+/// Every output of train and run, checked before the first step.
+static llvm::Error checkRunOutputs() {
+  if (auto e = checkWritable("--save", Save))
+    return e;
+  if (auto e = checkWritable("--log", Log))
+    return e;
+  return checkWritable("--checkpoint", CheckpointDir, /*isDir=*/true);
+}
+
 int runTrain(const CompileOptions &options) {
   if ((Steps > 0) == (Epochs > 0))
     return reportError("give exactly one of --steps N or --epochs N");
+  if (auto e = checkRunOutputs())
+    return reportError(std::move(e));
   auto data = loadDataset(DataPath);
   if (!data)
     return reportError(data.takeError());
@@ -375,12 +417,12 @@ int runTrain(const CompileOptions &options) {
 }
 
 static cl::opt<bool> Json("json", cl::desc("Print the report as JSON"),
-                          cl::sub(ReportCmd), cl::cat(TrainCat));
+                          cl::sub(ReportCmd), cl::cat(outputFlags()));
 static cl::opt<std::string> Svg("svg",
                                 cl::desc("Also write memory over the schedule "
                                          "as SVG"),
                                 cl::value_desc("FILE"), cl::sub(ReportCmd),
-                                cl::cat(TrainCat));
+                                cl::cat(outputFlags()));
 
 static std::string reportTitle(const CompileOptions &o) {
   std::string title = (llvm::sys::path::filename(Model) + ", batch " +
@@ -493,6 +535,8 @@ static int runAutoFitReport(const CompileOptions &options) {
 }
 
 int runReport(const CompileOptions &options) {
+  if (auto e = checkWritable("--svg", Svg))
+    return reportError(std::move(e));
   if (options.MemoryBudget)
     return runAutoFitReport(options);
   auto compiled = compile(Model, options);
@@ -526,6 +570,8 @@ int runRecomputeSweep(const CompileOptions &options) {
 int runCompile(const CompileOptions &options) {
   if (PlanOut.empty())
     return reportError("-o PLAN is required: the plan file to write");
+  if (auto e = checkWritable("-o", PlanOut))
+    return reportError(std::move(e));
   // Hashed before the import reads it: a model that changes meanwhile is
   // refused at run time rather than silently paired with this plan.
   auto source = describePlanSource(Model);
@@ -551,6 +597,8 @@ int runCompile(const CompileOptions &options) {
 int runRun() {
   if ((Steps > 0) == (Epochs > 0))
     return reportError("give exactly one of --steps N or --epochs N");
+  if (auto e = checkRunOutputs())
+    return reportError(std::move(e));
   auto loaded = readPlanFile(PlanPath);
   if (!loaded)
     return reportError(loaded.takeError());

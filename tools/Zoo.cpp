@@ -15,6 +15,7 @@
 #include "runtime/Report.h"
 
 #include "tools/Diagnostics.h"
+#include "tools/Flags.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
@@ -25,42 +26,42 @@ using namespace headroom;
 namespace cl = llvm::cl;
 
 extern cl::SubCommand ZooCmd;
-static cl::OptionCategory ZooCat("zoo options");
 
 static cl::opt<std::string> Arch(cl::Positional, cl::desc("<gpt2|llama>"),
                                  cl::Required, cl::sub(ZooCmd));
 static cl::opt<int64_t> Layers("layers",
                                cl::desc("Transformer blocks (gpt2 12, llama "
                                         "32)"),
-                               cl::sub(ZooCmd), cl::cat(ZooCat));
+                               cl::sub(ZooCmd), cl::cat(modelFlags()));
 static cl::opt<int64_t> DModel("d-model",
                                cl::desc("Hidden size (gpt2 768, llama 4096)"),
-                               cl::sub(ZooCmd), cl::cat(ZooCat));
+                               cl::sub(ZooCmd), cl::cat(modelFlags()));
 static cl::opt<int64_t> Heads("heads",
                               cl::desc("Attention heads (gpt2 12, llama 32)"),
-                              cl::sub(ZooCmd), cl::cat(ZooCat));
+                              cl::sub(ZooCmd), cl::cat(modelFlags()));
 static cl::opt<int64_t> Ffn("ffn",
                             cl::desc("MLP hidden size (gpt2 3072, llama "
                                      "11008)"),
-                            cl::sub(ZooCmd), cl::cat(ZooCat));
+                            cl::sub(ZooCmd), cl::cat(modelFlags()));
 static cl::opt<int64_t> Vocab("vocab",
                               cl::desc("Vocabulary (gpt2 50257, llama 32000)"),
-                              cl::sub(ZooCmd), cl::cat(ZooCat));
+                              cl::sub(ZooCmd), cl::cat(modelFlags()));
 static cl::opt<int64_t> Seq("seq",
                             cl::desc("Sequence length (gpt2 1024, llama 512)"),
-                            cl::sub(ZooCmd), cl::cat(ZooCat));
+                            cl::sub(ZooCmd), cl::cat(modelFlags()));
 static cl::opt<std::string>
     WeightsFlag("weights",
                 cl::desc("random: N(0, 0.02) weights in the model; none: "
                          "external data in a sparse OUT.onnx.data that is "
                          "never written (compile and report only)"),
                 cl::value_desc("random|none"), cl::init("random"),
-                cl::sub(ZooCmd), cl::cat(ZooCat));
+                cl::sub(ZooCmd), cl::cat(modelFlags()));
 static cl::opt<uint64_t> Seed("seed", cl::desc("Seed of the random weights"),
-                              cl::init(0), cl::sub(ZooCmd), cl::cat(ZooCat));
+                              cl::init(0), cl::sub(ZooCmd),
+                              cl::cat(modelFlags()));
 static cl::opt<std::string> Output("o", cl::desc("Output model"),
                                    cl::value_desc("OUT.onnx"), cl::Required,
-                                   cl::sub(ZooCmd), cl::cat(ZooCat));
+                                   cl::sub(ZooCmd), cl::cat(modelFlags()));
 
 /// The architecture's defaults, overridden by the flags that were given.
 static llvm::Expected<ZooConfig> configFromFlags() {

@@ -18,6 +18,8 @@
 #include "tools/Diagnostics.h"
 #include "tools/Flags.h"
 
+#include "Version.inc"
+
 #include "llvm/ADT/StringMap.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -26,6 +28,8 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
+
+#include <onnx/onnx_pb.h>
 
 #include <cstdlib>
 #include <map>
@@ -39,14 +43,14 @@ static cl::SubCommand OptCmd("opt", "Run passes on a model and print the IR");
 static cl::SubCommand DevicesCmd("devices",
                                  "List the devices the runtime can use");
 cl::SubCommand ZooCmd("zoo", "Write a reference architecture (gpt2, llama) "
-                             "as an ONNX training graph (tools/Zoo.cpp)");
+                             "as an ONNX training graph");
 cl::SubCommand ReportCmd("report", "Compile the training step and print its "
                                    "memory report (no data, no run)");
 cl::SubCommand CompileCmd("compile", "Compile the training step into a plan "
                                      "file and print its memory report");
 cl::SubCommand RunCmd("run", "Run a compiled plan on data");
 cl::SubCommand TrainCmd("train", "Compile the training step and run it on "
-                                 "data (tools/Train.cpp)");
+                                 "data");
 
 static cl::opt<bool> AllOutputs(
     "all-outputs",
@@ -370,10 +374,37 @@ static void useTheBestOpenBlasKernels(char **argv) {
   // exec failed: go on with the kernels OpenBLAS chose.
 }
 
+/// `headroom --version`: what it is, what it was built from, what it reads.
+static void printVersion(llvm::raw_ostream &os) {
+  os << "headroom " << HEADROOM_VERSION << " (commit " << HEADROOM_COMMIT
+     << ")\n  reads ONNX opsets " << kMinOpset << ".." << kMaxOpset << " (ONNX "
+     << HEADROOM_ONNX_VERSION << ", IR versions up to " << int(onnx::IR_VERSION)
+     << ")\n  backends: cpu"
+#ifdef HEADROOM_HAS_CUDA
+     << ", cuda"
+#endif
+     << "\n";
+}
+
+/// The subcommand named by the first argument (the top level when none).
+static cl::SubCommand &givenSubcommand(int argc, char **argv) {
+  if (argc > 1)
+    for (cl::SubCommand *s : cl::getRegisteredSubcommands())
+      if (!s->getName().empty() && s->getName() == argv[1])
+        return *s;
+  return *cl::TopLevelSubCommand;
+}
+
 int main(int argc, char **argv) {
   useTheBestOpenBlasKernels(argv);
-  registerCompileFlags({&OptCmd, &TrainCmd, &ReportCmd, &CompileCmd}, Category);
-  cl::HideUnrelatedOptions(Category);
+  registerCompileFlags({&OptCmd, &TrainCmd, &ReportCmd, &CompileCmd});
+  std::vector<const cl::OptionCategory *> shown = {&Category};
+  for (const cl::OptionCategory *c : flagGroups())
+    shown.push_back(c);
+  cl::HideUnrelatedOptions(shown);
+  cl::SetVersionPrinter(printVersion);
+  if (auto e = checkFlagNames(argc, argv, givenSubcommand(argc, argv)))
+    return reportError(std::move(e));
   cl::ParseCommandLineOptions(
       argc, argv,
       "headroom: compile training steps that fit in memory\n\n"

@@ -203,6 +203,17 @@ template <ReduceKind Kind> Error reduceKernel(const KernelContext &ctx) {
     return reduce<int32_t>(ctx, Kind);
   if (Kind != ReduceKind::Mean && t == DType::I64)
     return reduce<int64_t>(ctx, Kind);
+  // Bool maximum and minimum (opset 20): any and all, on the 0/1 bytes; the
+  // minimum of nothing starts at 255 and is true.
+  if ((Kind == ReduceKind::Max || Kind == ReduceKind::Min) &&
+      t == DType::Bool) {
+    if (Error e = reduce<uint8_t>(ctx, Kind))
+      return e;
+    uint8_t *out = ctx.Outputs[0].as<uint8_t>();
+    for (int64_t i = 0; i < ctx.Outputs[0].numElements(); ++i)
+      out[i] = out[i] != 0;
+    return Error::success();
+  }
   return ctx.unsupported("element type " + dtypeName(t) + " is not supported");
 }
 

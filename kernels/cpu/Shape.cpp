@@ -23,6 +23,7 @@
 #include "kernels/cpu/KernelUtil.h"
 
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringSwitch.h"
 
 #include <algorithm>
 #include <cassert>
@@ -738,15 +739,23 @@ Error gatherElementsKernel(const KernelContext &ctx) {
   return Error::success();
 }
 
+/// How a reduction other than "none" combines an update into its element.
+enum class ScatterKind { Add, Mul, Max, Min };
+
 template <typename T>
 Error scatterReduce(const TensorView &u, const TensorView &y,
-                    ArrayRef<int64_t> offsets, bool multiply) {
+                    ArrayRef<int64_t> offsets, ScatterKind kind) {
   using C = typename Elem<T>::Compute;
   const T *src = u.as<T>();
   T *dst = y.as<T>();
   for (size_t e = 0; e < offsets.size(); ++e) {
     C a = Elem<T>::load(dst[offsets[e]]), b = Elem<T>::load(src[e]);
-    dst[offsets[e]] = Elem<T>::store(multiply ? a * b : a + b);
+    // max and min propagate NaN (numpy's maximum, ONNX's reference).
+    C r = kind == ScatterKind::Add   ? a + b
+          : kind == ScatterKind::Mul ? a * b
+          : kind == ScatterKind::Max ? (b > a || b != b ? b : a)
+                                     : (b < a || b != b ? b : a);
+    dst[offsets[e]] = Elem<T>::store(r);
   }
   return Error::success();
 }
@@ -754,11 +763,18 @@ Error scatterReduce(const TensorView &u, const TensorView &y,
 /// The output of ScatterElements and ScatterND: a copy of data (operand 0)
 /// with updates[e] (operand 2, flat) written at element offsets[e]
 /// ("none"; a repeated offset keeps the last, as onnxruntime), added
-/// ("add") or multiplied ("mul").
+/// ("add"), multiplied ("mul"), or the larger or smaller kept ("max",
+/// "min", opset 18).
 Error scatterAt(const KernelContext &ctx, ArrayRef<int64_t> offsets) {
   const TensorView &x = ctx.Inputs[0], &u = ctx.Inputs[2], &y = ctx.Outputs[0];
   std::string reduction = ctx.attrString("reduction", "none");
-  if (reduction != "none" && reduction != "add" && reduction != "mul")
+  auto kind = llvm::StringSwitch<llvm::Optional<ScatterKind>>(reduction)
+                  .Case("add", ScatterKind::Add)
+                  .Case("mul", ScatterKind::Mul)
+                  .Case("max", ScatterKind::Max)
+                  .Case("min", ScatterKind::Min)
+                  .Default(llvm::None);
+  if (reduction != "none" && !kind)
     return ctx.unsupported("reduction '" + reduction + "'");
   if (y.Data != x.Data)
     std::memcpy(y.Data, x.Data, x.numElements() * dtypeSize(x.Type));
@@ -772,10 +788,9 @@ Error scatterAt(const KernelContext &ctx, ArrayRef<int64_t> offsets) {
     });
     return Error::success();
   }
-  bool mul = reduction == "mul";
   return dispatchType<FloatTypes | IntTypes>(ctx, x.Type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return scatterReduce<T>(u, y, offsets, mul);
+    return scatterReduce<T>(u, y, offsets, *kind);
   });
 }
 
@@ -809,7 +824,7 @@ Error gatherElementsGradKernel(const KernelContext &ctx) {
   std::memset(dx.Data, 0, dx.numElements() * dtypeSize(dx.Type));
   return dispatchType<FloatTypes>(ctx, dx.Type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return scatterReduce<T>(dy, dx, *offsets, /*multiply=*/false);
+    return scatterReduce<T>(dy, dx, *offsets, ScatterKind::Add);
   });
 }
 
@@ -976,7 +991,7 @@ Error tileKernel(const KernelContext &ctx) {
   return Error::success();
 }
 
-enum class PadMode { Constant, Reflect, Edge };
+enum class PadMode { Constant, Reflect, Edge, Wrap };
 
 /// For each index of a padded axis, the index of the input it copies, or -1
 /// for the constant. `o - before` is the unpadded position.
@@ -990,6 +1005,8 @@ std::vector<int64_t> padSources(int64_t outDim, int64_t inDim, int64_t before,
       src[o] = i;
     else if (mode == PadMode::Constant)
       src[o] = -1;
+    else if (mode == PadMode::Wrap) // opset 19: numpy.pad's wrap
+      src[o] = ((i % inDim) + inDim) % inDim;
     else if (mode == PadMode::Edge || inDim == 1)
       src[o] = i < 0 ? 0 : inDim - 1;
     else { // reflect without repeating the edge, as numpy.pad does
@@ -1033,12 +1050,14 @@ void padCopy(const TensorView &x, const TensorView &y,
   }
 }
 
-/// Pad(data, pads, constant_value?) {mode}. Negative pads crop.
+/// Pad(data, pads, constant_value?) {mode: constant, reflect, edge, wrap}.
+/// Negative pads crop.
 Error padKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
   std::string modeName = ctx.attrString("mode", "constant");
   PadMode mode = modeName == "reflect" ? PadMode::Reflect
                  : modeName == "edge"  ? PadMode::Edge
+                 : modeName == "wrap"  ? PadMode::Wrap
                                        : PadMode::Constant;
   if (mode == PadMode::Constant && modeName != "constant")
     return ctx.unsupported("mode '" + modeName + "' is not supported");

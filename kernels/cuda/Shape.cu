@@ -151,6 +151,22 @@ template <typename T> struct MulBy {
   }
 };
 
+/// max and min propagate NaN (numpy's maximum, ONNX's reference).
+template <typename T> struct MaxBy {
+  T V;
+  HR_HD T operator()(T cur) const {
+    auto a = Elem<T>::load(cur), b = Elem<T>::load(V);
+    return Elem<T>::store(b > a || b != b ? b : a);
+  }
+};
+template <typename T> struct MinBy {
+  T V;
+  HR_HD T operator()(T cur) const {
+    auto a = Elem<T>::load(cur), b = Elem<T>::load(V);
+    return Elem<T>::store(b < a || b != b ? b : a);
+  }
+};
+
 /// *p += v atomically: the hardware's float atomics where there are some,
 /// else a compare-and-swap loop.
 template <typename T> HR_HD void atomicAddAny(T *p, T v) {
@@ -175,6 +191,16 @@ struct AddOp {
 struct MulOp {
   template <typename T> HR_HD void operator()(T *p, T v) const {
     atomicApply(p, MulBy<T>{v});
+  }
+};
+struct MaxOp {
+  template <typename T> HR_HD void operator()(T *p, T v) const {
+    atomicApply(p, MaxBy<T>{v});
+  }
+};
+struct MinOp {
+  template <typename T> HR_HD void operator()(T *p, T v) const {
+    atomicApply(p, MinBy<T>{v});
   }
 };
 
@@ -921,13 +947,14 @@ Error gatherElementsKernel(const KernelContext &ctx) {
 
 /// ScatterElements and ScatterND: copies data (operand 0) into the result,
 /// then runs Apply<Op>{ctx, args} for the reduction: "none" on raw units of
-/// `noneUnit` bytes, "add" and "mul" on the element type.
+/// `noneUnit` bytes, "add", "mul", "max" and "min" on the element type.
 template <template <typename> class Apply, typename Args>
 Error scatterWith(const KernelContext &ctx, const Args &args,
                   unsigned noneUnit) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
   std::string reduction = ctx.attrString("reduction", "none");
-  if (reduction != "none" && reduction != "add" && reduction != "mul")
+  if (reduction != "none" && reduction != "add" && reduction != "mul" &&
+      reduction != "max" && reduction != "min")
     return ctx.unsupported("reduction '" + reduction + "'");
   constexpr unsigned Num = cpu::FloatTypes | cpu::IntTypes;
   if (reduction != "none")
@@ -938,6 +965,10 @@ Error scatterWith(const KernelContext &ctx, const Args &args,
     return withUnit(noneUnit, Apply<AssignOp>{ctx, args});
   if (reduction == "add")
     return dispatch<Num>(ctx, x.Type, Apply<AddOp>{ctx, args});
+  if (reduction == "max")
+    return dispatch<Num>(ctx, x.Type, Apply<MaxOp>{ctx, args});
+  if (reduction == "min")
+    return dispatch<Num>(ctx, x.Type, Apply<MinOp>{ctx, args});
   return dispatch<Num>(ctx, x.Type, Apply<MulOp>{ctx, args});
 }
 
@@ -1243,7 +1274,7 @@ Error tileKernel(const KernelContext &ctx) {
   return stridedCopy(ctx, dtypeSize(x.Type), y.Data, x.Data, loops, dst, src);
 }
 
-enum PadMode : int { PadConstant, PadReflect, PadEdge };
+enum PadMode : int { PadConstant, PadReflect, PadEdge, PadWrap };
 
 /// Pad's result element e: the input element it copies (the CPU's
 /// padSources, computed per element), or -1 for the fill.
@@ -1260,7 +1291,9 @@ struct PadIndex {
       if (i < 0 || i >= n) {
         if (Mode == PadConstant)
           return -1;
-        if (Mode == PadEdge || n == 1) {
+        if (Mode == PadWrap) { // opset 19: numpy.pad's wrap
+          i = ((i % n) + n) % n;
+        } else if (Mode == PadEdge || n == 1) {
           i = i < 0 ? 0 : n - 1;
         } else { // reflect without repeating the edge, as numpy.pad does
           int64_t period = 2 * (n - 1);
@@ -1304,6 +1337,7 @@ Error padKernel(const KernelContext &ctx) {
   std::string modeName = ctx.attrString("mode", "constant");
   PadMode mode = modeName == "reflect" ? PadReflect
                  : modeName == "edge"  ? PadEdge
+                 : modeName == "wrap"  ? PadWrap
                                        : PadConstant;
   if (mode == PadConstant && modeName != "constant")
     return ctx.unsupported("mode '" + modeName + "' is not supported");

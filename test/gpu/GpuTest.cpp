@@ -107,7 +107,7 @@ TEST(GpuNodeTest, CudaExecutorMatchesOnnxOutputs) {
     GTEST_SKIP() << "libonnx-testdata is not installed";
   unsigned passed = 0, refused = 0;
   for (const NodeTestCase &c : cases) {
-    if (!whyNotAccepted(c.Proto).empty())
+    if (!whyNotAccepted(c).empty())
       continue;
     std::map<std::string, Tensor> constants;
     auto m = importNodeTest(c, constants);

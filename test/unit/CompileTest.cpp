@@ -91,7 +91,12 @@ TEST(CompileOptionsTest, BadFlagsNameTheFlag) {
             "--batch N is required: the number of samples per step");
   EXPECT_EQ(flagError("--batch 0"),
             "--batch 0: expected a positive number of samples");
-  EXPECT_EQ(flagError("--batch 4 --lr fast"), "--lr fast: expected a number");
+  EXPECT_EQ(flagError("--batch 4 --lr fast"),
+            "--lr fast: expected a finite number");
+  EXPECT_EQ(flagError("--batch 4 --lr nan"),
+            "--lr nan: expected a finite number");
+  EXPECT_EQ(flagError("--batch 4 --lr inf"),
+            "--lr inf: expected a finite number");
   EXPECT_EQ(flagError("--batch 4 --lr -1"), "--lr must be positive");
   EXPECT_EQ(flagError("--batch 4 --betas 0.9"),
             "--betas 0.9: expected two numbers B1,B2");

@@ -38,8 +38,7 @@ TEST(ConstantFoldingTest, IntegerArithmeticTruncates) {
 TEST(ConstantFoldingTest, IntegerModTakesTheSignAsOnnxSays) {
   Tensor a = ints({7, -7, 7, -7, 5}), b = ints({3, 3, -3, -3, 0});
   // fmod=0 (Python's %): the divisor's sign; fmod=1 (C's %): the dividend's.
-  EXPECT_EQ(foldInts("Mod", {&a, &b}),
-            std::vector<int64_t>({1, 2, -2, -1, 0}));
+  EXPECT_EQ(foldInts("Mod", {&a, &b}), std::vector<int64_t>({1, 2, -2, -1, 0}));
   EXPECT_EQ(foldInts("Mod", {&a, &b}, {{"fmod", Attribute::getInt(1)}}),
             std::vector<int64_t>({1, -1, 1, -1, 0}));
 }

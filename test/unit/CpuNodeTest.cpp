@@ -135,7 +135,7 @@ TEST(CpuNodeTest, KernelsMatchOnnxOutputs) {
       loadExceptions("cpu_node_exceptions");
   unsigned passed = 0, listed = 0;
   for (const NodeTestCase &c : cases) {
-    if (!whyNotAccepted(c.Proto).empty())
+    if (!whyNotAccepted(c).empty())
       continue;
     std::map<std::string, Tensor> constants;
     auto m = importNodeTest(c, constants);
@@ -173,7 +173,7 @@ TEST(CudaNodeTest, EmulatedKernelsMatchOnnxOutputs) {
       loadExceptions("cuda_node_exceptions");
   unsigned passed = 0, refused = 0, listed = 0;
   for (const NodeTestCase &c : cases) {
-    if (!whyNotAccepted(c.Proto).empty() || cpuExceptions.count(c.Name))
+    if (!whyNotAccepted(c).empty() || cpuExceptions.count(c.Name))
       continue;
     std::map<std::string, Tensor> constants;
     auto m = importNodeTest(c, constants);

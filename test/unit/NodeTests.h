@@ -21,16 +21,19 @@ namespace headroom {
 
 struct NodeTestCase {
   std::string Dir, Name;
+  /// From test/models/node (op versions after opset 17), not Debian's.
+  bool Newer = false;
   onnx::ModelProto Proto;
   std::string Bytes;
 };
 
-/// Every node test directory, sorted by name (empty without libonnx-testdata).
+/// Every node test directory, sorted by name: libonnx-testdata's, and
+/// test/models/node's (op versions after opset 17, named `test_x@opset`).
 std::vector<NodeTestCase> loadNodeTests();
 
 /// Why headroom need not accept this model, or "" when it must: an op it
 /// does not list, or an op version older than the semantics it implements.
-std::string whyNotAccepted(const onnx::ModelProto &m);
+std::string whyNotAccepted(const NodeTestCase &c);
 
 /// Imports a node test with all outputs returned. When a shape depends on an
 /// input's value, integer and scalar inputs of test_data_set_0 are bound as

@@ -18,9 +18,9 @@
 
 #include <cmath>
 #include <fstream>
-#include <set>
 #include <functional>
 #include <random>
+#include <set>
 
 using namespace headroom;
 

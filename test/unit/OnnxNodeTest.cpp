@@ -43,7 +43,7 @@ TEST(OnnxNodeTest, AcceptedModelsImportAndVerify) {
     auto m = importNodeTest(c, constants);
     std::string error =
         m ? errorOf(verifyModule(**m)) : llvm::toString(m.takeError());
-    if (!whyNotAccepted(c.Proto).empty()) {
+    if (!whyNotAccepted(c).empty()) {
       // Not required to import, but it must fail cleanly or give valid IR
       // (ONNX function ops expand into supported ops this way).
       ++notAccepted;
