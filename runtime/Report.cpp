@@ -16,6 +16,41 @@ struct Row {
 };
 } // namespace
 
+/// The model's tensors by what a step does to them: trained (parameters),
+/// updated by the model itself (buffers), kept (frozen), and the plan's
+/// constants (lifted scalars and shape tensors among them); each as a
+/// count and a number of values. A Constant shared by several functions
+/// counts once per function.
+struct TensorCounts {
+  uint64_t Tensors[4] = {}, Values[4] = {};
+};
+static const char *const kCountNames[4] = {"trainable", "buffers", "frozen",
+                                           "constants"};
+
+static TensorCounts countTensors(const Plan &plan) {
+  TensorCounts c;
+  for (const PlanState &s : plan.States) {
+    int k = s.Kind == StateKind::Param    ? 0
+            : s.Kind == StateKind::Buffer ? 1
+            : s.Kind == StateKind::Frozen ? 2
+                                          : -1;
+    if (k < 0)
+      continue;
+    ++c.Tensors[k];
+    c.Values[k] += s.Type.numElements();
+  }
+  for (const PlanFunction &f : plan.Functions)
+    for (const KernelCall &call : f.Calls) {
+      if (call.Kind != OpKind::Constant)
+        continue;
+      auto it = call.Attrs.find("value");
+      ++c.Tensors[3];
+      if (it != call.Attrs.end())
+        c.Values[3] += it->second.asTensor().numElements();
+    }
+  return c;
+}
+
 void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
                                 llvm::raw_ostream &os) {
   const MemoryReport &r = plan.Report;
@@ -67,6 +102,12 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
                          ? 100.0 * double(r.RecomputeFlops) /
                                double(r.StepFlops - r.RecomputeFlops)
                          : 0.0);
+  TensorCounts counts = countTensors(plan);
+  os << "  tensors:";
+  for (int k = 0; k < 4; ++k)
+    os << (k ? ", " : " ") << counts.Tensors[k] << " " << kCountNames[k] << " ("
+       << counts.Values[k] << " values)";
+  os << "\n";
   os << "  (activations, gradients and temporaries are at the schedule "
         "position where transient memory peaks; \"most live at once\" is "
         "over the whole step; constants in the plan: "
@@ -109,6 +150,13 @@ llvm::json::Value headroom::reportJson(const Plan &plan) {
       {"recompute_flops", int64_t(r.RecomputeFlops)},
       {"breakdown", std::move(breakdown)},
   };
+  TensorCounts counts = countTensors(plan);
+  llvm::json::Object tensors;
+  for (int k = 0; k < 4; ++k)
+    tensors[kCountNames[k]] =
+        llvm::json::Object{{"tensors", int64_t(counts.Tensors[k])},
+                           {"values", int64_t(counts.Values[k])}};
+  root["tensors"] = std::move(tensors);
   return llvm::json::Value(std::move(root));
 }
 

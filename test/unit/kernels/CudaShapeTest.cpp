@@ -318,7 +318,7 @@ TEST(CudaShape, GatherElementsAndGrad) {
 TEST(CudaShape, ScatterElementsReductions) {
   std::vector<int64_t> data = {4, 5}, upd = {3, 5};
   for (DType t : {DType::F32, DType::F16, DType::I32, DType::I8, DType::U8})
-    for (const char *red : {"none", "add", "mul"})
+    for (const char *red : {"none", "add", "mul", "max", "min"})
       for (int64_t axis : {0, -1}) {
         int64_t n = data[axis < 0 ? axis + 2 : axis];
         CudaCase c =
@@ -340,7 +340,10 @@ TEST(CudaShape, ScatterElementsReductions) {
   boolAdd.Attrs["reduction"] = Attribute::getString("none");
   EXPECT_EQ(compareCudaWithCpu(boolAdd), "");
   boolAdd.Attrs["reduction"] = Attribute::getString("max");
-  EXPECT_NE(cudaError(boolAdd).find("reduction 'max'"), std::string::npos);
+  EXPECT_NE(cudaError(boolAdd).find("element type bool is not supported"),
+            std::string::npos);
+  boolAdd.Attrs["reduction"] = Attribute::getString("maximum");
+  EXPECT_NE(cudaError(boolAdd).find("reduction 'maximum'"), std::string::npos);
 }
 
 //===----------------------------------------------------------------------===//
@@ -434,7 +437,7 @@ TEST(CudaShape, PadModes) {
       {{}, {}},                        // a scalar
   };
   for (DType t : {DType::F32, DType::F16, DType::I32, DType::I8})
-    for (const char *mode : {"constant", "reflect", "edge"})
+    for (const char *mode : {"constant", "reflect", "edge", "wrap"})
       for (const PadArgs &a : cases) {
         std::vector<int64_t> out;
         size_t r = a.In.size();
@@ -459,7 +462,10 @@ TEST(CudaShape, PadModes) {
   empty.Attrs["mode"] = Attribute::getString("constant");
   EXPECT_EQ(compareCudaWithCpu(empty), "");
   empty.Attrs["mode"] = Attribute::getString("wrap");
-  EXPECT_NE(cudaError(empty).find("mode 'wrap' is not supported"),
+  EXPECT_NE(cudaError(empty).find("cannot pad an empty axis"),
+            std::string::npos);
+  empty.Attrs["mode"] = Attribute::getString("circular");
+  EXPECT_NE(cudaError(empty).find("mode 'circular' is not supported"),
             std::string::npos);
 }
 

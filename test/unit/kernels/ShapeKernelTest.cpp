@@ -395,8 +395,13 @@ TEST(ShapeKernels, PadModes) {
   ASSERT_EQ(runKernel("Pad", {row.view(), wide.view()}, {r.view()}, reflect),
             "");
   EXPECT_EQ(r.Data, (std::vector<float>{1, 0, 1, 2, 1, 0, 1, 2}));
+  // Wrap (opset 19) continues from the other end, as numpy.pad's wrap.
   AttributeMap wrap = attrs({{"mode", Attribute::getString("wrap")}});
-  EXPECT_NE(runKernel("Pad", {x.view(), pads.view()}, {y.view()}, wrap), "");
+  ASSERT_EQ(runKernel("Pad", {row.view(), wide.view()}, {r.view()}, wrap), "");
+  EXPECT_EQ(r.Data, (std::vector<float>{1, 2, 0, 1, 2, 0, 1, 2}));
+  AttributeMap circular = attrs({{"mode", Attribute::getString("circular")}});
+  EXPECT_NE(runKernel("Pad", {x.view(), pads.view()}, {y.view()}, circular),
+            "");
 }
 
 TEST(ShapeKernels, TriluKeepsATriangle) {
