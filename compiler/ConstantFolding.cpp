@@ -232,8 +232,11 @@ static Expected<Results> foldBinary(llvm::StringRef op,
 /// %), fmod=1 the dividend's (C's %); x mod 0 is 0, as the kernels' Div.
 static Expected<Results> foldMod(const AttributeMap &attrs,
                                  ArrayRef<const Tensor *> ins) {
-  if (ins.size() != 2 || !ins[1] || isFloat(ins[0]->type().dtype()) ||
-      ins[0]->type().dtype() != ins[1]->type().dtype())
+  // u64 is read as signed (getInt): its values past 2^63 would take the
+  // wrong sign, so it is left to the kernels.
+  DType t = ins[0]->type().dtype();
+  if (ins.size() != 2 || !ins[1] || isFloat(t) || t == DType::U64 ||
+      t != ins[1]->type().dtype())
     return Results();
   auto it = attrs.find("fmod");
   bool cStyle = it != attrs.end() && it->second.asInt() != 0;

@@ -382,6 +382,14 @@ Error Importer::readSignature() {
         "', say pkg.onnxscript.optimizer.folded_from): PyTorch's training "
         "cannot be reproduced from it; export with torch.onnx.export(model, "
         "args, f, dynamo=True, optimize=False)");
+  if (HasSignature &&
+      llvm::none_of(Graph.initializer(), [&](const onnx::TensorProto &t) {
+        return Roles.lookup(t.name()) == "PARAMETER";
+      }))
+    return fail("the file's graph signature "
+                "(pkg.torch.export.graph_signature) marks no initializer as "
+                "a PARAMETER, so nothing would train (was its value_info "
+                "metadata dropped by a tool?)");
   return Error::success();
 }
 
@@ -397,19 +405,23 @@ Error Importer::trainBatchNorms() {
         n.input_size() != 5 || n.output_size() != 1 ||
         !MutatedBuffers.count(n.input(3)) || !MutatedBuffers.count(n.input(4)))
       continue;
-    bool training = false;
-    for (const auto &a : n.attribute())
-      training |= a.name() == "training_mode" && a.i() != 0;
-    if (training)
+    onnx::AttributeProto *mode = nullptr;
+    for (auto &a : *n.mutable_attribute())
+      if (a.name() == "training_mode")
+        mode = &a;
+    if (mode && mode->i() != 0)
       continue;
     if (Opset < 14)
       return failAt(n, i, "training mode needs opset 14 or newer");
-    auto *a = n.add_attribute();
-    a->set_name("training_mode");
-    a->set_type(onnx::AttributeProto::INT);
-    a->set_i(1);
-    n.add_output(n.output(0) + "/running_mean");
-    n.add_output(n.output(0) + "/running_var");
+    if (!mode)
+      mode = n.add_attribute();
+    mode->Clear();
+    mode->set_name("training_mode");
+    mode->set_type(onnx::AttributeProto::INT);
+    mode->set_i(1);
+    std::string prefix = "_bn" + std::to_string(ExpansionCount++) + "/";
+    n.add_output(prefix + "running_mean");
+    n.add_output(prefix + "running_var");
   }
   return Error::success();
 }
@@ -1162,7 +1174,7 @@ Expected<bool> Importer::foldConstants() {
   for (const auto &t : Graph.initializer()) {
     auto type = tensorProtoType(t);
     if (!type)
-      return type.takeError();
+      return fail(llvm::toString(type.takeError()));
     if ((isFloat(type->dtype()) && !BoundConstants.count(t.name())) ||
         type->numElements() > kMaxFoldElements)
       continue;
@@ -1256,7 +1268,7 @@ Importer::knownConstant(const std::string &name) {
       continue;
     auto type = tensorProtoType(t);
     if (!type)
-      return type.takeError();
+      return fail(llvm::toString(type.takeError()));
     if (isFloat(type->dtype()) && !BoundConstants.count(name))
       return llvm::None;
     auto v = tensorFromProto(t, ModelDir);
@@ -1289,8 +1301,13 @@ Expected<bool> Importer::lowerSequences() {
   std::map<int, std::vector<onnx::NodeProto>> replace;
   for (int i = 0; i < Graph.node_size(); ++i) {
     const onnx::NodeProto &n = Graph.node(i);
-    if (!isDefaultDomain(n.domain()) || n.op_type() != "SplitToSequence" ||
-        !Types.count(n.input(0)))
+    if (!isDefaultDomain(n.domain()) || n.op_type() != "SplitToSequence")
+      continue;
+    if (n.input_size() < 1 || n.output_size() != 1)
+      return failAt(n, i, "needs an input and one output");
+    if (Opset < 13)
+      return failAt(n, i, "sequences need opset 13 or newer");
+    if (!Types.count(n.input(0)))
       continue;
     const TensorType &x = Types.lookup(n.input(0));
     int64_t axis = 0, keepdims = 1;
@@ -1309,7 +1326,16 @@ Expected<bool> Importer::lowerSequences() {
     int64_t dim = x.dim(axis);
     std::vector<int64_t> sizes;
     bool hasSplit = n.input_size() > 1 && !n.input(1).empty();
+    // One Split output per piece: a sequence of more pieces than any model
+    // splits into (torch.unbind of a long axis) is refused, not allocated.
+    constexpr int64_t kMaxPieces = 1 << 14;
+    auto tooMany = [&] {
+      return failAt(n, i,
+                    "makes more than " + llvm::Twine(kMaxPieces) + " pieces");
+    };
     if (!hasSplit) {
+      if (dim > kMaxPieces)
+        return tooMany();
       sizes.assign(dim, 1);
     } else {
       auto split = knownConstant(n.input(1));
@@ -1322,9 +1348,13 @@ Expected<bool> Importer::lowerSequences() {
         if (chunk <= 0)
           return failAt(
               n, i, "split size " + llvm::Twine(chunk) + " is not positive");
+        if (dim / chunk >= kMaxPieces)
+          return tooMany();
         for (int64_t at = 0; at < dim; at += chunk)
           sizes.push_back(std::min(chunk, dim - at));
       } else {
+        if ((*split)->numElements() > kMaxPieces)
+          return tooMany();
         for (int64_t k = 0; k < (*split)->numElements(); ++k)
           sizes.push_back((*split)->getInt(k));
       }
@@ -1337,13 +1367,16 @@ Expected<bool> Importer::lowerSequences() {
     std::vector<std::pair<int, int64_t>> uses;
     for (int u : users.lookup(n.output(0))) {
       const onnx::NodeProto &at = Graph.node(u);
-      if (at.op_type() != "SequenceAt" || at.input(0) != n.output(0))
+      if (at.op_type() != "SequenceAt" || at.input_size() != 2 ||
+          at.output_size() != 1 || at.input(0) != n.output(0))
         return failAt(at, u,
                       "uses the sequence of a SplitToSequence; headroom "
                       "supports sequences read by SequenceAt only");
       auto pos = knownConstant(at.input(1));
       if (!pos)
         return pos.takeError();
+      if (*pos && (*pos)->numElements() != 1)
+        return failAt(at, u, "position must be one integer");
       int64_t p = *pos ? (*pos)->getInt(0) : INT64_MAX;
       int64_t count = static_cast<int64_t>(sizes.size());
       if (p < -count || p >= count)
@@ -1425,6 +1458,12 @@ Expected<bool> Importer::lowerSequences() {
 
 Error Importer::makeShapesStatic() {
   for (int round = 0;; ++round) {
+    // Each round expands, lowers or folds something; a model that keeps
+    // asking for more (a local function that calls itself) is refused.
+    if (round > 256)
+      return fail("import does not converge: function expansion, sequence "
+                  "lowering and constant folding still change the graph "
+                  "after 256 rounds (a recursive function?)");
     auto expanded = expandFunctions();
     if (!expanded)
       return expanded.takeError();
@@ -1509,6 +1548,8 @@ Error Importer::normalizeNode(const onnx::NodeProto &n, int index,
   llvm::StringRef op = n.op_type();
   // Split-18 {num_outputs}: chunks of ceil(d / n), the last one smaller.
   if (op == "Split" && attrs.count("num_outputs")) {
+    if (!operands[0] || attrs.at("num_outputs").kind() != Attribute::Kind::Int)
+      return failAt(n, index, "needs an input and an integer num_outputs");
     int64_t parts = attrs.at("num_outputs").asInt();
     attrs.erase("num_outputs");
     if (operands.size() > 1 && operands[1])
@@ -1540,6 +1581,8 @@ Error Importer::normalizeNode(const onnx::NodeProto &n, int index,
   // Pad-18 (data, pads, constant_value?, axes?): pads for the listed axes
   // only; the IR's Pad takes pads for every axis.
   if (op == "Pad" && operands.size() > 3 && operands[3]) {
+    if (!operands[0] || !operands[1])
+      return failAt(n, index, "needs data and pads");
     const Tensor *pads = constantOf(operands[1]);
     const Tensor *axes = constantOf(operands[3]);
     if (!pads || !axes)
@@ -1683,14 +1726,14 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
     // opset too.
     if (auto e = checkOpVersion(n, i))
       return e;
-    if (auto e = normalizeNode(n, i, operands, attrs, b))
-      return e;
     if (static_cast<int>(operands.size()) < info->MinOperands ||
         (info->MaxOperands >= 0 &&
          static_cast<int>(operands.size()) > info->MaxOperands))
       return failAt(n, i,
                     "has " + llvm::Twine(operands.size()) +
                         " inputs, which headroom does not support");
+    if (auto e = normalizeNode(n, i, operands, attrs, b))
+      return e;
     Node *node = b.create(n.op_type(), operands, types, std::move(attrs));
     for (int r = 0; r < numResults; ++r) {
       node->result(r)->setName(prettyName(n.output(r)));
@@ -1933,7 +1976,8 @@ Expected<Tensor> headroom::readTensorProtoFile(llvm::StringRef path) {
   if (!t.ParseFromArray((*buf)->getBufferStart(),
                         static_cast<int>((*buf)->getBufferSize())))
     return err(path + ": not a serialized ONNX TensorProto");
-  auto tensor = tensorFromProto(t, llvm::sys::path::parent_path(path));
+  llvm::StringRef dir = llvm::sys::path::parent_path(path);
+  auto tensor = tensorFromProto(t, dir.empty() ? "." : dir);
   if (!tensor)
     return err(path + ": " + llvm::toString(tensor.takeError()));
   return tensor;

@@ -32,7 +32,11 @@ Expected<TensorType> headroom::tensorProtoType(const onnx::TensorProto &t) {
                  llvm::Twine(d));
     dims.push_back(d);
   }
-  return TensorType(*dt, dims);
+  TensorType type(*dt, dims);
+  if (!type.checkedSizeInBytes())
+    return err("tensor '" + t.name() + "' has dimensions " +
+               shapeString(type.shape()) + " whose size overflows");
+  return type;
 }
 
 /// The file an external-data tensor's `location` names, which must lie inside
@@ -60,6 +64,10 @@ static Expected<std::string> externalDataPath(const onnx::TensorProto &t,
        it != end; ++it)
     if (*it == "..")
       return refuse("leaves the model's folder through '..'");
+  // A model read from memory has no folder (the fuzz target): nothing
+  // outside it may be named.
+  if (modelDir.empty())
+    return refuse("cannot be resolved: the model was not read from a file");
   llvm::SmallString<256> path(modelDir);
   llvm::sys::path::append(path, location);
   // Symbolic links: the real file must still be inside the real folder.
@@ -69,12 +77,17 @@ static Expected<std::string> externalDataPath(const onnx::TensorProto &t,
     return err("cannot open external data file '" + path + "' for tensor '" +
                t.name() + "'");
   llvm::StringRef inside(realFile);
+  bool rootDir =
+      !realDir.empty() && llvm::sys::path::is_separator(realDir.back()); // "/"
   if (!inside.consume_front(realDir) ||
-      !(inside.empty() || llvm::sys::path::is_separator(inside.front())))
+      !(rootDir || inside.empty() ||
+        llvm::sys::path::is_separator(inside.front())))
     return refuse("is a link to '" + realFile + "', outside the folder");
   if (!llvm::sys::fs::is_regular_file(realFile))
     return refuse("is not a regular file");
-  return std::string(path);
+  // The resolved file is what is read: a link swapped in after this check
+  // is not followed again.
+  return std::string(realFile);
 }
 
 Expected<ExternalSpan> headroom::externalDataSpan(const onnx::TensorProto &t,

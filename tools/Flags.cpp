@@ -181,7 +181,8 @@ llvm::Error headroom::checkFlagNames(int argc, char **argv,
         continue;
       unsigned d = name.edit_distance(candidate, /*AllowReplacements=*/true,
                                       /*MaxEditDistance=*/best);
-      if (d < best) {
+      // Not a guess from almost nothing: `-o` is not `--lr`.
+      if (d < best && 3 * d <= name.size()) {
         best = d;
         hint = candidate.str();
       }

@@ -369,7 +369,12 @@ static llvm::Error checkWritable(llvm::StringRef flag, llvm::StringRef path,
                : llvm::Error::success();
   if (fs::exists(path) && (isDir || fs::is_directory(path)))
     return refuse(isDir ? "exists and is not a folder" : "is a folder");
-  llvm::StringRef parent = llvm::sys::path::parent_path(path);
+  llvm::StringRef parent = llvm::sys::path::parent_path(
+      path.rtrim('/').empty() ? path : path.rtrim('/'));
+  // A folder is made with its missing parents: the nearest one that exists
+  // must be writable.
+  while (isDir && !parent.empty() && !fs::exists(parent))
+    parent = llvm::sys::path::parent_path(parent);
   if (parent.empty())
     parent = ".";
   if (!fs::is_directory(parent))

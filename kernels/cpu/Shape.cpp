@@ -1077,6 +1077,9 @@ Error padKernel(const KernelContext &ctx) {
   for (size_t d = 0; d < rank; ++d) {
     int64_t before = (*pads)[d], after = (*pads)[rank + d];
     shape.push_back(x.Shape[d] + before + after);
+    if (shape.back() < 0)
+      return ctx.unsupported("pads crop axis " + Twine(d) + " of " +
+                             x.type().str() + " below nothing");
     if (mode != PadMode::Constant && x.Shape[d] == 0 && shape.back() > 0)
       return ctx.unsupported("cannot pad an empty axis in mode '" + modeName +
                              "'");

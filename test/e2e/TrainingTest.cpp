@@ -445,9 +445,6 @@ TEST_P(DynamoModelsMatchPyTorch, WeightsAndLosses) {
   }
   o.Target = c.Device;
   useCudaEmulator();
-  for (const auto &b : *ref.root().getArray("buffers"))
-    if (!llvm::StringRef(*b.getAsString()).contains("running_"))
-      o.Import.Freeze.push_back(b.getAsString()->str());
   auto trainer = takeOrFail(compileTrainer(modelPath(file + ".onnx"), o));
   ASSERT_TRUE(trainer);
   auto data = takeOrFail(loadDataset(modelPath(base + ".train.npz")));

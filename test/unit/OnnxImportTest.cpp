@@ -328,6 +328,76 @@ TEST(OnnxImportTest, ExternalDataStaysInsideTheModelsFolder) {
   llvm::sys::fs::remove_directories(root);
 }
 
+/// The dynamo GPT-2 as a ModelProto (test/models/dynamo), external data
+/// beside it.
+onnx::ModelProto dynamoGpt2() {
+  onnx::ModelProto m;
+  auto buf = llvm::MemoryBuffer::getFile(modelPath("dynamo/gpt2.onnx"));
+  EXPECT_TRUE(static_cast<bool>(buf));
+  EXPECT_TRUE(m.ParseFromString((*buf)->getBuffer().str()));
+  return m;
+}
+
+std::string importProto(const onnx::ModelProto &m) {
+  ImportOptions o = batch(2);
+  return errorOf(importOnnxBuffer(m.SerializeAsString(), "m.onnx",
+                                  modelPath("dynamo"), o));
+}
+
+/// Dynamo files that lost what headroom relies on, or were made to break
+/// it, are refused in one line (the fuzz target finds the rest).
+TEST(OnnxImportTest, BrokenDynamoFilesAreRefused) {
+  EXPECT_EQ(importProto(dynamoGpt2()), "");
+  // A tool dropped the value_info metadata: nothing would train.
+  onnx::ModelProto noRoles = dynamoGpt2();
+  for (auto &v : *noRoles.mutable_graph()->mutable_value_info())
+    v.clear_metadata_props();
+  EXPECT_EQ(importProto(noRoles),
+            "m.onnx: the file's graph signature "
+            "(pkg.torch.export.graph_signature) marks no initializer as a "
+            "PARAMETER, so nothing would train (was its value_info metadata "
+            "dropped by a tool?)");
+  // A SequenceAt whose position is not one integer.
+  onnx::ModelProto badPos = dynamoGpt2();
+  for (auto &n : *badPos.mutable_graph()->mutable_node()) {
+    if (n.op_type() != "SequenceAt")
+      continue;
+    onnx::NodeProto *c = badPos.mutable_graph()->add_node();
+    c->set_op_type("Constant");
+    c->add_output("empty_position");
+    auto *a = c->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    *a->mutable_t() =
+        tensorToProto(Tensor::fromInts(DType::I64, {0}, {}), "empty");
+    n.set_input(1, "empty_position");
+    break;
+  }
+  // (The Constant is appended after its user: moved to the front.)
+  auto *nodes = badPos.mutable_graph()->mutable_node();
+  for (int k = nodes->size() - 1; k > 0; --k)
+    nodes->SwapElements(k, k - 1);
+  std::string pos = importProto(badPos);
+  EXPECT_NE(pos.find("position must be one integer"), std::string::npos) << pos;
+  // An initializer whose dimensions overflow a byte count.
+  onnx::ModelProto huge = dynamoGpt2();
+  onnx::TensorProto *t = huge.mutable_graph()->add_initializer();
+  t->set_name("huge");
+  t->set_data_type(onnx::TensorProto::INT64);
+  t->add_dims(3);
+  t->add_dims(6148914691236517206);
+  t->set_raw_data(std::string(16, '\0')); // what the wrapped size asks for
+  std::string overflow = importProto(huge);
+  EXPECT_EQ(overflow, "m.onnx: tensor 'huge' has dimensions "
+                      "3x6148914691236517206 whose size overflows");
+  // A model read from memory has no folder for external data.
+  EXPECT_NE(errorOf(importOnnxBuffer(dynamoGpt2().SerializeAsString(), "m.onnx",
+                                     "", batch(2)))
+                .find("cannot be resolved: the model was not read from a "
+                      "file"),
+            std::string::npos);
+}
+
 //===----------------------------------------------------------------------===//
 // LSTM, GRU and RNN: unrolled at import, run on the CPU, against the
 // reference of test/unit/RecurrentModels.h.
