@@ -72,6 +72,10 @@ std::string prettyName(llvm::StringRef name) {
   return out;
 }
 
+/// The location compactLocations() leaves on a node in place of the
+/// exporter's metadata.
+constexpr llvm::StringLiteral kLocKey = "headroom.loc";
+
 /// Where a node comes from, for errors and for recomputation's blocks.
 /// torch's legacy exporter names nodes by module path
 /// (`/transformer/h.0/attn/MatMul`); the dynamo exporter names them
@@ -81,6 +85,8 @@ std::string prettyName(llvm::StringRef name) {
 /// gives `/model/h.0/node_MatMul_12`.
 std::string nodeLocation(const onnx::NodeProto &n) {
   for (const auto &p : n.metadata_props()) {
+    if (p.key() == kLocKey)
+      return p.value();
     if (p.key() != "pkg.torch.onnx.name_scopes")
       continue;
     llvm::SmallVector<llvm::StringRef, 8> scopes;
@@ -217,6 +223,7 @@ public:
 private:
   Error checkModel();
   Error readSignature();
+  void compactMetadata();
   Error trainBatchNorms();
   Error checkOpVersion(const onnx::NodeProto &n, int index);
   Error bindInputs();
@@ -267,6 +274,8 @@ private:
   bool HasSignature = false;
   llvm::StringMap<std::string> Roles;
   llvm::StringSet<> MutatedBuffers;
+  /// opVersionProblem by op (a 7B export has thousands of nodes, few ops).
+  llvm::StringMap<std::string> VersionProblems;
 };
 
 /// Refuses a default-domain node that headroom runs as an IR op (or unrolls)
@@ -275,7 +284,12 @@ private:
 Error Importer::checkOpVersion(const onnx::NodeProto &n, int index) {
   if (!isDefaultDomain(n.domain()))
     return Error::success();
-  std::string why = opVersionProblem(n.op_type(), Opset);
+  auto cached = VersionProblems.find(n.op_type());
+  if (cached == VersionProblems.end())
+    cached = VersionProblems
+                 .try_emplace(n.op_type(), opVersionProblem(n.op_type(), Opset))
+                 .first;
+  const std::string &why = cached->second;
   if (why.empty())
     return Error::success();
   return failAt(n, index, why);
@@ -391,6 +405,27 @@ Error Importer::readSignature() {
                 "a PARAMETER, so nothing would train (was its value_info "
                 "metadata dropped by a tool?)");
   return Error::success();
+}
+
+/// The dynamo exporter's metadata (stack traces, FX nodes, class
+/// hierarchies, name scopes: most of a 7B file's 10 MB) is read once: each
+/// node keeps only its location, the value_info only its types, so the
+/// rounds of expansion and inference below copy small nodes.
+void Importer::compactMetadata() {
+  for (onnx::NodeProto &n : *Graph.mutable_node()) {
+    if (n.metadata_props_size() == 0)
+      continue;
+    std::string loc = nodeLocation(n);
+    n.clear_metadata_props();
+    if (loc == n.name())
+      continue;
+    auto *p = n.add_metadata_props();
+    p->set_key(kLocKey.str());
+    p->set_value(loc);
+  }
+  for (onnx::ValueInfoProto &v : *Graph.mutable_value_info())
+    v.clear_metadata_props();
+  Graph.clear_metadata_props();
 }
 
 /// The dynamo exporter writes every BatchNormalization in inference mode
@@ -552,7 +587,21 @@ void expandFunction(const onnx::NodeProto &node, const onnx::FunctionProto &fn,
   }
 }
 
+/// Nodes expandFunctions() keeps as they are: IR ops, ops constant folding
+/// evaluates, and sequence ops (lowerSequences).
+static bool keptAsIs(const onnx::NodeProto &n) {
+  if (!isDefaultDomain(n.domain()))
+    return false;
+  const OpInfo *info = lookupOp(n.op_type());
+  return (info && info->has(opflags::Onnx)) || isFoldableOp(n.op_type()) ||
+         n.op_type() == "SplitToSequence" || n.op_type() == "SequenceAt";
+}
+
 Expected<bool> Importer::expandFunctions() {
+  // Most rounds have nothing to expand: the node list (thousands of nodes
+  // in a 7B export) is copied only when something is.
+  if (llvm::all_of(Graph.node(), keptAsIs))
+    return false;
   google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
   bool changed = false;
   // Every unsupported op of the model is named in one error: a user who
@@ -1804,6 +1853,7 @@ Expected<std::unique_ptr<Module>> Importer::run() {
     return e;
   if (auto e = readSignature())
     return e;
+  compactMetadata();
   if (auto e = trainBatchNorms())
     return e;
   if (auto e = bindInputs())
