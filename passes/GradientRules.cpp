@@ -727,6 +727,16 @@ static llvm::Error gradTrilu(GradContext &c) {
   return ok();
 }
 
+/// CumSum: each x_k feeds every later (inclusive: and its own) running sum,
+/// so dx is the running sum of dy the other way, as exclusive as y was.
+static llvm::Error gradCumSum(GradContext &c) {
+  AttributeMap attrs = c.N.attrs();
+  attrs["reverse"] = Attribute::getInt(!c.N.intAttr("reverse", 0));
+  c.DIn[0] = c.B.createValue("CumSum", {c.dy(), c.x(1)}, c.dy()->type(),
+                             std::move(attrs));
+  return ok();
+}
+
 //===----------------------------------------------------------------------===//
 // The table
 //===----------------------------------------------------------------------===//
@@ -793,6 +803,7 @@ static const llvm::StringMap<GradRule> &rules() {
       {"Expand", gradExpand},
       {"Where", gradWhere},
       {"Trilu", gradTrilu},
+      {"CumSum", gradCumSum},
   };
   return table;
 }

@@ -57,6 +57,7 @@ Rule ruleOf(const Node &n) {
   case OpKind::ReduceMax:
   case OpKind::ReduceMin:
   case OpKind::ReduceProd:
+  case OpKind::CumSum:
   case OpKind::Pow:
   case OpKind::Exp:
   case OpKind::Log:

@@ -1100,6 +1100,60 @@ Error padKernel(const KernelContext &ctx) {
   return Error::success();
 }
 
+/// CumSum's result along one line of `n` elements `inner` apart: running
+/// sums in the compute type (f16/bf16 in float, rounded per result;
+/// integers wrap), from the end with `reverse`, each excluding its own
+/// element with `exclusive`.
+template <typename T>
+void cumSumLines(const TensorView &x, const TensorView &y, int64_t outer,
+                 int64_t n, int64_t inner, bool exclusive, bool reverse) {
+  using C = typename Elem<T>::Compute;
+  const T *in = x.as<T>();
+  T *out = y.as<T>();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      C acc = C(0);
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t at = (o * n + (reverse ? n - 1 - k : k)) * inner + i;
+        C v = Elem<T>::load(in[at]);
+        C next;
+        if constexpr (std::is_integral_v<C>)
+          next = C(std::make_unsigned_t<C>(acc) + std::make_unsigned_t<C>(v));
+        else
+          next = acc + v;
+        out[at] = Elem<T>::store(exclusive ? acc : next);
+        acc = next;
+      }
+    }
+}
+
+/// CumSum(x, axis) {exclusive, reverse}.
+Error cumSumKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (auto e = expectSameType(ctx, x, y))
+    return e;
+  auto axes = readInts(ctx, 1);
+  if (!axes)
+    return axes.takeError();
+  int64_t rank = x.rank();
+  if (axes->size() != 1 || (*axes)[0] < -rank || (*axes)[0] >= rank)
+    return ctx.unsupported("axis must be one integer in [-rank, rank) for " +
+                           x.type().str());
+  int64_t axis = (*axes)[0] < 0 ? (*axes)[0] + rank : (*axes)[0];
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= x.Shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d)
+    inner *= x.Shape[d];
+  bool exclusive = ctx.attrInt("exclusive", 0) != 0;
+  bool reverse = ctx.attrInt("reverse", 0) != 0;
+  return dispatchType<FloatTypes | IntTypes>(ctx, x.Type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cumSumLines<T>(x, y, outer, x.Shape[axis], inner, exclusive, reverse);
+    return Error::success();
+  });
+}
+
 /// Trilu(x, k?) {upper}: keeps, in each matrix of the last two axes, the
 /// elements with col - row >= k (upper) or <= k (lower), one row at a time.
 Error triluKernel(const KernelContext &ctx) {
@@ -1266,6 +1320,7 @@ void headroom::cpu::registerShapeKernels() {
   registerKernel("Tile", tileKernel);
   registerKernel("Pad", padKernel);
   registerKernel("Trilu", triluKernel);
+  registerKernel("CumSum", cumSumKernel);
   registerKernel("Shape", shapeKernel);
   registerKernel("Size", sizeKernel);
   registerKernel("ConstantOfShape", constantOfShapeKernel);

@@ -36,6 +36,7 @@ const HostOperands kHostOperands[] = {
     {OpKind::Clip, {1, 2}, "min and max"},
     {OpKind::Dropout, {1, 2}, "ratio and training_mode"},
     {OpKind::Trilu, {1}, "k"},
+    {OpKind::CumSum, {1}, "axis"},
     {OpKind::Split, {1}, "split"},
     {OpKind::Slice, {1, 2, 3, 4}, "starts, ends, axes and steps"},
     {OpKind::SliceGrad, {1, 2, 3, 4}, "starts, ends, axes and steps"},

@@ -1448,6 +1448,70 @@ Error triluKernel(const KernelContext &ctx) {
 }
 
 //===----------------------------------------------------------------------===//
+// CumSum
+//===----------------------------------------------------------------------===//
+
+/// One thread per line along the axis, summing in order (the CPU's order,
+/// so results agree to the bit in f32).
+template <typename T> struct CumSumBody {
+  const T *X;
+  T *Y;
+  int64_t N, Inner;
+  bool Exclusive, Reverse;
+  HR_HD void operator()(int64_t line) const {
+    int64_t o = line / Inner, i = line % Inner;
+    using C = typename Elem<T>::Compute;
+    C acc = C(0);
+    for (int64_t k = 0; k < N; ++k) {
+      int64_t at = (o * N + (Reverse ? N - 1 - k : k)) * Inner + i;
+      C next = wrapAdd(acc, C(ld(X, at)));
+      st(Y, at, Exclusive ? acc : next);
+      acc = next;
+    }
+  }
+};
+
+struct CumSumApply {
+  const KernelContext &Ctx;
+  int64_t Outer, N, Inner;
+  bool Exclusive, Reverse;
+  template <typename T> Error apply() const {
+    forEach(Ctx, Outer * Inner,
+            CumSumBody<T>{Ctx.Inputs[0].as<T>(), Ctx.Outputs[0].as<T>(), N,
+                          Inner, Exclusive, Reverse});
+    return Error::success();
+  }
+};
+
+/// CumSum(x, axis) {exclusive, reverse}; the axis is a plan constant.
+Error cumSumKernel(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (x.type() != y.type())
+    return ctx.unsupported("result " + y.type().str() + " differs from " +
+                           x.type().str());
+  auto axes = constantInts(ctx, 1, "axis");
+  if (!axes)
+    return axes.takeError();
+  int64_t rank = x.rank();
+  if (axes->size() != 1 || (*axes)[0] < -rank || (*axes)[0] >= rank)
+    return ctx.unsupported("axis must be one integer in [-rank, rank) for " +
+                           x.type().str());
+  int64_t axis = (*axes)[0] < 0 ? (*axes)[0] + rank : (*axes)[0];
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= x.Shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d)
+    inner *= x.Shape[d];
+  if (x.numElements() == 0)
+    return Error::success();
+  constexpr unsigned Num = cpu::FloatTypes | cpu::IntTypes;
+  return dispatch<Num>(ctx, x.Type,
+                       CumSumApply{ctx, outer, x.Shape[axis], inner,
+                                   ctx.attrInt("exclusive", 0) != 0,
+                                   ctx.attrInt("reverse", 0) != 0});
+}
+
+//===----------------------------------------------------------------------===//
 // ConstantOfShape, Range
 //===----------------------------------------------------------------------===//
 
@@ -1581,6 +1645,7 @@ void cuda::registerShapeKernels() {
   registerKernel("Tile", tileKernel);
   registerKernel("Pad", padKernel);
   registerKernel("Trilu", triluKernel);
+  registerKernel("CumSum", cumSumKernel);
   registerKernel("ConstantOfShape", constantOfShapeKernel);
   registerKernel("Range", rangeKernel);
 }

@@ -367,6 +367,16 @@ const GradCase kCases[] = {
     {"Trilu", "state @x : f64[4, 4] param\n",
      "%x = Read(@x) : f64[4, 4]\n%out = Trilu(%x) {upper = 0} : f64[4, 4]\n",
      "f64[4, 4]"},
+    {"CumSum", "state @x : f64[3, 4, 2] param\n",
+     "%x = Read(@x) : f64[3, 4, 2]\n"
+     "%a = Constant() {value = dense<i64[]> 1} : i64[]\n"
+     "%out = CumSum(%x, %a) : f64[3, 4, 2]\n",
+     "f64[3, 4, 2]"},
+    {"CumSumExclusiveReverse", "state @x : f64[3, 4] param\n",
+     "%x = Read(@x) : f64[3, 4]\n"
+     "%a = Constant() {value = dense<i64[1]> [-1]} : i64[1]\n"
+     "%out = CumSum(%x, %a) {exclusive = 1, reverse = 1} : f64[3, 4]\n",
+     "f64[3, 4]"},
 };
 
 /// `f64[2, 3]` -> element count.

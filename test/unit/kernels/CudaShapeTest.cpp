@@ -488,6 +488,26 @@ TEST(CudaShape, TriluKeepsATriangle) {
   EXPECT_NE(cudaError(flat).find("rank >= 2"), std::string::npos);
 }
 
+TEST(CudaShape, CumSumRunsAlongAnAxis) {
+  for (DType t : {DType::F32, DType::F16, DType::F64, DType::I32, DType::I64})
+    for (int64_t axis : {0, 1, -1})
+      for (int64_t exclusive : {0, 1})
+        for (int64_t reverse : {0, 1}) {
+          std::vector<int64_t> shape = {3, 5, 4};
+          CudaCase c = unaryCase("CumSum", rnd(ty(t, shape), 1), ty(t, shape),
+                                 {{"exclusive", Attribute::getInt(exclusive)},
+                                  {"reverse", Attribute::getInt(reverse)}});
+          addInput(c, Tensor::fromInts(DType::I64, {}, {axis}));
+          EXPECT_EQ(compareCudaWithCpu(c), "")
+              << dtypeName(t).str() << " axis " << axis << " exclusive "
+              << exclusive << " reverse " << reverse;
+        }
+  CudaCase bad = unaryCase("CumSum", randomTensor(ty(DType::F32, {4}), 1),
+                           ty(DType::F32, {4}));
+  addInput(bad, Tensor::fromInts(DType::I64, {}, {1}));
+  EXPECT_NE(cudaError(bad).find("axis must be one integer"), std::string::npos);
+}
+
 //===----------------------------------------------------------------------===//
 // ConstantOfShape, Range
 //===----------------------------------------------------------------------===//
