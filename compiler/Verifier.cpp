@@ -1,6 +1,7 @@
 //===- Verifier.cpp - IR invariants ---------------------------------------===//
 #include "compiler/Verifier.h"
 
+#include "compiler/AttentionShape.h"
 #include "compiler/MatMulShape.h"
 
 #include "llvm/ADT/SmallPtrSet.h"
@@ -31,6 +32,7 @@ private:
   llvm::Error verifyFunction(const Function &f);
   llvm::Error verifyNode(const Node &n);
   llvm::Error verifyMatrixProduct(const Node &n);
+  llvm::Error verifyAttention(const Node &n);
   llvm::Error fail(const Node &n, const llvm::Twine &msg) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "in @%s, %s: %s", n.parent()->name().c_str(),
@@ -171,6 +173,9 @@ llvm::Error Verifier::verifyNode(const Node &n) {
   if (n.is(OpKind::MatMul) || n.is(OpKind::Gemm))
     if (auto e = verifyMatrixProduct(n))
       return e;
+  if (n.is(OpKind::FusedAttention) || n.is(OpKind::FusedAttentionGrad))
+    if (auto e = verifyAttention(n))
+      return e;
   if ((n.is(OpKind::Shape) || n.is(OpKind::Size)) &&
       n.result(0)->type().dtype() != DType::I64)
     return fail(n, "result must be i64");
@@ -191,6 +196,65 @@ llvm::Error Verifier::verifyMatrixProduct(const Node &n) {
   if (llvm::ArrayRef<int64_t>(s->Result) != y)
     return fail(n, "result shape " + shapeString(y) + " should be " +
                        shapeString(s->Result));
+  return llvm::Error::success();
+}
+
+/// FusedAttention(q, k, v, bias?) -> (out, lse) and FusedAttentionGrad(dout,
+/// q, k, v, out, lse, bias?) -> (dq, dk, dv): shapes by attentionShape, one
+/// float type for q, k, v and out, lse in attentionLseType.
+llvm::Error Verifier::verifyAttention(const Node &n) {
+  bool grad = n.is(OpKind::FusedAttentionGrad);
+  unsigned first = grad ? 1 : 0, biasAt = first + (grad ? 5 : 3);
+  Value *q = n.operand(first), *k = n.operand(first + 1),
+        *v = n.operand(first + 2);
+  Value *bias = n.numOperands() > biasAt ? n.operand(biasAt) : nullptr;
+  for (Value *x : {q, k, v})
+    if (!x)
+      return fail(n, "q, k and v are required");
+  DType t = q->type().dtype();
+  if (!isFloat(t) || k->type().dtype() != t || v->type().dtype() != t)
+    return fail(n, "q, k and v must share a float element type, got " +
+                       q->type().str() + ", " + k->type().str() + " and " +
+                       v->type().str());
+  if (bias && !isFloat(bias->type().dtype()))
+    return fail(n, "the bias must be a float tensor, got " +
+                       bias->type().str());
+  std::optional<llvm::ArrayRef<int64_t>> biasShape;
+  if (bias)
+    biasShape = bias->type().shape();
+  auto s = attentionShape(q->type().shape(), k->type().shape(),
+                          v->type().shape(), biasShape);
+  if (!s)
+    return fail(n, llvm::toString(s.takeError()));
+  TensorType out(t, s->outShape()), lse(attentionLseType(t), s->lseShape());
+  double ratio = n.floatAttr("dropout", 0);
+  if (!(ratio >= 0 && ratio < 1))
+    return fail(n, "dropout " + std::to_string(ratio) + " is not in [0, 1)");
+  if (n.intAttr("causal", 0) && s->Sq != s->Sk)
+    return fail(n, "causal attention needs as many queries as keys (" +
+                       llvm::Twine(s->Sq) + " vs " + llvm::Twine(s->Sk) + ")");
+  auto expect = [&](Value *x, const TensorType &want,
+                    const char *what) -> llvm::Error {
+    if (!x || x->type() != want)
+      return fail(n, llvm::Twine(what) + " must be " + want.str() + ", got " +
+                         (x ? x->type().str() : std::string("nothing")));
+    return llvm::Error::success();
+  };
+  if (!grad) {
+    if (auto e = expect(n.result(0), out, "the output"))
+      return e;
+    return expect(n.result(1), lse, "lse");
+  }
+  if (auto e = expect(n.operand(0), out, "dout"))
+    return e;
+  if (auto e = expect(n.operand(4), out, "out"))
+    return e;
+  if (auto e = expect(n.operand(5), lse, "lse"))
+    return e;
+  for (unsigned i = 0; i < 3; ++i)
+    if (auto e = expect(n.result(i), n.operand(1 + i)->type(),
+                        i == 0 ? "dq" : i == 1 ? "dk" : "dv"))
+      return e;
   return llvm::Error::success();
 }
 

@@ -737,6 +737,29 @@ static llvm::Error gradCumSum(GradContext &c) {
   return ok();
 }
 
+/// FusedAttention(q, k, v, bias?) -> (out, lse): one FusedAttentionGrad
+/// recomputes the probabilities from lse (with the forward's attributes,
+/// its `stream` among them, so that dropout draws the forward's mask).
+static llvm::Error gradFusedAttention(GradContext &c) {
+  if (c.dy(1))
+    return c.fail("the gradient of lse is not supported");
+  if (c.needs(3))
+    return c.fail("the bias of a fused attention has no gradient (the "
+                  "fuse-attention pass leaves trained biases unfused)");
+  if (!c.dy(0))
+    return ok();
+  llvm::SmallVector<Value *, 7> operands = {c.dy(), c.x(0), c.x(1), c.x(2),
+                                            c.y(0), c.y(1)};
+  if (c.N.numOperands() > 3 && c.x(3))
+    operands.push_back(c.x(3));
+  Node *g = c.B.create("FusedAttentionGrad", operands,
+                       {c.x(0)->type(), c.x(1)->type(), c.x(2)->type()},
+                       c.N.attrs());
+  for (unsigned i = 0; i < 3; ++i)
+    c.DIn[i] = g->result(i);
+  return ok();
+}
+
 //===----------------------------------------------------------------------===//
 // The table
 //===----------------------------------------------------------------------===//
@@ -771,6 +794,7 @@ static const llvm::StringMap<GradRule> &rules() {
       {"Softmax", gradSoftmax},
       {"LogSoftmax", gradLogSoftmax},
       {"Dropout", gradDropout},
+      {"FusedAttention", gradFusedAttention},
       // Linear algebra.
       {"MatMul", gradMatMul},
       {"Gemm", gradGemm},

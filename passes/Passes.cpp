@@ -78,14 +78,22 @@ headroom::stateSlotFor(Module &m, llvm::StringRef name, const TensorType &type,
   return s;
 }
 
+/// Whether a node draws random numbers: Dropout, and a FusedAttention that
+/// took over a Dropout (its `dropout` attribute), which keeps that Dropout's
+/// place in the numbering and so draws the same mask.
+static bool drawsRandom(const Node &n) {
+  return n.is(OpKind::Dropout) ||
+         (n.is(OpKind::FusedAttention) && n.attr("dropout"));
+}
+
 void headroom::stampRandomStreams(Function &f) {
   bool all = true;
   for (const Node &n : f.nodes())
-    all &= !n.is(OpKind::Dropout) || n.attr("stream");
+    all &= !drawsRandom(n) || n.attr("stream");
   if (all) // already numbered (by autodiff): copies keep their streams
     return;
   int64_t stream = 0;
   for (Node &n : f.nodes())
-    if (n.is(OpKind::Dropout))
+    if (drawsRandom(n))
       n.setAttr("stream", Attribute::getInt(stream++));
 }

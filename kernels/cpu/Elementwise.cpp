@@ -588,16 +588,6 @@ Error readScalar(const KernelContext &ctx, const TensorView &t, double &v) {
   return convertInto(ctx, t, out);
 }
 
-/// splitmix64's output function at counter i of stream `seed`: a uniform
-/// 64-bit value per (seed, element), so a mask depends on the seed alone and
-/// not on how the elements are split among threads.
-uint64_t counterHash(uint64_t seed, uint64_t i) {
-  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 /// Dropout(data, ratio?, training_mode?) -> (output, mask?). In inference
 /// mode output = data and the mask is all true. In training mode element i is
 /// kept when the top 32 bits of counterHash(ctx.Seed, i), read as a uniform

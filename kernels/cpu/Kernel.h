@@ -114,6 +114,7 @@ void registerNormKernels();
 void registerLossKernels();
 void registerConvPoolKernels();
 void registerUpdateKernels();
+void registerAttentionKernels();
 
 /// Dispatches on a float element type (f32 or f64) to fn<float>/fn<double>;
 /// other types are an "unsupported element type" error.

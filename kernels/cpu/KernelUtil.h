@@ -29,6 +29,18 @@
 namespace headroom {
 namespace cpu {
 
+/// splitmix64's output function at counter i of stream `seed`: a uniform
+/// 64-bit value per (seed, element), so a mask depends on the seed alone and
+/// not on how the elements are split among threads. Dropout keeps element i
+/// when the top 32 bits are >= ratio * 2^32 (FusedAttention draws its
+/// probabilities' mask the same way; kernels/cuda/Device.h has the twin).
+inline uint64_t counterHash(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 /// IEEE half, bfloat16 and bool elements as stored: their bits.
 struct Half {
   uint16_t Bits;

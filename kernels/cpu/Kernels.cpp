@@ -47,6 +47,7 @@ static void registerAll() {
     registerLossKernels();
     registerConvPoolKernels();
     registerUpdateKernels();
+    registerAttentionKernels();
   });
 }
 

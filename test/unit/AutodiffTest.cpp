@@ -174,6 +174,24 @@ const GradCase kCases[] = {
      "%t = Constant() {value = dense<bool[]> 1} : bool[]\n"
      "%out = Dropout(%a, %r, %t) : f64[3, 4]\n",
      "f64[3, 4]"},
+    // Fused attention: grouped-query heads, a key-padding bias, dropout with
+    // a causal mask (the backward must draw the forward's mask).
+    {"FusedAttention",
+     "state @q : f64[2, 2, 3, 4] param\nstate @k : f64[2, 1, 5, 4] param\n"
+     "state @v : f64[2, 1, 5, 3] param\nstate @b : f64[2, 1, 1, 5] frozen\n",
+     "%q = Read(@q) : f64[2, 2, 3, 4]\n%k = Read(@k) : f64[2, 1, 5, 4]\n"
+     "%v = Read(@v) : f64[2, 1, 5, 3]\n%b = Read(@b) : f64[2, 1, 1, 5]\n"
+     "%out, %lse = FusedAttention(%q, %k, %v, %b) {scale = 0.7} : "
+     "f64[2, 2, 3, 3], f64[2, 2, 3]\n",
+     "f64[2, 2, 3, 3]"},
+    {"FusedAttentionCausalDropout",
+     "state @q : f64[1, 2, 6, 4] param\nstate @k : f64[1, 2, 6, 4] param\n"
+     "state @v : f64[1, 2, 6, 5] param\n",
+     "%q = Read(@q) : f64[1, 2, 6, 4]\n%k = Read(@k) : f64[1, 2, 6, 4]\n"
+     "%v = Read(@v) : f64[1, 2, 6, 5]\n"
+     "%out, %lse = FusedAttention(%q, %k, %v) {causal = 1, dropout = 0.3, "
+     "scale = 0.5} : f64[1, 2, 6, 5], f64[1, 2, 6]\n",
+     "f64[1, 2, 6, 5]"},
     // Linear algebra.
     {"MatMulSharedWeight",
      "state @a : f64[2, 3, 4] param\nstate @b : f64[4, 5] param\n",
