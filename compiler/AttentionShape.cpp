@@ -53,8 +53,8 @@ headroom::attentionShape(llvm::ArrayRef<int64_t> q, llvm::ArrayRef<int64_t> k,
     return shapeError("v " + shapeString(v) + " does not match k " +
                       shapeString(k) + " in heads and keys");
   if (k[r - 1] != s.D)
-    return shapeError("q and k differ in the last axis (" +
-                      llvm::Twine(s.D) + " vs " + llvm::Twine(k[r - 1]) + ")");
+    return shapeError("q and k differ in the last axis (" + llvm::Twine(s.D) +
+                      " vs " + llvm::Twine(k[r - 1]) + ")");
   if (s.KvHeads <= 0 || s.Heads % s.KvHeads != 0)
     return shapeError("k has " + llvm::Twine(s.KvHeads) +
                       " heads, which does not divide q's " +
@@ -63,7 +63,8 @@ headroom::attentionShape(llvm::ArrayRef<int64_t> q, llvm::ArrayRef<int64_t> k,
     return s;
   llvm::ArrayRef<int64_t> b = *bias;
   if (b.size() > r)
-    return shapeError("the bias " + shapeString(b) + " has a higher rank than q");
+    return shapeError("the bias " + shapeString(b) +
+                      " has a higher rank than q");
   // Right-aligned broadcasting to [batch.., H, Sq, Sk].
   llvm::SmallVector<int64_t, 4> full(s.BatchDims.begin(), s.BatchDims.end());
   full.append({s.Heads, s.Sq, s.Sk});

@@ -1,6 +1,7 @@
 //===- Cost.cpp - Floating-point operations of a node ---------------------===//
 #include "compiler/Cost.h"
 
+#include "compiler/AttentionShape.h"
 #include "compiler/MatMulShape.h"
 
 #include <algorithm>
@@ -14,6 +15,26 @@ static uint64_t convFlops(const TensorType &y, const TensorType &w) {
   for (unsigned d = 1; d < w.rank(); ++d)
     perOutput *= w.dim(d);
   return 2 * uint64_t(y.numElements()) * perOutput;
+}
+
+/// FusedAttention and its gradient: the products the kernels compute (the
+/// scores and p v forward; the scores, dp, dq, dk and dv backward), over
+/// the keys each row reads (half of them when causal), plus the softmax.
+static uint64_t attentionFlops(const Node &n, bool grad) {
+  unsigned first = grad ? 1 : 0;
+  auto s = attentionShape(n.operand(first)->type().shape(),
+                          n.operand(first + 1)->type().shape(),
+                          n.operand(first + 2)->type().shape());
+  if (!s) { // the verifier reports it
+    llvm::consumeError(s.takeError());
+    return 0;
+  }
+  uint64_t pairs = uint64_t(s->Batch * s->Heads) * s->Sq * s->Sk;
+  if (n.intAttr("causal", 0))
+    pairs = uint64_t(s->Batch * s->Heads) * s->Sq * (s->Sk + 1) / 2;
+  uint64_t perPair =
+      grad ? 2 * (3 * s->D + 2 * s->Dv) + 8 : 2 * (s->D + s->Dv) + 5;
+  return pairs * perPair;
 }
 
 uint64_t headroom::nodeFlops(const Node &n) {
@@ -33,6 +54,10 @@ uint64_t headroom::nodeFlops(const Node &n) {
     uint64_t k = n.intAttr("transA", 0) ? a.dim(0) : a.dim(a.rank() - 1);
     return 2 * uint64_t(n.result(0)->type().numElements()) * k;
   }
+  case OpKind::FusedAttention:
+    return attentionFlops(n, /*grad=*/false);
+  case OpKind::FusedAttentionGrad:
+    return attentionFlops(n, /*grad=*/true);
   case OpKind::Conv:
     return convFlops(n.result(0)->type(), n.operand(1)->type());
   case OpKind::ConvGradInput: // (dy, w)

@@ -217,8 +217,8 @@ llvm::Error Verifier::verifyAttention(const Node &n) {
                        q->type().str() + ", " + k->type().str() + " and " +
                        v->type().str());
   if (bias && !isFloat(bias->type().dtype()))
-    return fail(n, "the bias must be a float tensor, got " +
-                       bias->type().str());
+    return fail(n,
+                "the bias must be a float tensor, got " + bias->type().str());
   std::optional<llvm::ArrayRef<int64_t>> biasShape;
   if (bias)
     biasShape = bias->type().shape();
@@ -253,7 +253,9 @@ llvm::Error Verifier::verifyAttention(const Node &n) {
     return e;
   for (unsigned i = 0; i < 3; ++i)
     if (auto e = expect(n.result(i), n.operand(1 + i)->type(),
-                        i == 0 ? "dq" : i == 1 ? "dk" : "dv"))
+                        i == 0   ? "dq"
+                        : i == 1 ? "dk"
+                                 : "dv"))
       return e;
   return llvm::Error::success();
 }

@@ -748,13 +748,13 @@ static llvm::Error gradFusedAttention(GradContext &c) {
                   "fuse-attention pass leaves trained biases unfused)");
   if (!c.dy(0))
     return ok();
-  llvm::SmallVector<Value *, 7> operands = {c.dy(), c.x(0), c.x(1), c.x(2),
-                                            c.y(0), c.y(1)};
+  llvm::SmallVector<Value *, 7> operands = {c.dy(), c.x(0), c.x(1),
+                                            c.x(2), c.y(0), c.y(1)};
   if (c.N.numOperands() > 3 && c.x(3))
     operands.push_back(c.x(3));
-  Node *g = c.B.create("FusedAttentionGrad", operands,
-                       {c.x(0)->type(), c.x(1)->type(), c.x(2)->type()},
-                       c.N.attrs());
+  Node *g =
+      c.B.create("FusedAttentionGrad", operands,
+                 {c.x(0)->type(), c.x(1)->type(), c.x(2)->type()}, c.N.attrs());
   for (unsigned i = 0; i < 3; ++i)
     c.DIn[i] = g->result(i);
   return ok();

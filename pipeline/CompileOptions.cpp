@@ -56,6 +56,10 @@ static const FlagInfo kFlags[] = {
     {"disable-dropout", nullptr,
      "Train with every Dropout ratio set to 0 (to reproduce references "
      "computed without dropout)"},
+    {"attention", "fused|unfused",
+     "Attention as one fused op without the [seq, seq] scores (default "
+     "fused; exact up to rounding) or as the graph's own "
+     "MatMul/Softmax/MatMul (unfused)"},
     {"device", "cpu|cuda|auto",
      "The backend the plan is for (default auto: this machine's)"},
 };
@@ -334,6 +338,12 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
   }
   o.Optimizer.SkipNonFinite = o.OnNan == NanPolicy::Skip;
   o.DisableDropout = sw("disable-dropout");
+  if (has("attention")) {
+    llvm::StringRef a = get("attention");
+    if (a != "fused" && a != "unfused")
+      return flagError("attention", a, "fused or unfused");
+    o.FuseAttention = a == "fused";
+  }
   o.Target = has("device") ? get("device").str() : "auto";
   if (o.Target == "auto")
     o.Target = autoDevice.str();
@@ -438,6 +448,8 @@ std::string CompileOptions::flags() const {
     add("on-nan", OnNan == NanPolicy::Skip ? "skip" : "continue");
   if (DisableDropout)
     add("disable-dropout", "");
+  if (!FuseAttention)
+    add("attention", "unfused");
   add("device", Target);
   return llvm::join(out, " ");
 }
@@ -451,6 +463,8 @@ std::string CompileOptions::basePipeline() const {
                      (Precision == DType::BF16 ? "bf16" : "fp16") +
                      " master=" + (MasterWeights ? "fp32" : "none") + "}");
   passes.push_back("canonicalize");
+  if (FuseAttention)
+    passes.push_back("fuse-attention");
   passes.push_back("autodiff");
   if (Accumulate > 1)
     passes.push_back("accumulate{steps=" + std::to_string(Accumulate) + "}");

@@ -66,6 +66,10 @@ struct CompileOptions {
   /// Sets every Dropout's ratio to 0 (to reproduce references computed
   /// without dropout; the trained model is then not the one described).
   bool DisableDropout = false;
+  /// Attention as one FusedAttention op (the `fuse-attention` pass; exact up
+  /// to rounding, no [seq, seq] tensors); false keeps the graph's own
+  /// MatMul/Softmax (`--attention unfused`).
+  bool FuseAttention = true;
   /// The backend the plan is for (compiler/Target.h): "cpu" or "cuda".
   std::string Target = "cpu";
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 using namespace headroom;
 
@@ -49,6 +50,36 @@ static TensorCounts countTensors(const Plan &plan) {
         c.Values[3] += it->second.asTensor().numElements();
     }
   return c;
+}
+
+/// Attention blocks the fuse-attention pass fused, and the Softmaxes it
+/// declined by reason (the `fuse_attention` attribute), in the function
+/// that has the most (recomputed clones not counted).
+struct AttentionCounts {
+  unsigned Fused = 0, Unfused = 0;
+  std::map<std::string, unsigned> Reasons;
+};
+
+static AttentionCounts countAttention(const Plan &plan) {
+  AttentionCounts best;
+  for (const PlanFunction &f : plan.Functions) {
+    AttentionCounts c;
+    for (const KernelCall &call : f.Calls) {
+      if (call.Attrs.count("recomputed"))
+        continue;
+      if (call.Kind == OpKind::FusedAttention)
+        ++c.Fused;
+      auto it = call.Attrs.find("fuse_attention");
+      if (call.Kind == OpKind::Softmax && it != call.Attrs.end() &&
+          it->second.kind() == Attribute::Kind::String) {
+        ++c.Unfused;
+        ++c.Reasons[it->second.asString()];
+      }
+    }
+    if (c.Fused + c.Unfused > best.Fused + best.Unfused)
+      best = c;
+  }
+  return best;
 }
 
 void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
@@ -108,6 +139,14 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
     os << (k ? ", " : " ") << counts.Tensors[k] << " " << kCountNames[k] << " ("
        << counts.Values[k] << " values)";
   os << "\n";
+  AttentionCounts attention = countAttention(plan);
+  if (attention.Fused + attention.Unfused) {
+    os << "  attention: " << attention.Fused
+       << " fused (no [seq, seq] tensors), " << attention.Unfused << " unfused";
+    for (const auto &[why, n] : attention.Reasons)
+      os << "; " << n << "x " << why;
+    os << "\n";
+  }
   os << "  (activations, gradients and temporaries are at the schedule "
         "position where transient memory peaks; \"most live at once\" is "
         "over the whole step; constants in the plan: "
@@ -157,6 +196,14 @@ llvm::json::Value headroom::reportJson(const Plan &plan) {
         llvm::json::Object{{"tensors", int64_t(counts.Tensors[k])},
                            {"values", int64_t(counts.Values[k])}};
   root["tensors"] = std::move(tensors);
+  AttentionCounts attention = countAttention(plan);
+  llvm::json::Object declined;
+  for (const auto &[why, n] : attention.Reasons)
+    declined[why] = int64_t(n);
+  root["attention"] =
+      llvm::json::Object{{"fused", int64_t(attention.Fused)},
+                         {"unfused", int64_t(attention.Unfused)},
+                         {"declined", std::move(declined)}};
   return llvm::json::Value(std::move(root));
 }
 

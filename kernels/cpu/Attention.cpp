@@ -69,8 +69,8 @@ dotRowsImpl(const T *x, int rows, const T *y, int64_t n, int64_t d, T *s,
 /// y[i] += a_r x_r[i] summed over r < rows (in order), i < n.
 template <typename T>
 inline __attribute__((always_inline)) void
-axpyRowsImpl(const T *a, int64_t lda, int rows, const T *x, int64_t ldx,
-             T *y, int64_t n) {
+axpyRowsImpl(const T *a, int64_t lda, int rows, const T *x, int64_t ldx, T *y,
+             int64_t n) {
   for (int r = 0; r < rows; ++r) {
     T ar = a[r * lda];
     if (ar == T(0))
@@ -148,8 +148,8 @@ struct Attention {
       for (int64_t j = 0; j < keys; ++j)
         row[j] *= T(Scale);
       if (Bias) {
-        int64_t at = S.BiasBatchOffset[b] + h * S.BiasHeadStride +
-                     i * S.BiasRowStride;
+        int64_t at =
+            S.BiasBatchOffset[b] + h * S.BiasHeadStride + i * S.BiasRowStride;
         if (Bias->Type == DType::F32)
           addBias(row, Bias->as<float>() + at, keys);
         else

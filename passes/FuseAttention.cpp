@@ -1,0 +1,509 @@
+//===- FuseAttention.cpp - Attention without the s^2 tensors --------------===//
+//
+// Finds softmax(scale q kT + bias) v in the forward and replaces it with one
+// FusedAttention node (compiler/AttentionShape.h), whose kernels never hold
+// the [.., Sq, Sk] scores or probabilities: the backward recomputes them a
+// block at a time from each row's log-sum-exp (docs/attention.md).
+//
+// The pattern, read up from each Softmax over the last axis and down from it:
+//
+//   MatMul(q, k {transB=1} | kT)            the scores; kT is un-transposed
+//   [Cast] [Mul|Div by a scalar constant]*  the scale (products of them)
+//   [Add(bias)]* [Where(mask, s, c) | Where(mask, c, s)]*   with c <= -1e30
+//   Softmax(axis = -1)
+//   [IsNaN + Where(isnan, 0, p)]            torch's all-masked rows -> 0
+//   [Dropout(p, ratio, training)]           the same mask bits, fused
+//   [Cast] MatMul(p, v)
+//
+// A mask or bias that is a constant lower triangle (0 / True on and below
+// the diagonal, <= -1e30 / False above) becomes `causal = 1` and needs no
+// tensor; other masks become one additive f32 bias of the mask's own shape
+// (a key-padding mask stays [b, 1, 1, s]). Every intermediate must have no
+// other user. A match is declined, with the reason in the Softmax's
+// `fuse_attention` attribute (printed by `opt`, summed up by `--stats`),
+// when a bias is trained (T5's relative positions: its gradient is not
+// fused), when something else reads the scores or probabilities, or when
+// the shapes are not attention's.
+//
+// Requires: one function, the forward, canonicalized, before autodiff.
+// Guarantees: every matched chain is gone; each FusedAttention takes the
+// Dropout's place in the random-stream numbering (passes/Passes.cpp).
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Passes.h"
+
+#include "compiler/AttentionShape.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <cmath>
+#include <optional>
+
+using namespace headroom;
+
+namespace {
+
+/// Masked scores are set to at most this (torch uses -inf, finfo.min or
+/// -1e9 ... -1e4 in older models; all of those drown every real score).
+constexpr double kMaskedAt = -1e4;
+
+struct Match {
+  Node *Scores = nullptr; // MatMul(q, k)
+  Node *Softmax = nullptr;
+  Node *Product = nullptr; // MatMul(p, v)
+  Value *Q = nullptr, *K = nullptr, *V = nullptr;
+  bool KTransposed = false, VTransposed = false;
+  double Scale = 1;
+  bool ZeroEmptyRows = false;
+  std::optional<double> Dropout;
+  /// Additive biases and boolean masks (keep where true) as found.
+  llvm::SmallVector<Value *, 2> Biases;
+  struct Mask {
+    Value *Cond;
+    bool KeepWhenTrue;
+    double Fill;
+  };
+  llvm::SmallVector<Mask, 2> Masks;
+  /// Nodes to erase once the fused node replaces the product, last first.
+  llvm::SmallVector<Node *, 12> Chain;
+};
+
+/// A scalar constant's value.
+std::optional<double> scalarConstant(const Value *v) {
+  if (!v || v->type().numElements() != 1)
+    return std::nullopt;
+  Node *def = v->definingNode();
+  if (!def || !def->is(OpKind::Constant) || !isFloat(v->type().dtype()))
+    return std::nullopt;
+  return def->attr("value")->asTensor().getDouble(0);
+}
+
+/// Whether `x` is computed from a MatMul through the ops the scores' chain
+/// may hold.
+bool leadsToMatMul(const Value *x, int depth) {
+  Node *def = x->definingNode();
+  if (!def || depth > 16)
+    return false;
+  switch (def->kind()) {
+  case OpKind::MatMul:
+    return true;
+  case OpKind::Cast:
+    return leadsToMatMul(def->operand(0), depth + 1);
+  case OpKind::Mul:
+  case OpKind::Div:
+  case OpKind::Add:
+    return leadsToMatMul(def->operand(0), depth + 1) ||
+           leadsToMatMul(def->operand(1), depth + 1);
+  case OpKind::Where:
+    return leadsToMatMul(def->operand(1), depth + 1) ||
+           leadsToMatMul(def->operand(2), depth + 1);
+  default:
+    return false;
+  }
+}
+
+bool onlyUser(const Value *v, const Node *user) {
+  return v->users().size() == 1 && v->users()[0] == user;
+}
+
+class FuseAttention : public Pass {
+public:
+  llvm::StringRef name() const override { return "fuse-attention"; }
+  llvm::Expected<bool> run(Module &m) override;
+
+private:
+  /// Why `softmax` is not the center of an attention, or "" with `m` filled.
+  std::string match(Node &softmax, Match &m);
+  std::string matchScores(Value *x, Match &m);
+  std::string matchProduct(Value *p, Match &m);
+  bool trained(Value *v);
+  void rewrite(Function &f, Match &m);
+  /// k as [.., Sk, D] from kT [.., D, Sk], made before `before`.
+  Value *untranspose(Function &f, Value *kT, Node *before);
+  /// Whether a constant mask (keep where true) or bias is causal.
+  bool causalMask(const Value *cond, bool keepWhenTrue) const;
+  bool causalBias(const Value *bias) const;
+
+  llvm::DenseMap<const Value *, bool> Trained;
+};
+
+} // namespace
+
+bool FuseAttention::trained(Value *v) {
+  if (!v)
+    return false;
+  auto it = Trained.find(v);
+  if (it != Trained.end())
+    return it->second;
+  Trained[v] = false; // no cycles in SSA; this only bounds the walk
+  bool result = false;
+  if (Node *def = v->definingNode()) {
+    if (def->is(OpKind::Read))
+      result = def->state()->kind() == StateKind::Param;
+    for (Value *o : def->operands())
+      result = result || trained(o);
+  }
+  Trained[v] = result;
+  return result;
+}
+
+/// Walks up from the Softmax's input to the scores' MatMul.
+std::string FuseAttention::matchScores(Value *x, Match &m) {
+  Node *user = m.Softmax;
+  for (;;) {
+    Node *def = x->definingNode();
+    if (!def)
+      return "the softmax's input is not computed from a MatMul";
+    if (!onlyUser(x, user))
+      return "the scores (" + def->op() + ") have another user";
+    m.Chain.push_back(def);
+    user = def;
+    if (def->is(OpKind::MatMul)) {
+      if (def->intAttr("transA", 0))
+        return "the scores' MatMul transposes q";
+      m.Scores = def;
+      m.Q = def->operand(0);
+      m.K = def->operand(1);
+      m.KTransposed = !def->intAttr("transB", 0);
+      return "";
+    }
+    if (def->is(OpKind::Cast) && isFloat(def->operand(0)->type().dtype())) {
+      x = def->operand(0);
+      continue;
+    }
+    if (def->is(OpKind::Mul) || def->is(OpKind::Div)) {
+      for (unsigned i = 0; i < 2; ++i) {
+        auto c = scalarConstant(def->operand(1 - i));
+        if (!c || (def->is(OpKind::Div) && i == 1))
+          continue;
+        m.Scale *= def->is(OpKind::Div) ? 1 / *c : *c;
+        x = def->operand(i);
+        break;
+      }
+      if (x == def->result(0))
+        return "the scores are multiplied by a tensor, not a scalar constant";
+      continue;
+    }
+    if (def->is(OpKind::Add)) {
+      // The scores are the side computed from a MatMul through this chain.
+      Value *a = def->operand(0), *b = def->operand(1);
+      bool aIsScores = leadsToMatMul(a, 0);
+      Value *scores = aIsScores ? a : b, *bias = aIsScores ? b : a;
+      if (scores->type() != def->result(0)->type())
+        return "an Add before the softmax broadcasts the scores";
+      m.Biases.push_back(bias);
+      x = scores;
+      continue;
+    }
+    if (def->is(OpKind::Where)) {
+      Value *cond = def->operand(0);
+      for (unsigned i = 1; i < 3; ++i) {
+        auto c = scalarConstant(def->operand(3 - i));
+        if (!c || *c > kMaskedAt)
+          continue;
+        if (def->operand(i)->type() != def->result(0)->type())
+          return "a Where before the softmax broadcasts the scores";
+        m.Masks.push_back({cond, /*KeepWhenTrue=*/i == 1, *c});
+        x = def->operand(i);
+        break;
+      }
+      if (x == def->result(0))
+        return "a Where before the softmax does not mask with a constant "
+               "<= -1e4";
+      continue;
+    }
+    return "the scores pass through " + def->op();
+  }
+}
+
+/// Walks down from the Softmax's result to the product with v.
+std::string FuseAttention::matchProduct(Value *p, Match &m) {
+  for (;;) {
+    if (p->users().empty())
+      return "the probabilities are not used";
+    // IsNaN(p) + Where(isnan, 0, p): exactly two users of p.
+    if (p->users().size() == 2) {
+      Node *isNan = p->users()[0], *where = p->users()[1];
+      if (!isNan->is(OpKind::IsNaN))
+        std::swap(isNan, where);
+      auto zero = where->is(OpKind::Where) && where->numOperands() == 3
+                      ? scalarConstant(where->operand(1))
+                      : std::nullopt;
+      if (!isNan->is(OpKind::IsNaN) || !where->is(OpKind::Where) || !zero ||
+          *zero != 0 || where->operand(0) != isNan->result(0) ||
+          where->operand(2) != p || !onlyUser(isNan->result(0), where))
+        return "the probabilities have another user";
+      m.ZeroEmptyRows = true;
+      m.Chain.push_back(isNan);
+      m.Chain.push_back(where);
+      p = where->result(0);
+      continue;
+    }
+    Node *use = p->users()[0];
+    if (use->is(OpKind::Dropout)) {
+      if (use->operand(0) != p || m.Dropout)
+        return "the probabilities pass through two Dropouts";
+      auto ratio = use->numOperands() > 1 ? scalarConstant(use->operand(1))
+                                          : std::optional<double>(0.5);
+      auto training = use->numOperands() > 2 && use->operand(2)
+                          ? use->operand(2)->definingNode()
+                          : nullptr;
+      if (!ratio || !training || !training->is(OpKind::Constant) ||
+          training->attr("value")->asTensor().getDouble(0) == 0)
+        return "the Dropout's ratio or training mode is not a constant";
+      if (use->numResults() > 1 && use->result(1)->hasUses())
+        return "the Dropout's mask is used";
+      m.Dropout = *ratio;
+      m.Chain.push_back(use);
+      p = use->result(0);
+      continue;
+    }
+    if (use->is(OpKind::Cast) && isFloat(use->result(0)->type().dtype())) {
+      m.Chain.push_back(use);
+      p = use->result(0);
+      continue;
+    }
+    if (use->is(OpKind::MatMul) && use->operand(0) == p &&
+        use->operand(1) != p) {
+      if (use->intAttr("transA", 0))
+        return "the product with v transposes the probabilities";
+      m.Product = use;
+      m.V = use->operand(1);
+      m.VTransposed = use->intAttr("transB", 0);
+      return "";
+    }
+    return "the probabilities are used by " + use->op();
+  }
+}
+
+std::string FuseAttention::match(Node &softmax, Match &m) {
+  m.Softmax = &softmax;
+  int64_t rank = softmax.operand(0)->type().rank();
+  int64_t axis = softmax.intAttr("axis", -1);
+  if (axis != -1 && axis != rank - 1)
+    return "softmax over another axis than the last";
+  if (rank < 3)
+    return "scores of rank < 3";
+  if (std::string why = matchScores(softmax.operand(0), m); !why.empty())
+    return why;
+  if (std::string why = matchProduct(softmax.result(0), m); !why.empty())
+    return why;
+  for (Value *b : m.Biases)
+    if (trained(b))
+      return "the bias is trained (its gradient is not fused)";
+  for (const Match::Mask &k : m.Masks)
+    if (trained(k.Cond))
+      return "the mask depends on a trained parameter";
+  DType t = m.Q->type().dtype();
+  if (m.K->type().dtype() != t || m.V->type().dtype() != t ||
+      m.Product->result(0)->type().dtype() != t || !isFloat(t))
+    return "q, k, v and the output differ in element type";
+  // Shapes: k and v as the op takes them.
+  auto swapLast = [](llvm::ArrayRef<int64_t> s) {
+    llvm::SmallVector<int64_t, 4> r(s.begin(), s.end());
+    if (r.size() >= 2)
+      std::swap(r[r.size() - 1], r[r.size() - 2]);
+    return r;
+  };
+  auto k = m.KTransposed
+               ? swapLast(m.K->type().shape())
+               : llvm::SmallVector<int64_t, 4>(m.K->type().shape().begin(),
+                                               m.K->type().shape().end());
+  auto v = m.VTransposed
+               ? swapLast(m.V->type().shape())
+               : llvm::SmallVector<int64_t, 4>(m.V->type().shape().begin(),
+                                               m.V->type().shape().end());
+  auto s = attentionShape(m.Q->type().shape(), k, v);
+  if (!s)
+    return "not attention's shapes: " + llvm::toString(s.takeError());
+  if (llvm::ArrayRef<int64_t>(s->outShape()) !=
+      m.Product->result(0)->type().shape())
+    return "the product's shape is not attention's output";
+  return "";
+}
+
+bool FuseAttention::causalMask(const Value *cond, bool keepWhenTrue) const {
+  Node *def = cond->definingNode();
+  if (!def || !def->is(OpKind::Constant) || cond->type().rank() < 2)
+    return false;
+  const Tensor &t = def->attr("value")->asTensor();
+  int64_t r = cond->type().rank(), rows = cond->type().dim(r - 2),
+          cols = cond->type().dim(r - 1);
+  if (rows != cols || rows < 2)
+    return false;
+  for (int64_t i = 0; i < t.numElements(); ++i) {
+    int64_t row = (i / cols) % rows, col = i % cols;
+    bool keep = (t.getDouble(i) != 0) == keepWhenTrue;
+    if (keep != (col <= row))
+      return false;
+  }
+  return true;
+}
+
+bool FuseAttention::causalBias(const Value *bias) const {
+  Node *def = bias->definingNode();
+  if (!def || !def->is(OpKind::Constant) || bias->type().rank() < 2)
+    return false;
+  const Tensor &t = def->attr("value")->asTensor();
+  int64_t r = bias->type().rank(), rows = bias->type().dim(r - 2),
+          cols = bias->type().dim(r - 1);
+  if (rows != cols || rows < 2)
+    return false;
+  for (int64_t i = 0; i < t.numElements(); ++i) {
+    int64_t row = (i / cols) % rows, col = i % cols;
+    double x = t.getDouble(i);
+    if (col <= row ? x != 0 : x > kMaskedAt)
+      return false;
+  }
+  return true;
+}
+
+Value *FuseAttention::untranspose(Function &f, Value *kT, Node *before) {
+  Builder b(f, before);
+  b.setLoc(before->loc());
+  unsigned r = kT->type().rank();
+  llvm::SmallVector<int64_t, 4> perm;
+  for (unsigned d = 0; d < r; ++d)
+    perm.push_back(d);
+  std::swap(perm[r - 1], perm[r - 2]);
+  Value *src = kT;
+  // Transpose(x, p) then the swap is Transpose(x, p o swap).
+  if (Node *def = kT->definingNode(); def && def->is(OpKind::Transpose)) {
+    if (const Attribute *a = def->attr("perm")) {
+      std::vector<int64_t> p = a->asInts();
+      llvm::SmallVector<int64_t, 4> composed;
+      for (int64_t d : perm)
+        composed.push_back(p[d]);
+      perm = composed;
+      src = def->operand(0);
+    }
+  }
+  bool identity = true;
+  for (unsigned d = 0; d < r; ++d)
+    identity &= perm[d] == d;
+  if (identity)
+    return src;
+  llvm::SmallVector<int64_t, 4> shape;
+  for (int64_t p : perm)
+    shape.push_back(src->type().dim(p));
+  AttributeMap attrs;
+  attrs["perm"] =
+      Attribute::getInts(std::vector<int64_t>(perm.begin(), perm.end()));
+  return b.createValue("Transpose", {src},
+                       TensorType(src->type().dtype(), shape), attrs);
+}
+
+void FuseAttention::rewrite(Function &f, Match &m) {
+  Node *at = m.Product;
+  Builder b(f, at);
+  b.setLoc(m.Softmax->loc());
+  DType t = m.Q->type().dtype(), lseType = attentionLseType(t);
+  Value *k = m.KTransposed ? untranspose(f, m.K, at) : m.K;
+  Value *v = m.VTransposed ? untranspose(f, m.V, at) : m.V;
+  bool causal = false;
+  // One additive bias in lse's type: biases, then masks as Where(cond, 0,
+  // fill); a causal constant is an attribute instead.
+  Value *bias = nullptr;
+  auto add = [&](Value *x) {
+    if (x->type().dtype() != lseType) {
+      AttributeMap a;
+      a["to"] = Attribute::getType(lseType);
+      x = b.createValue("Cast", {x}, x->type().withDType(lseType), a);
+    }
+    if (!bias) {
+      bias = x;
+      return;
+    }
+    auto shape = *broadcastShapes(bias->type().shape(), x->type().shape());
+    bias = b.createValue("Add", {bias, x}, TensorType(lseType, shape));
+  };
+  for (Value *x : m.Biases) {
+    if (causalBias(x))
+      causal = true;
+    else
+      add(x);
+  }
+  for (const Match::Mask &mask : m.Masks) {
+    if (causalMask(mask.Cond, mask.KeepWhenTrue)) {
+      causal = true;
+      continue;
+    }
+    Value *zero = b.constant(Tensor::fromDoubles(lseType, {}, {0.0}));
+    Value *fill = b.constant(Tensor::fromDoubles(lseType, {}, {mask.Fill}));
+    Value *keep = mask.KeepWhenTrue ? zero : fill,
+          *drop = mask.KeepWhenTrue ? fill : zero;
+    add(b.createValue("Where", {mask.Cond, keep, drop},
+                      TensorType(lseType, mask.Cond->type().shape())));
+  }
+  AttributeMap attrs;
+  attrs["scale"] = Attribute::getFloat(m.Scale);
+  if (causal)
+    attrs["causal"] = Attribute::getInt(1);
+  if (m.ZeroEmptyRows)
+    attrs["zero_empty_rows"] = Attribute::getInt(1);
+  if (m.Dropout)
+    attrs["dropout"] = Attribute::getFloat(*m.Dropout);
+  llvm::SmallVector<Value *, 4> operands = {m.Q, k, v};
+  if (bias)
+    operands.push_back(bias);
+  auto s = *attentionShape(m.Q->type().shape(), k->type().shape(),
+                           v->type().shape());
+  Node *fused = b.create(
+      "FusedAttention", operands,
+      {TensorType(t, s.outShape()), TensorType(lseType, s.lseShape())}, attrs);
+  fused->result(0)->setName(m.Product->result(0)->name());
+  m.Product->result(0)->replaceAllUsesWith(fused->result(0));
+  m.Chain.push_back(m.Product);
+  llvm::SmallVector<Node *, 12> pending(m.Chain.begin(), m.Chain.end());
+  pending.push_back(m.Softmax);
+  // Erase repeatedly whatever has no users left until nothing changes.
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (Node *&n : pending) {
+      if (!n)
+        continue;
+      bool used = false;
+      for (Value *r : n->results())
+        used |= r->hasUses();
+      if (used)
+        continue;
+      n->erase();
+      n = nullptr;
+      progress = true;
+    }
+  }
+}
+
+llvm::Expected<bool> FuseAttention::run(Module &m) {
+  if (m.functions().size() != 1)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "fuse-attention: expected one function (the forward, before "
+        "autodiff), found %zu",
+        m.functions().size());
+  Function &f = *m.functions()[0];
+  llvm::SmallVector<Node *, 8> softmaxes;
+  for (Node &n : f.nodes())
+    if (n.is(OpKind::Softmax))
+      softmaxes.push_back(&n);
+  bool changed = false;
+  for (Node *n : softmaxes) {
+    Match match;
+    std::string why = this->match(*n, match);
+    if (!why.empty()) {
+      n->setAttr("fuse_attention", Attribute::getString(why));
+      continue;
+    }
+    rewrite(f, match);
+    changed = true;
+  }
+  return changed;
+}
+
+llvm::Expected<std::unique_ptr<Pass>>
+headroom::createFuseAttentionPass(llvm::StringRef options) {
+  if (auto e = checkNoOptions("fuse-attention", options))
+    return e;
+  return std::make_unique<FuseAttention>();
+}
