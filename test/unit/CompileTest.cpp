@@ -43,6 +43,7 @@ TEST(CompileOptionsTest, FlagsRoundTrip) {
         "--shape x=4x16 --shape y=4 --freeze fc1.weight,fc1.bias --optimizer "
         "lomo --schedule always --disable-dropout --device cuda",
         "--batch 2 --optimizer none --schedule never",
+        "--batch 2 --attention unfused",
         "--batch 2 --freeze \"a name\" --optimizer adalomo",
         "--batch 8 --recompute every=2 --recompute-keep h.0.attn.Softmax,x",
         "--batch 8 --recompute budget=1.5MiB --optimizer lomo",
@@ -69,16 +70,23 @@ TEST(CompileOptionsTest, DefaultsFollowTheOptimizer) {
                            "--weight-decay 0.01 --betas 0.9,0.999 --eps 1e-08 "
                            "--device cpu");
   EXPECT_EQ(adamw.passPipeline(false),
-            "canonicalize,autodiff,optimizer{kind=adamw lr=0.001 "
-            "weight_decay=0.01 beta1=0.9 beta2=0.999 eps=1e-08},canonicalize");
+            "canonicalize,fuse-attention,autodiff,optimizer{kind=adamw "
+            "lr=0.001 weight_decay=0.01 beta1=0.9 beta2=0.999 eps=1e-08},"
+            "canonicalize");
   CompileOptions none = fromText("--batch 4 --optimizer none");
   EXPECT_FALSE(none.ApplyOptimizer);
-  EXPECT_EQ(none.passPipeline(true), "canonicalize,autodiff,canonicalize,"
-                                     "schedule");
+  EXPECT_EQ(none.passPipeline(true),
+            "canonicalize,fuse-attention,autodiff,canonicalize,schedule");
+  CompileOptions unfused = fromText("--batch 4 --attention unfused");
+  EXPECT_FALSE(unfused.FuseAttention);
+  EXPECT_EQ(unfused.passPipeline(false),
+            "canonicalize,autodiff,optimizer{kind=sgd lr=0.01 "
+            "weight_decay=0},canonicalize");
   CompileOptions accum =
       fromText("--batch 8 --accum 2 --disable-dropout --clip-grad-norm 1");
   EXPECT_EQ(accum.passPipeline(false),
-            "disable-dropout,canonicalize,autodiff,accumulate{steps=2},"
+            "disable-dropout,canonicalize,fuse-attention,autodiff,"
+            "accumulate{steps=2},"
             "optimizer{kind=sgd lr=0.01 weight_decay=0 clip_grad_norm=1},"
             "canonicalize");
   // What --device auto means is the caller's (the tool asks the runtime).
@@ -87,6 +95,8 @@ TEST(CompileOptionsTest, DefaultsFollowTheOptimizer) {
 }
 
 TEST(CompileOptionsTest, BadFlagsNameTheFlag) {
+  EXPECT_EQ(flagError("--batch 2 --attention flash"),
+            "--attention flash: expected fused or unfused");
   EXPECT_EQ(flagError("--optimizer sgd"),
             "--batch N is required: the number of samples per step");
   EXPECT_EQ(flagError("--batch 0"),
@@ -182,7 +192,7 @@ TEST(CompileOptionsTest, RecomputeFlags) {
   EXPECT_EQ(o.Recompute.Kind, RecomputeOptions::Policy::Every);
   EXPECT_EQ(o.Recompute.N, 3u);
   EXPECT_EQ(o.passPipeline(true),
-            "canonicalize,autodiff,optimizer{kind=sgd lr=0.01 "
+            "canonicalize,fuse-attention,autodiff,optimizer{kind=sgd lr=0.01 "
             "weight_decay=0},canonicalize,recompute{policy=every n=3},"
             "schedule");
   EXPECT_EQ(fromText("--batch 8 --recompute budget=2GiB").RecomputeBudget,
