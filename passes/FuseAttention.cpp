@@ -323,40 +323,134 @@ std::string FuseAttention::match(Node &softmax, Match &m) {
   return "";
 }
 
-bool FuseAttention::causalMask(const Value *cond, bool keepWhenTrue) const {
-  Node *def = cond->definingNode();
-  if (!def || !def->is(OpKind::Constant) || cond->type().rank() < 2)
-    return false;
-  const Tensor &t = def->attr("value")->asTensor();
-  int64_t r = cond->type().rank(), rows = cond->type().dim(r - 2),
-          cols = cond->type().dim(r - 1);
-  if (rows != cols || rows < 2)
-    return false;
-  for (int64_t i = 0; i < t.numElements(); ++i) {
-    int64_t row = (i / cols) % rows, col = i % cols;
-    bool keep = (t.getDouble(i) != 0) == keepWhenTrue;
-    if (keep != (col <= row))
-      return false;
+/// A value over the last two axes [i, j] that depends only on j - i: Le
+/// where j - i <= K, Gt above (a constant ConstantOfShape has Le == Gt).
+struct Triangle {
+  int64_t K = 0;
+  double Le = 0, Gt = 0;
+};
+
+/// The Triangle a value is, when it is computed from constants by the ops
+/// masks are made of (a folded constant; ConstantOfShape, Trilu, Cast, Not,
+/// Where, and arithmetic with scalar constants: the zoo's and HF's causal
+/// masks, too large for canonicalize to fold), or none.
+std::optional<Triangle> triangleOf(const Value *v, int depth = 0) {
+  Node *def = v->definingNode();
+  if (!def || depth > 16)
+    return std::nullopt;
+  auto scalar = [&](unsigned i) {
+    return i < def->numOperands() && def->operand(i)
+               ? scalarConstant(def->operand(i))
+               : std::nullopt;
+  };
+  auto map = [&](const Value *x, auto f) -> std::optional<Triangle> {
+    auto t = triangleOf(x, depth + 1);
+    if (!t)
+      return std::nullopt;
+    return Triangle{t->K, f(t->Le), f(t->Gt)};
+  };
+  switch (def->kind()) {
+  case OpKind::Constant: {
+    const Tensor &t = def->attr("value")->asTensor();
+    unsigned r = v->type().rank();
+    if (t.numElements() == 1)
+      return Triangle{0, t.getDouble(0), t.getDouble(0)};
+    if (r < 2)
+      return std::nullopt;
+    int64_t rows = v->type().dim(r - 2), cols = v->type().dim(r - 1);
+    Triangle tri{0, t.getDouble(0), cols > 1 ? t.getDouble(1) : 0};
+    for (int64_t i = 0; i < t.numElements(); ++i) {
+      int64_t row = (i / cols) % rows, col = i % cols;
+      if (t.getDouble(i) != (col - row <= 0 ? tri.Le : tri.Gt))
+        return std::nullopt;
+    }
+    return tri;
   }
-  return true;
+  case OpKind::ConstantOfShape: {
+    const Attribute *a = def->attr("value");
+    double x = a ? a->asTensor().getDouble(0) : 0.0;
+    return Triangle{0, x, x};
+  }
+  case OpKind::Trilu: {
+    auto t = triangleOf(def->operand(0), depth + 1);
+    auto k = def->numOperands() > 1 && def->operand(1)
+                 ? llvm::Optional<int64_t>()
+                 : llvm::Optional<int64_t>(0);
+    if (!k) {
+      Node *kd = def->operand(1)->definingNode();
+      if (!kd || !kd->is(OpKind::Constant))
+        return std::nullopt;
+      k = int64_t(kd->attr("value")->asTensor().getDouble(0));
+    }
+    if (!t || t->Le != t->Gt)
+      return std::nullopt;
+    // Lower keeps j - i <= k; upper keeps j - i >= k, i.e. zeroes j - i <=
+    // k - 1.
+    if (def->intAttr("upper", 1))
+      return Triangle{*k - 1, 0, t->Le};
+    return Triangle{*k, t->Le, 0};
+  }
+  case OpKind::Cast: {
+    DType to = def->attr("to")->asType();
+    return map(def->operand(0), [&](double x) {
+      return to == DType::Bool ? double(x != 0) : x;
+    });
+  }
+  case OpKind::Not:
+    return map(def->operand(0), [](double x) { return double(x == 0); });
+  case OpKind::Where: {
+    auto c = triangleOf(def->operand(0), depth + 1);
+    auto a = triangleOf(def->operand(1), depth + 1),
+         b = triangleOf(def->operand(2), depth + 1);
+    if (!c || !a || !b || a->Le != a->Gt || b->Le != b->Gt)
+      return std::nullopt;
+    return Triangle{c->K, c->Le != 0 ? a->Le : b->Le,
+                    c->Gt != 0 ? a->Le : b->Le};
+  }
+  case OpKind::Add:
+  case OpKind::Sub:
+  case OpKind::Mul: {
+    // One side a scalar constant, the other a Triangle.
+    for (unsigned i = 0; i < 2; ++i) {
+      auto c = scalar(1 - i);
+      if (!c)
+        continue;
+      double k = *c;
+      OpKind op = def->kind();
+      return map(def->operand(i), [&](double x) {
+        if (op == OpKind::Add)
+          return x + k;
+        if (op == OpKind::Mul)
+          return x * k;
+        return i == 0 ? x - k : k - x;
+      });
+    }
+    return std::nullopt;
+  }
+  default:
+    return std::nullopt;
+  }
+}
+
+/// Whether a square mask over the last two axes keeps exactly j <= i: a
+/// boolean mask kept where true (or false), or an additive bias of 0 and
+/// <= -1e4.
+bool isSquare(const Value *v) {
+  unsigned r = v->type().rank();
+  return r >= 2 && v->type().dim(r - 2) == v->type().dim(r - 1) &&
+         v->type().dim(r - 1) >= 2;
+}
+
+bool FuseAttention::causalMask(const Value *cond, bool keepWhenTrue) const {
+  auto t = triangleOf(cond);
+  if (!t || !isSquare(cond) || t->K != 0)
+    return false;
+  return ((t->Le != 0) == keepWhenTrue) && ((t->Gt != 0) != keepWhenTrue);
 }
 
 bool FuseAttention::causalBias(const Value *bias) const {
-  Node *def = bias->definingNode();
-  if (!def || !def->is(OpKind::Constant) || bias->type().rank() < 2)
-    return false;
-  const Tensor &t = def->attr("value")->asTensor();
-  int64_t r = bias->type().rank(), rows = bias->type().dim(r - 2),
-          cols = bias->type().dim(r - 1);
-  if (rows != cols || rows < 2)
-    return false;
-  for (int64_t i = 0; i < t.numElements(); ++i) {
-    int64_t row = (i / cols) % rows, col = i % cols;
-    double x = t.getDouble(i);
-    if (col <= row ? x != 0 : x > kMaskedAt)
-      return false;
-  }
-  return true;
+  auto t = triangleOf(bias);
+  return t && isSquare(bias) && t->K == 0 && t->Le == 0 && t->Gt <= kMaskedAt;
 }
 
 Value *FuseAttention::untranspose(Function &f, Value *kT, Node *before) {

@@ -266,16 +266,15 @@ template <typename T> struct ForwardBody {
             *v = V + kv * C.Sk * C.Dv;
     T *out = Out + row * C.Dv;
     int64_t n = C.keysOf(i);
-    int64_t at = C.Bias ? C.biasBatch(b) + h * C.HeadStride + i * C.RowStride
-                        : 0;
-    auto score = [&](int64_t j) {
-      return C.score<A>(q, k + j * C.D, at, j);
-    };
+    int64_t at =
+        C.Bias ? C.biasBatch(b) + h * C.HeadStride + i * C.RowStride : 0;
+    auto score = [&](int64_t j) { return C.score<A>(q, k + j * C.D, at, j); };
     A max = r.max<A>(n, score);
     if (max == -std::numeric_limits<A>::infinity()) {
       // No key to look at: NaN, as softmax of nothing, or 0 when asked (and
       // 0 with no keys at all, as the CPU's empty sum).
-      A fill = C.ZeroEmpty || n == 0 ? A(0) : std::numeric_limits<A>::quiet_NaN();
+      A fill =
+          C.ZeroEmpty || n == 0 ? A(0) : std::numeric_limits<A>::quiet_NaN();
       r.each(C.Dv, [&](int64_t e) { st(out, e, fill); });
       r.each(1, [&](int64_t) { Lse[row] = max; });
       return;
@@ -307,8 +306,11 @@ struct ForwardApply {
     if (Error e = checkView(Ctx, Ctx.Outputs[1], "lse", attentionLseType(t),
                             s.lseShape()))
       return e;
-    ForwardBody<T> body{*call, Ctx.Inputs[0].as<T>(), Ctx.Inputs[1].as<T>(),
-                        Ctx.Inputs[2].as<T>(), Ctx.Outputs[0].as<T>(),
+    ForwardBody<T> body{*call,
+                        Ctx.Inputs[0].as<T>(),
+                        Ctx.Inputs[1].as<T>(),
+                        Ctx.Inputs[2].as<T>(),
+                        Ctx.Outputs[0].as<T>(),
                         Ctx.Outputs[1].as<Accum<T>>()};
     forEachRow(Ctx, s.Batch * s.Heads * s.Sq, body);
     return Error::success();
@@ -318,8 +320,7 @@ struct ForwardApply {
 /// FusedAttention(q, k, v, bias?) {scale, causal, dropout, zero_empty_rows}
 /// -> (out, lse).
 Error forward(const KernelContext &ctx) {
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type,
-                                   ForwardApply{ctx});
+  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type, ForwardApply{ctx});
 }
 
 //===----------------------------------------------------------------------===//
@@ -420,8 +421,9 @@ template <typename T> struct QueryGradBody {
     int64_t at =
         c.Bias ? c.biasBatch(b) + h * c.HeadStride + i * c.RowStride : 0;
     A l = G.Lse[row];
-    A rd = r.sum<A>(c.Dv,
-                    [&](int64_t e) { return A(ld(dout, e)) * A(ld(G.Out + row * c.Dv, e)); });
+    A rd = r.sum<A>(c.Dv, [&](int64_t e) {
+      return A(ld(dout, e)) * A(ld(G.Out + row * c.Dv, e));
+    });
     // A row whose output was a constant 0 has no gradient.
     int64_t n = c.ZeroEmpty && l == -std::numeric_limits<A>::infinity()
                     ? 0
@@ -457,7 +459,10 @@ struct BackwardApply {
                             s.lseShape()))
       return e;
     for (unsigned i = 0; i < 3; ++i)
-      if (Error e = checkView(Ctx, Ctx.Outputs[i], i == 0 ? "dq" : i == 1 ? "dk" : "dv",
+      if (Error e = checkView(Ctx, Ctx.Outputs[i],
+                              i == 0   ? "dq"
+                              : i == 1 ? "dk"
+                                       : "dv",
                               t, Ctx.Inputs[1 + i].Shape))
         return e;
     GradOperands<T> g{*call,
@@ -488,8 +493,7 @@ struct BackwardApply {
 /// FusedAttentionGrad(dout, q, k, v, out, lse, bias?) {the forward's
 /// attributes} -> (dq, dk, dv).
 Error backward(const KernelContext &ctx) {
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[1].Type,
-                                   BackwardApply{ctx});
+  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[1].Type, BackwardApply{ctx});
 }
 
 } // namespace

@@ -82,6 +82,7 @@ void registerLossKernels();
 void registerShapeKernels();
 void registerConvPoolKernels();
 void registerUpdateKernels();
+void registerAttentionKernels();
 
 /// Up to this many dimensions after merging (compiler/Types.h allows more;
 /// such a call is refused by the kernel).

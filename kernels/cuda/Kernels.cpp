@@ -41,6 +41,7 @@ static void registerAll() {
     registerShapeKernels();
     registerConvPoolKernels();
     registerUpdateKernels();
+    registerAttentionKernels();
   });
 }
 
