@@ -166,8 +166,8 @@ struct Call {
   }
 };
 
-/// The call's sizes and attributes, with kernels/cpu's checks; `first` is
-/// q's operand index (0 in the forward, 1 in the gradient).
+/// The call's sizes (into `s`) and attributes, with kernels/cpu's checks;
+/// `first` is q's operand index (0 in the forward, 1 in the gradient).
 llvm::Expected<Call> readCall(const KernelContext &ctx, unsigned first,
                               AttentionShape &s) {
   const TensorView &q = ctx.Inputs[first], &k = ctx.Inputs[first + 1],
@@ -334,8 +334,14 @@ template <typename T> struct GradOperands {
   const T *Dout, *Q, *K, *V, *Out;
   const A *Lse;
 
+  /// dout_row . out_row, by one thread / by the block.
   HR_HD A rowDot(int64_t row) const {
     return dot<A>(Dout + row * C.Dv, Out + row * C.Dv, C.Dv);
+  }
+  HR_HD A rowDot(int64_t row, const Row &r) const {
+    const T *dout = Dout + row * C.Dv, *out = Out + row * C.Dv;
+    return r.sum<A>(C.Dv,
+                    [&](int64_t e) { return A(ld(dout, e)) * A(ld(out, e)); });
   }
 };
 
@@ -346,9 +352,7 @@ template <typename T> struct RowDotBody {
   A *RowDot;
 
   HR_HD void operator()(int64_t row, const Row &r) const {
-    const T *dout = G.Dout + row * G.C.Dv, *out = G.Out + row * G.C.Dv;
-    A d = r.sum<A>(G.C.Dv,
-                   [&](int64_t e) { return A(ld(dout, e)) * A(ld(out, e)); });
+    A d = G.rowDot(row, r);
     r.each(1, [&](int64_t) { RowDot[row] = d; });
   }
 };
@@ -421,9 +425,7 @@ template <typename T> struct QueryGradBody {
     int64_t at =
         c.Bias ? c.biasBatch(b) + h * c.HeadStride + i * c.RowStride : 0;
     A l = G.Lse[row];
-    A rd = r.sum<A>(c.Dv, [&](int64_t e) {
-      return A(ld(dout, e)) * A(ld(G.Out + row * c.Dv, e));
-    });
+    A rd = G.rowDot(row, r);
     // A row whose output was a constant 0 has no gradient.
     int64_t n = c.ZeroEmpty && l == -std::numeric_limits<A>::infinity()
                     ? 0
@@ -458,12 +460,10 @@ struct BackwardApply {
     if (Error e = checkView(Ctx, Ctx.Inputs[5], "lse", attentionLseType(t),
                             s.lseShape()))
       return e;
+    const char *names[] = {"dq", "dk", "dv"};
     for (unsigned i = 0; i < 3; ++i)
-      if (Error e = checkView(Ctx, Ctx.Outputs[i],
-                              i == 0   ? "dq"
-                              : i == 1 ? "dk"
-                                       : "dv",
-                              t, Ctx.Inputs[1 + i].Shape))
+      if (Error e = checkView(Ctx, Ctx.Outputs[i], names[i], t,
+                              Ctx.Inputs[1 + i].Shape))
         return e;
     GradOperands<T> g{*call,
                       Ctx.Inputs[0].as<T>(),
