@@ -14,7 +14,8 @@
 #     (bench/onnx_torch.py), then bf16 (headroom --precision bf16 against
 #     torch.autocast bf16), and prints tokens/s, peak device memory
 #     (torch.cuda.max_memory_allocated against headroom's allocation and
-#     planned peak) and their ratios.
+#     planned peak) and their ratios; then bf16 again with --attention
+#     unfused: fused attention's step time and planned peak against it.
 #
 # Results go under $OUT (default bench-gpu-out): build.log, gputests.log,
 # headroom_*.jsonl, torch_*.json, and gpu.json with every figure.
@@ -90,12 +91,15 @@ ids = rng.integers(0, 50257, size=(batch * steps, seq + 1), dtype=np.int64)
 np.savez(out, input_ids=ids[:, :-1], targets=ids[:, 1:])
 EOF
 
-run_headroom() { # precision tag
+run_headroom() { # precision tag [attention]
+  tag=$1${2:+_$2}
   "$headroom" train "$model" --data "$OUT/tokens.npz" --batch "$batch" \
     --steps "$steps" --optimizer adamw --lr 1e-3 --device cuda \
-    --precision "$1" --log "$OUT/headroom_$1.jsonl" >"$OUT/headroom_$1.txt" 2>&1
+    --precision "$1" --attention "${2:-fused}" \
+    --log "$OUT/headroom_$tag.jsonl" >"$OUT/headroom_$tag.txt" 2>&1
   "$headroom" report "$model" --batch "$batch" --optimizer adamw \
-    --device cuda --precision "$1" --json >"$OUT/report_$1.json"
+    --device cuda --precision "$1" --attention "${2:-fused}" \
+    --json >"$OUT/report_$tag.json"
 }
 run_torch() { # dtype tag
   python3 "$root/bench/onnx_torch.py" "$model" --data "$OUT/tokens.npz" \
@@ -106,6 +110,8 @@ for p in fp32 bf16; do
   run_headroom $p
   run_torch $p
 done
+# Fused attention (the default above) against the unfused graph, bf16.
+run_headroom bf16 unfused
 
 python3 - "$OUT" "$batch" "$seq" "$build_s" "$gpu_rc" <<'EOF'
 import json, statistics, sys
@@ -132,6 +138,18 @@ for p in ("fp32", "bf16"):
     rows.append(f"{p}: headroom {f['headroom_tokens_s']:.0f} tok/s, torch {f['torch_tokens_s']:.0f} tok/s "
                 f"(x{f['speed_ratio']:.2f}); peak headroom {f['headroom_planned_peak']/2**30:.2f} GiB planned, "
                 f"torch {f['torch_max_memory_allocated']/2**30:.2f} GiB (x{f['memory_ratio']:.2f})")
+def step_s(tag):
+    secs = [json.loads(l)["seconds"] for l in open(f"{out}/headroom_{tag}.jsonl")]
+    return statistics.median([b - a for a, b in zip(secs, secs[1:])][2:])
+a = {"fused_step_s": step_s("bf16"), "unfused_step_s": step_s("bf16_unfused"),
+     "fused_peak": json.load(open(f"{out}/report_bf16.json"))["peak_bytes"],
+     "unfused_peak": json.load(open(f"{out}/report_bf16_unfused.json"))["peak_bytes"],
+     "fused_losses": [json.loads(l)["loss"] for l in open(f"{out}/headroom_bf16.jsonl")][:3],
+     "unfused_losses": [json.loads(l)["loss"] for l in open(f"{out}/headroom_bf16_unfused.jsonl")][:3]}
+figures["attention_bf16"] = a
+rows.append(f"attention (bf16): fused {a['fused_step_s']*1e3:.1f} ms/step, unfused "
+            f"{a['unfused_step_s']*1e3:.1f} ms/step; planned peak {a['fused_peak']/2**30:.2f} "
+            f"vs {a['unfused_peak']/2**30:.2f} GiB")
 json.dump(figures, open(f"{out}/gpu.json", "w"), indent=1)
 print("\n".join(rows))
 EOF
