@@ -107,6 +107,69 @@ bool onlyUser(const Value *v, const Node *user) {
   return v->users().size() == 1 && v->users()[0] == user;
 }
 
+/// `v` without Mul/Div by scalar constants that only `user` reads, their
+/// factors multiplied into `scale`.
+Value *peelScale(Value *v, Node *user, double &scale) {
+  for (;;) {
+    Node *def = v->definingNode();
+    if (!def || !onlyUser(v, user) ||
+        !(def->is(OpKind::Mul) || def->is(OpKind::Div)))
+      return v;
+    auto c = scalarConstant(def->operand(1));
+    unsigned data = 0;
+    if (!c && def->is(OpKind::Mul)) {
+      c = scalarConstant(def->operand(0));
+      data = 1;
+    }
+    if (!c || def->operand(data)->type() != v->type())
+      return v;
+    scale *= def->is(OpKind::Div) ? 1 / *c : *c;
+    user = def;
+    v = def->operand(data);
+  }
+}
+
+/// The constant integers of a value, or none.
+std::optional<std::vector<int64_t>> constantInts(const Value *v) {
+  Node *def = v ? v->definingNode() : nullptr;
+  if (!def || !def->is(OpKind::Constant))
+    return std::nullopt;
+  return def->attr("value")->asTensor().toInts();
+}
+
+/// Llama's repeat_kv, Reshape(Expand(Unsqueeze(x, heads + 1), [.., Hkv, n,
+/// S, D]), [.., Hkv n, S, D]): x itself, whose heads FusedAttention shares
+/// among each group of n query heads without the copies.
+Value *peelRepeatedHeads(Value *v) {
+  Node *reshape = v->definingNode();
+  if (!reshape || !reshape->is(OpKind::Reshape))
+    return v;
+  Node *expand = reshape->operand(0)->definingNode();
+  if (!expand || !expand->is(OpKind::Expand))
+    return v;
+  Node *unsqueeze = expand->operand(0)->definingNode();
+  if (!unsqueeze || !unsqueeze->is(OpKind::Unsqueeze))
+    return v;
+  Value *x = unsqueeze->operand(0);
+  int64_t r = x->type().rank();
+  auto axes = constantInts(unsqueeze->numOperands() > 1 ? unsqueeze->operand(1)
+                                                        : nullptr);
+  if (r < 3 || !axes || axes->size() != 1 ||
+      ((*axes)[0] != r - 2 && (*axes)[0] != -3))
+    return v;
+  // The expanded shape is [.., Hkv, n, S, D]; the result [.., Hkv n, S, D].
+  llvm::ArrayRef<int64_t> e = expand->result(0)->type().shape(),
+                          out = v->type().shape(), in = x->type().shape();
+  if (e.size() != size_t(r + 1) || out.size() != size_t(r))
+    return v;
+  for (int64_t d = 0; d < r; ++d) {
+    int64_t want = d == r - 3 ? in[d] * e[r - 2] : in[d];
+    if (out[d] != want || e[d < r - 2 ? d : d + 1] != in[d])
+      return v;
+  }
+  return x;
+}
+
 class FuseAttention : public Pass {
 public:
   llvm::StringRef name() const override { return "fuse-attention"; }
@@ -289,6 +352,9 @@ std::string FuseAttention::match(Node &softmax, Match &m) {
     return why;
   if (std::string why = matchProduct(softmax.result(0), m); !why.empty())
     return why;
+  // Scalars on q or k alone (the dynamo exporter's sqrt(scale) on each).
+  m.Q = peelScale(m.Q, m.Scores, m.Scale);
+  m.K = peelScale(m.K, m.Scores, m.Scale);
   for (Value *b : m.Biases)
     if (trained(b))
       return "the bias is trained (its gradient is not fused)";
@@ -461,6 +527,25 @@ Value *FuseAttention::untranspose(Function &f, Value *kT, Node *before) {
   for (unsigned d = 0; d < r; ++d)
     perm.push_back(d);
   std::swap(perm[r - 1], perm[r - 2]);
+  // Reshape(Transpose(Reshape(x, [N, S, D]), [0, 2, 1]), [.., D, S]) (the
+  // dynamo exporter's kT of a [.., S, D] x): x.
+  if (Node *outer = kT->definingNode(); outer && outer->is(OpKind::Reshape)) {
+    Node *t = outer->operand(0)->definingNode();
+    Node *inner =
+        t && t->is(OpKind::Transpose) && t->attr("perm") &&
+                t->attr("perm")->asInts() == std::vector<int64_t>{0, 2, 1}
+            ? t->operand(0)->definingNode()
+            : nullptr;
+    if (inner && inner->is(OpKind::Reshape)) {
+      Value *x = inner->operand(0);
+      llvm::ArrayRef<int64_t> xs = x->type().shape(), ks = kT->type().shape();
+      bool same = xs.size() == r;
+      for (unsigned d = 0; same && d + 2 < r; ++d)
+        same = xs[d] == ks[d];
+      if (same && xs[r - 2] == ks[r - 1] && xs[r - 1] == ks[r - 2])
+        return x;
+    }
+  }
   Value *src = kT;
   // Transpose(x, p) then the swap is Transpose(x, p o swap).
   if (Node *def = kT->definingNode(); def && def->is(OpKind::Transpose)) {
@@ -493,8 +578,15 @@ void FuseAttention::rewrite(Function &f, Match &m) {
   Builder b(f, at);
   b.setLoc(m.Softmax->loc());
   DType t = m.Q->type().dtype(), lseType = attentionLseType(t);
-  Value *k = m.KTransposed ? untranspose(f, m.K, at) : m.K;
-  Value *v = m.VTransposed ? untranspose(f, m.V, at) : m.V;
+  // Repeated heads may be repeated again (ONNX's Attention function repeats
+  // what the exporter already repeated, by 1).
+  auto shared = [](Value *x) {
+    for (Value *y = peelRepeatedHeads(x); y != x; y = peelRepeatedHeads(x))
+      x = y;
+    return x;
+  };
+  Value *k = shared(m.KTransposed ? untranspose(f, m.K, at) : m.K);
+  Value *v = shared(m.VTransposed ? untranspose(f, m.V, at) : m.V);
   bool causal = false;
   // One additive bias in lse's type: biases, then masks as Where(cond, 0,
   // fill); a causal constant is an attribute instead.
