@@ -65,6 +65,12 @@ struct Match {
     double Fill;
   };
   llvm::SmallVector<Mask, 2> Masks;
+  /// The leading (batch and head) axes the masks are written for, when the
+  /// scores are reshaped around them (BART's legacy export: 3-D bmm, masks
+  /// added in 4-D); empty: q's own.
+  llvm::SmallVector<int64_t, 4> Lead;
+  /// Whether q, k and v are viewed in Lead's layout (and the output back).
+  bool Reshaped = false;
   /// Nodes to erase once the fused node replaces the product, last first.
   llvm::SmallVector<Node *, 12> Chain;
 };
@@ -89,6 +95,7 @@ bool leadsToMatMul(const Value *x, int depth) {
   case OpKind::MatMul:
     return true;
   case OpKind::Cast:
+  case OpKind::Reshape:
     return leadsToMatMul(def->operand(0), depth + 1);
   case OpKind::Mul:
   case OpKind::Div:
@@ -211,6 +218,24 @@ bool FuseAttention::trained(Value *v) {
   return result;
 }
 
+int64_t product(llvm::ArrayRef<int64_t> dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    n *= d;
+  return n;
+}
+
+/// Records the leading axes a mask is added at; false when another mask was
+/// added at others.
+bool sameLead(Match &m, const Value *scores) {
+  llvm::ArrayRef<int64_t> lead = scores->type().shape().drop_back(2);
+  if (m.Lead.empty()) {
+    m.Lead.assign(lead.begin(), lead.end());
+    return true;
+  }
+  return llvm::ArrayRef<int64_t>(m.Lead) == lead;
+}
+
 /// Walks up from the Softmax's input to the scores' MatMul.
 std::string FuseAttention::matchScores(Value *x, Match &m) {
   Node *user = m.Softmax;
@@ -255,8 +280,21 @@ std::string FuseAttention::matchScores(Value *x, Match &m) {
       Value *scores = aIsScores ? a : b, *bias = aIsScores ? b : a;
       if (scores->type() != def->result(0)->type())
         return "an Add before the softmax broadcasts the scores";
+      if (!sameLead(m, def->result(0)))
+        return "masks are added at two different layouts";
       m.Biases.push_back(bias);
       x = scores;
+      continue;
+    }
+    if (def->is(OpKind::Reshape)) {
+      // Only the leading axes split or merge: the rows stay rows.
+      llvm::ArrayRef<int64_t> in = def->operand(0)->type().shape(),
+                              out = def->result(0)->type().shape();
+      if (in.size() < 3 || out.size() < 3 ||
+          in.take_back(2) != out.take_back(2) ||
+          product(in.drop_back(2)) != product(out.drop_back(2)))
+        return "the scores pass through a Reshape of their rows";
+      x = def->operand(0);
       continue;
     }
     if (def->is(OpKind::Where)) {
@@ -267,6 +305,8 @@ std::string FuseAttention::matchScores(Value *x, Match &m) {
           continue;
         if (def->operand(i)->type() != def->result(0)->type())
           return "a Where before the softmax broadcasts the scores";
+        if (!sameLead(m, def->result(0)))
+          return "masks are added at two different layouts";
         m.Masks.push_back({cond, /*KeepWhenTrue=*/i == 1, *c});
         x = def->operand(i);
         break;
@@ -380,11 +420,27 @@ std::string FuseAttention::match(Node &softmax, Match &m) {
                ? swapLast(m.V->type().shape())
                : llvm::SmallVector<int64_t, 4>(m.V->type().shape().begin(),
                                                m.V->type().shape().end());
-  auto s = attentionShape(m.Q->type().shape(), k, v);
+  llvm::SmallVector<int64_t, 4> q(m.Q->type().shape().begin(),
+                                  m.Q->type().shape().end());
+  llvm::ArrayRef<int64_t> qLead = llvm::ArrayRef<int64_t>(q).drop_back(2);
+  if (!m.Lead.empty() && llvm::ArrayRef<int64_t>(m.Lead) != qLead) {
+    // The masks' layout: q, k and v are viewed in it (their leading axes
+    // must hold the same rows).
+    for (auto *x : {&q, &k, &v}) {
+      if (x->size() < 3 ||
+          product(llvm::ArrayRef<int64_t>(*x).drop_back(2)) != product(m.Lead))
+        return "the masks' layout does not match q, k and v";
+      llvm::SmallVector<int64_t, 4> viewed(m.Lead.begin(), m.Lead.end());
+      viewed.append(x->end() - 2, x->end());
+      *x = viewed;
+    }
+    m.Reshaped = true;
+  }
+  auto s = attentionShape(q, k, v);
   if (!s)
     return "not attention's shapes: " + llvm::toString(s.takeError());
-  if (llvm::ArrayRef<int64_t>(s->outShape()) !=
-      m.Product->result(0)->type().shape())
+  if (product(s->outShape()) != product(m.Product->result(0)->type().shape()) ||
+      s->outShape().back() != m.Product->result(0)->type().shape().back())
     return "the product's shape is not attention's output";
   return "";
 }
@@ -587,6 +643,20 @@ void FuseAttention::rewrite(Function &f, Match &m) {
   };
   Value *k = shared(m.KTransposed ? untranspose(f, m.K, at) : m.K);
   Value *v = shared(m.VTransposed ? untranspose(f, m.V, at) : m.V);
+  Value *q = m.Q;
+  auto view = [&](Value *x) {
+    llvm::SmallVector<int64_t, 4> shape(m.Lead.begin(), m.Lead.end());
+    shape.append(x->type().shape().end() - 2, x->type().shape().end());
+    Value *dims = b.constant(
+        Tensor::fromInts(DType::I64, {int64_t(shape.size())}, shape));
+    return b.createValue("Reshape", {x, dims},
+                         TensorType(x->type().dtype(), shape));
+  };
+  if (m.Reshaped) {
+    q = view(q);
+    k = view(k);
+    v = view(v);
+  }
   bool causal = false;
   // One additive bias in lse's type: biases, then masks as Where(cond, 0,
   // fill); a causal constant is an attribute instead.
@@ -630,16 +700,23 @@ void FuseAttention::rewrite(Function &f, Match &m) {
     attrs["zero_empty_rows"] = Attribute::getInt(1);
   if (m.Dropout)
     attrs["dropout"] = Attribute::getFloat(*m.Dropout);
-  llvm::SmallVector<Value *, 4> operands = {m.Q, k, v};
+  llvm::SmallVector<Value *, 4> operands = {q, k, v};
   if (bias)
     operands.push_back(bias);
-  auto s = *attentionShape(m.Q->type().shape(), k->type().shape(),
-                           v->type().shape());
+  auto s =
+      *attentionShape(q->type().shape(), k->type().shape(), v->type().shape());
   Node *fused = b.create(
       "FusedAttention", operands,
       {TensorType(t, s.outShape()), TensorType(lseType, s.lseShape())}, attrs);
-  fused->result(0)->setName(m.Product->result(0)->name());
-  m.Product->result(0)->replaceAllUsesWith(fused->result(0));
+  Value *out = fused->result(0);
+  if (m.Reshaped) {
+    llvm::ArrayRef<int64_t> shape = m.Product->result(0)->type().shape();
+    Value *dims = b.constant(
+        Tensor::fromInts(DType::I64, {int64_t(shape.size())}, shape));
+    out = b.createValue("Reshape", {out, dims}, m.Product->result(0)->type());
+  }
+  out->setName(m.Product->result(0)->name());
+  m.Product->result(0)->replaceAllUsesWith(out);
   m.Chain.push_back(m.Product);
   llvm::SmallVector<Node *, 12> pending(m.Chain.begin(), m.Chain.end());
   pending.push_back(m.Softmax);
