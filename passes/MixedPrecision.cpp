@@ -47,6 +47,7 @@ Rule ruleOf(const Node &n) {
   case OpKind::MatMul:
   case OpKind::Gemm:
   case OpKind::Conv:
+  case OpKind::FusedAttention: // f32 inside, on low q, k and v
     return Rule::Low;
   case OpKind::Softmax:
   case OpKind::LogSoftmax:
@@ -70,9 +71,16 @@ Rule ruleOf(const Node &n) {
   }
 }
 
-/// Operands that are not data: Dropout's ratio keeps its type.
+/// Operands that are not data: Dropout's ratio keeps its type, and so does
+/// FusedAttention's additive bias (f32, added inside in f32).
 bool isDataOperand(const Node &n, unsigned i) {
-  return !(n.is(OpKind::Dropout) && i > 0);
+  return !(n.is(OpKind::Dropout) && i > 0) &&
+         !(n.is(OpKind::FusedAttention) && i > 2);
+}
+
+/// Results of a fixed type: FusedAttention's lse is f32 whatever q's type.
+bool followsOperands(const Node &n, unsigned result) {
+  return !(n.is(OpKind::FusedAttention) && result > 0);
 }
 
 class MixedPrecision : public Pass {
@@ -186,10 +194,13 @@ llvm::Expected<bool> MixedPrecision::run(Module &m) {
     }
     // Float results computed from the operands take their type; results of
     // a fixed type (masks, indices, the statistics of an f32 norm) keep it.
-    for (Value *r : n->results())
-      if (isFloat(r->type().dtype()) && r->type().dtype() != t &&
+    for (unsigned i = 0; i < n->numResults(); ++i) {
+      Value *r = n->result(i);
+      if (followsOperands(*n, i) && isFloat(r->type().dtype()) &&
+          r->type().dtype() != t &&
           (r->type().dtype() == DType::F32 || r->type().dtype() == Low))
         r->setType(r->type().withDType(t));
+    }
   }
   // The loss is f32 (the seed of the backward, what the step returns).
   Node *ret = f.returnNode();
