@@ -256,6 +256,14 @@ llvm::Expected<FitResult> Search::run() {
                              "optimizer fits") +
       (winner->RecomputeFlops ? ", at the fewest recomputed FLOPs of its kind"
                               : ", recomputing nothing");
+  // Fused attention is exact (up to rounding) and on in every candidate.
+  unsigned fused = 0;
+  for (const PlanFunction &f : out.Best.ThePlan.Functions)
+    for (const KernelCall &c : f.Calls)
+      fused += c.Kind == OpKind::FusedAttention && !c.Attrs.count("recomputed");
+  if (fused && Base.FuseAttention)
+    out.Why += "; attention fused in every candidate (exact, no [seq, seq] "
+               "tensors)";
   // Best first: fitting by cost, then the rest by peak.
   std::vector<size_t> order(Tried.size());
   for (size_t i = 0; i < order.size(); ++i)

@@ -230,6 +230,18 @@ static void printStats(const Module &m, llvm::raw_ostream &os) {
       col += item.size();
     }
     os << "\n";
+    // The fuse-attention pass's decisions (docs/attention.md).
+    std::map<std::string, unsigned> declined;
+    for (const Node &n : f->nodes())
+      if (const Attribute *a = n.attr("fuse_attention");
+          a && a->kind() == Attribute::Kind::String)
+        ++declined[a->asString()];
+    if (ops.count("FusedAttention") || !declined.empty()) {
+      os << "//   attention: " << ops["FusedAttention"] << " fused";
+      for (const auto &[why, count] : declined)
+        os << "; " << count << " unfused: " << why;
+      os << "\n";
+    }
   }
 }
 
