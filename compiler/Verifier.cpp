@@ -257,6 +257,12 @@ llvm::Error Verifier::verifyAttention(const Node &n) {
                         : i == 1 ? "dk"
                                  : "dv"))
       return e;
+  if (n.numResults() > 3) {
+    if (!bias)
+      return fail(n, "dbias needs a bias operand");
+    if (auto e = expect(n.result(3), bias->type(), "dbias"))
+      return e;
+  }
   return llvm::Error::success();
 }
 

@@ -21,9 +21,9 @@
 // (a key-padding mask stays [b, 1, 1, s]). Every intermediate must have no
 // other user. A match is declined, with the reason in the Softmax's
 // `fuse_attention` attribute (printed by `opt`, summed up by `--stats`),
-// when a bias is trained (T5's relative positions: its gradient is not
-// fused), when something else reads the scores or probabilities, or when
-// the shapes are not attention's.
+// when something else reads the scores or probabilities, or when the shapes
+// are not attention's. A trained bias (T5's relative positions) is fused:
+// the gradient op gives its gradient too.
 //
 // Requires: one function, the forward, canonicalized, before autodiff.
 // Guarantees: every matched chain is gone; each FusedAttention takes the
@@ -395,9 +395,6 @@ std::string FuseAttention::match(Node &softmax, Match &m) {
   // Scalars on q or k alone (the dynamo exporter's sqrt(scale) on each).
   m.Q = peelScale(m.Q, m.Scores, m.Scale);
   m.K = peelScale(m.K, m.Scores, m.Scale);
-  for (Value *b : m.Biases)
-    if (trained(b))
-      return "the bias is trained (its gradient is not fused)";
   for (const Match::Mask &k : m.Masks)
     if (trained(k.Cond))
       return "the mask depends on a trained parameter";

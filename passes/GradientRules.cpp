@@ -739,23 +739,26 @@ static llvm::Error gradCumSum(GradContext &c) {
 
 /// FusedAttention(q, k, v, bias?) -> (out, lse): one FusedAttentionGrad
 /// recomputes the probabilities from lse (with the forward's attributes,
-/// its `stream` among them, so that dropout draws the forward's mask).
+/// its `stream` among them, so that dropout draws the forward's mask), and
+/// gives the bias's gradient too when the bias is trained.
 static llvm::Error gradFusedAttention(GradContext &c) {
   if (c.dy(1))
     return c.fail("the gradient of lse is not supported");
-  if (c.needs(3))
-    return c.fail("the bias of a fused attention has no gradient (the "
-                  "fuse-attention pass leaves trained biases unfused)");
   if (!c.dy(0))
     return ok();
   llvm::SmallVector<Value *, 7> operands = {c.dy(), c.x(0), c.x(1),
                                             c.x(2), c.y(0), c.y(1)};
-  if (c.N.numOperands() > 3 && c.x(3))
+  llvm::SmallVector<TensorType, 4> types = {c.x(0)->type(), c.x(1)->type(),
+                                            c.x(2)->type()};
+  bool bias = c.N.numOperands() > 3 && c.x(3);
+  if (bias)
     operands.push_back(c.x(3));
-  Node *g =
-      c.B.create("FusedAttentionGrad", operands,
-                 {c.x(0)->type(), c.x(1)->type(), c.x(2)->type()}, c.N.attrs());
-  for (unsigned i = 0; i < 3; ++i)
+  // A trained bias (T5's relative positions) gets d(bias): d(scores)
+  // summed over the axes it broadcasts along.
+  if (bias && c.needs(3))
+    types.push_back(c.x(3)->type());
+  Node *g = c.B.create("FusedAttentionGrad", operands, types, c.N.attrs());
+  for (unsigned i = 0; i < g->numResults(); ++i)
     c.DIn[i] = g->result(i);
   return ok();
 }

@@ -24,6 +24,7 @@
 
 #include <cblas.h>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -222,6 +223,23 @@ template <typename T> Error forward(const KernelContext &ctx) {
 // Backward
 //===----------------------------------------------------------------------===//
 
+/// The bias's gradient: d(scores) added at the bias element each score read.
+struct BiasGrad {
+  const Attention *A = nullptr;
+  TensorView Out;
+  explicit operator bool() const { return A != nullptr; }
+  template <typename T>
+  void add(int64_t b, int64_t h, int64_t i, int64_t j, T ds) const {
+    const AttentionShape &s = A->S;
+    int64_t at = s.BiasBatchOffset[b] + h * s.BiasHeadStride +
+                 i * s.BiasRowStride + j * s.BiasColStride;
+    if (Out.Type == DType::F32)
+      Out.as<float>()[at] += float(ds);
+    else
+      Out.as<double>()[at] += double(ds);
+  }
+};
+
 /// row[j] = exp(row[j] - shift) for j < n: the probabilities from lse.
 template <typename T> void expRow(T *row, T shift, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
@@ -247,6 +265,15 @@ template <typename T> Error backward(const KernelContext &ctx) {
     return ctx.unsupported("lse must have q's computed type");
   T *dq = ctx.Outputs[0].as<T>(), *dk = ctx.Outputs[1].as<T>(),
     *dv = ctx.Outputs[2].as<T>();
+  // d(bias), summed in this loop's fixed order over the axes it broadcasts.
+  BiasGrad dbias;
+  if (ctx.Outputs.size() > 3 && ctx.Outputs[3].present()) {
+    if (!a.Bias || ctx.Outputs[3].Type != a.Bias->Type ||
+        ctx.Outputs[3].numElements() != a.Bias->numElements())
+      return ctx.unsupported("dbias must have the bias's type");
+    dbias = BiasGrad{&a, ctx.Outputs[3]};
+    std::memset(dbias.Out.Data, 0, dbias.Out.sizeInBytes());
+  }
   int64_t block = std::min<int64_t>(kRows, s.Sq) * s.Sk;
   std::vector<T> p(block), dp(block), factor(s.Sk);
   for (int64_t t = 0; t < s.Batch * s.KvHeads; ++t) {
@@ -280,10 +307,14 @@ template <typename T> Error backward(const KernelContext &ctx) {
           if (a.Ratio > 0)
             a.dropoutFactors(b, h, i0 + r, keys, factor.data());
           for (int64_t j = 0; j < keys; ++j) {
-            // ds = scale p (dp - rowDot); p~ = p f for dv.
+            // ds = p (dp - rowDot), d(bias) += ds; dpr = scale ds for dq
+            // and dk; p~ = p f for dv.
             T f = a.Ratio > 0 ? factor[j] : T(1);
-            dpr[j] = T(a.Scale) * (pr[j] * (dpr[j] * f - rowDot));
+            T ds = pr[j] * (dpr[j] * f - rowDot);
+            dpr[j] = T(a.Scale) * ds;
             pr[j] *= f;
+            if (dbias)
+              dbias.add(b, h, i0 + r, j, ds);
           }
           std::fill(pr + keys, pr + n, T(0));
           std::fill(dpr + keys, dpr + n, T(0));

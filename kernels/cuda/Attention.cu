@@ -16,7 +16,8 @@
 //    sum exp(s - max) (Row's reductions, a thread per key), then out_i =
 //    sum_j p_ij f_ij v_j through stagedSum.
 //  - Backward: rowDot_i = dout_i . out_i per query row, kept in dq's buffer
-//    until the key pass has read it (as LayerNormalizationGrad keeps its
+//    until the key pass and d(bias) (a thread per bias element, for a
+//    trained bias) have read it (as LayerNormalizationGrad keeps its
 //    statistics in dx); a block per key row (b, kvh, j) sums dk_j and dv_j
 //    over the group's heads and the query rows; last, a block per query row
 //    recomputes its rowDot and writes dq_i. Every sum has one owner and a
@@ -444,6 +445,64 @@ template <typename T> struct QueryGradBody {
   }
 };
 
+/// d(bias): a thread per bias element sums ds_ij over the scores that read
+/// it (the axes the bias broadcasts along), in (b, h, i, j) order. The
+/// element's coordinates on the axes it does not broadcast come from its
+/// offset (the bias is row-major over those axes).
+template <typename T> struct BiasGradBody {
+  using A = Accum<T>;
+  GradOperands<T> G;
+  const A *RowDot; // or null: recomputed
+  void *DBias;
+  int64_t Batch = 1;
+
+  /// The coordinate of axis (stride, size) of offset e, or -1 (all) for a
+  /// broadcast axis.
+  HR_HD static int64_t coord(int64_t e, int64_t stride, int64_t size) {
+    return stride ? (e / stride) % size : -1;
+  }
+
+  HR_HD void operator()(int64_t e) const {
+    const Call &c = G.C;
+    int64_t h0 = coord(e, c.HeadStride, c.Heads),
+            i0 = coord(e, c.RowStride, c.Sq), j0 = coord(e, c.ColStride, c.Sk);
+    int64_t batchAt = 0; // the element's offset along the batch axes
+    for (int d = 0; d < c.BatchRank; ++d)
+      if (c.BatchStrides[d])
+        batchAt +=
+            coord(e, c.BatchStrides[d], c.BatchDims[d]) * c.BatchStrides[d];
+    uint64_t seed = c.seed();
+    A sum = A(0);
+    for (int64_t b = 0; b < Batch; ++b) {
+      if (c.biasBatch(b) != batchAt)
+        continue;
+      for (int64_t h = h0 < 0 ? 0 : h0; h < (h0 < 0 ? c.Heads : h0 + 1); ++h) {
+        int64_t kv = b * c.KvHeads + h / c.Group;
+        const T *k = G.K + kv * c.Sk * c.D, *v = G.V + kv * c.Sk * c.Dv;
+        for (int64_t i = i0 < 0 ? 0 : i0; i < (i0 < 0 ? c.Sq : i0 + 1); ++i) {
+          int64_t qrow = (b * c.Heads + h) * c.Sq + i;
+          A l = G.Lse[qrow];
+          if (c.ZeroEmpty && l == -std::numeric_limits<A>::infinity())
+            continue; // the row's output was a constant 0
+          int64_t at = batchAt + h * c.HeadStride + i * c.RowStride;
+          A rd = RowDot ? RowDot[qrow] : G.rowDot(qrow);
+          for (int64_t j = j0 < 0 ? 0 : j0;
+               j < (j0 < 0 ? c.keysOf(i) : (j0 < c.keysOf(i) ? j0 + 1 : j0));
+               ++j) {
+            A p = mexp(c.score<A>(G.Q + qrow * c.D, k + j * c.D, at, j) - l);
+            A dp = dot<A>(G.Dout + qrow * c.Dv, v + j * c.Dv, c.Dv);
+            sum += p * (dp * c.factor<A>(seed, qrow, j) - rd);
+          }
+        }
+      }
+    }
+    if (c.BiasF64)
+      static_cast<double *>(DBias)[e] = double(sum);
+    else
+      static_cast<float *>(DBias)[e] = float(sum);
+  }
+};
+
 struct BackwardApply {
   const KernelContext &Ctx;
   template <typename T> Error apply() const {
@@ -485,13 +544,20 @@ struct BackwardApply {
     forEachRow(Ctx, s.Batch * s.KvHeads * s.Sk,
                KeyGradBody<T>{g, rowDot, Ctx.Outputs[1].as<T>(),
                               Ctx.Outputs[2].as<T>()});
+    if (Ctx.Outputs.size() > 3 && Ctx.Outputs[3].present()) {
+      const TensorView &bias = Ctx.Inputs[6], &dbias = Ctx.Outputs[3];
+      if (!Ctx.hasInput(6) || dbias.type() != bias.type())
+        return Ctx.unsupported("dbias must have the bias's type");
+      forEach(Ctx, dbias.numElements(),
+              BiasGradBody<T>{g, rowDot, dbias.Data, s.Batch});
+    }
     forEachRow(Ctx, queries, QueryGradBody<T>{g, dq});
     return Error::success();
   }
 };
 
 /// FusedAttentionGrad(dout, q, k, v, out, lse, bias?) {the forward's
-/// attributes} -> (dq, dk, dv).
+/// attributes} -> (dq, dk, dv, dbias?).
 Error backward(const KernelContext &ctx) {
   return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[1].Type, BackwardApply{ctx});
 }

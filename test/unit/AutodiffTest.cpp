@@ -192,6 +192,15 @@ const GradCase kCases[] = {
      "%out, %lse = FusedAttention(%q, %k, %v) {causal = 1, dropout = 0.3, "
      "scale = 0.5} : f64[1, 2, 6, 5], f64[1, 2, 6]\n",
      "f64[1, 2, 6, 5]"},
+    // A trained bias (T5's relative positions), shared by the batch.
+    {"FusedAttentionTrainedBias",
+     "state @q : f64[2, 2, 3, 4] param\nstate @k : f64[2, 2, 3, 4] param\n"
+     "state @v : f64[2, 2, 3, 2] param\nstate @b : f64[1, 2, 3, 3] param\n",
+     "%q = Read(@q) : f64[2, 2, 3, 4]\n%k = Read(@k) : f64[2, 2, 3, 4]\n"
+     "%v = Read(@v) : f64[2, 2, 3, 2]\n%b = Read(@b) : f64[1, 2, 3, 3]\n"
+     "%out, %lse = FusedAttention(%q, %k, %v, %b) {causal = 1, dropout = 0.2, "
+     "scale = 0.6} : f64[2, 2, 3, 2], f64[2, 2, 3]\n",
+     "f64[2, 2, 3, 2]"},
     // Linear algebra.
     {"MatMulSharedWeight",
      "state @a : f64[2, 3, 4] param\nstate @b : f64[4, 5] param\n",

@@ -71,7 +71,7 @@ CudaCase forwardCase(DType t, const Sizes &s, std::optional<Tensor> bias = {},
 
 /// FusedAttentionGrad of `fwd` at a random dout, with the CPU forward's out
 /// and lse.
-CudaCase gradCase(const CudaCase &fwd) {
+CudaCase gradCase(const CudaCase &fwd, bool biasGrad = false) {
   std::vector<Tensor> outs;
   std::string err = runCase(fwd, /*onCuda=*/false, outs);
   EXPECT_EQ(err, "");
@@ -87,6 +87,8 @@ CudaCase gradCase(const CudaCase &fwd) {
     c.Inputs.push_back(fwd.Inputs[3]);
   c.Outputs = {fwd.Inputs[0].type(), fwd.Inputs[1].type(),
                fwd.Inputs[2].type()};
+  if (biasGrad)
+    c.Outputs.push_back(fwd.Inputs[3].type());
   return c;
 }
 
@@ -109,6 +111,29 @@ TEST(CudaAttention, GroupedQueryHeadsWithKeyBias) {
     scaled["scale"] = Attribute::getFloat(0.7);
     expectBothAgree(forwardCase(t, s, bias, scaled), name(t) + " scale 0.7");
     expectBothAgree(forwardCase(t, s), name(t) + " without bias");
+  }
+}
+
+/// A trained bias (T5's relative positions, [1, H, Sq, Sk], shared by the
+/// batch; a per-key one) gets d(bias): ds summed over the broadcast axes.
+TEST(CudaAttention, TrainedBiasGradient) {
+  Sizes s{{3}, 4, 2, 6, 6, 8, 5};
+  AttributeMap causal;
+  causal["causal"] = Attribute::getInt(1);
+  causal["dropout"] = Attribute::getFloat(0.2);
+  for (DType t : {DType::F32, DType::BF16, DType::F64}) {
+    DType bt = t == DType::F64 ? DType::F64 : DType::F32;
+    Tensor positions = randomTensor(ty(bt, {1, 4, 6, 6}), 7, -1, 1);
+    EXPECT_EQ(compareCudaWithCpu(gradCase(forwardCase(t, s, positions), true)),
+              "")
+        << name(t) << " [1, H, Sq, Sk]";
+    EXPECT_EQ(compareCudaWithCpu(
+                  gradCase(forwardCase(t, s, positions, causal), true)),
+              "")
+        << name(t) << " causal, dropout";
+    Tensor keys = randomTensor(ty(bt, {3, 1, 1, 6}), 8, -1, 1);
+    EXPECT_EQ(compareCudaWithCpu(gradCase(forwardCase(t, s, keys), true)), "")
+        << name(t) << " [b, 1, 1, Sk]";
   }
 }
 
