@@ -7,7 +7,7 @@
 #   bench/memory_7b.sh [--batch N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-headroom=build/tools/headroom
+headroom=${HEADROOM:-build/tools/headroom}
 dir="${TMPDIR:-/tmp}/headroom-7b"
 mkdir -p "$dir"
 [ -f "$dir/llama.onnx" ] || "$headroom" zoo llama --weights none -o "$dir/llama.onnx" >/dev/null

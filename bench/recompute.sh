@@ -3,13 +3,18 @@
 # policy, the activations kept at the loss, the planned peak and the
 # recomputed FLOPs, from `headroom report` (fp32), next to the papers'
 # figures; then the time of the whole frontier (`--recompute sweep`).
-#   bench/recompute.sh        gpt2-124M (batch 8, seq 1024, sgd) and
-#                             llama-7B (batch 8, seq 512, lomo)
+#   bench/recompute.sh [--attention fused|unfused]
+#                             gpt2-124M (batch 8, seq 1024, sgd) and
+#                             llama-7B (batch 8, seq 512, lomo); the
+#                             attention flag is passed to every report
+#                             (docs/recompute.md's tables: unfused)
 # Needs a build (scripts/build); writes the graphs (weights not written) under
 # ${TMPDIR:-/tmp}/headroom-recompute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 headroom=build/tools/headroom
+attention=()
+[ "${1:-}" = "--attention" ] && attention=(--attention "$2")
 dir="${TMPDIR:-/tmp}/headroom-recompute"
 mkdir -p "$dir"
 [ -f "$dir/gpt2.onnx" ] || "$headroom" zoo gpt2 --weights none -o "$dir/gpt2.onnx" >/dev/null
@@ -20,7 +25,7 @@ table() { # model optimizer
   printf '| --recompute | kept at the loss | of none | peak | recomputed FLOPs | report time |\n|---|---|---|---|---|---|\n'
   for policy in none selective sqrt every=1 every=2 all; do
     start=$(date +%s.%N)
-    json=$("$headroom" report "$dir/$1.onnx" --batch 8 --optimizer "$2" --recompute "$policy" --json)
+    json=$("$headroom" report "$dir/$1.onnx" --batch 8 --optimizer "$2" --recompute "$policy" "${attention[@]}" --json)
     end=$(date +%s.%N)
     /usr/bin/python3 - "$policy" "$start" "$end" "$json" "$dir/$1.$2.none" <<'PY'
 import json, os, sys
@@ -45,7 +50,7 @@ printf '\nThe frontier (every candidate compiled):\n'
 for m in "gpt2 sgd" "llama lomo"; do
   set -- $m
   start=$(date +%s.%N)
-  "$headroom" report "$dir/$1.onnx" --batch 8 --optimizer "$2" --recompute sweep --svg "$dir/$1.$2.sweep.svg" >/dev/null
+  "$headroom" report "$dir/$1.onnx" --batch 8 --optimizer "$2" --recompute sweep "${attention[@]}" --svg "$dir/$1.$2.sweep.svg" >/dev/null
   end=$(date +%s.%N)
   /usr/bin/python3 -c "import sys; print('  %s %s: %.2f s (%s)' % (sys.argv[1], sys.argv[2], float(sys.argv[4]) - float(sys.argv[3]), sys.argv[5]))" "$1" "$2" "$start" "$end" "$dir/$1.$2.sweep.svg"
 done
