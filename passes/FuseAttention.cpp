@@ -8,22 +8,27 @@
 // The pattern, read up from each Softmax over the last axis and down from it:
 //
 //   MatMul(q, k {transB=1} | kT)            the scores; kT is un-transposed
-//   [Cast] [Mul|Div by a scalar constant]*  the scale (products of them)
-//   [Add(bias)]* [Where(mask, s, c) | Where(mask, c, s)]*   with c <= -1e30
+//   [Cast] [Mul|Div by a scalar constant]*  the scale (products of them;
+//                                           also those on q or k alone)
+//   [Add(bias)]* [Where(mask, s, c) | Where(mask, c, s)]*   with c <= -1e4
+//   [Reshape of the leading axes]*          masks added in another layout
 //   Softmax(axis = -1)
 //   [IsNaN + Where(isnan, 0, p)]            torch's all-masked rows -> 0
 //   [Dropout(p, ratio, training)]           the same mask bits, fused
 //   [Cast] MatMul(p, v)
 //
-// A mask or bias that is a constant lower triangle (0 / True on and below
-// the diagonal, <= -1e30 / False above) becomes `causal = 1` and needs no
-// tensor; other masks become one additive f32 bias of the mask's own shape
-// (a key-padding mask stays [b, 1, 1, s]). Every intermediate must have no
-// other user. A match is declined, with the reason in the Softmax's
-// `fuse_attention` attribute (printed by `opt`, summed up by `--stats`),
-// when something else reads the scores or probabilities, or when the shapes
-// are not attention's. A trained bias (T5's relative positions) is fused:
-// the gradient op gives its gradient too.
+// k and v repeated for grouped-query heads (Reshape(Expand(Unsqueeze(x))))
+// are read as x; the dynamo exporter's 3-D transpose of k as k. A mask or
+// bias that is a lower triangle (0 / True on and below the diagonal, <=
+// -1e4 / False above; a constant or computed from constants, triangleOf)
+// becomes `causal = 1` and needs no tensor; other masks become one additive
+// f32 bias of the mask's own shape (a key-padding mask stays [b, 1, 1, s]).
+// Every intermediate must have no other user. A match is declined, with the
+// reason in the Softmax's `fuse_attention` attribute (printed by `opt`,
+// summed up by `--stats`, counted by `report`), when something else reads
+// the scores or probabilities, or when the shapes are not attention's. A
+// trained bias (T5's relative positions) is fused: the gradient op gives
+// its gradient too.
 //
 // Requires: one function, the forward, canonicalized, before autodiff.
 // Guarantees: every matched chain is gone; each FusedAttention takes the

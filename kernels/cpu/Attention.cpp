@@ -9,7 +9,8 @@
 // each row's log-sum-exp. The backward recomputes the same probabilities
 // from lse a block at a time and forms dq = scale ds k, dk += scale dsT q and
 // dv += p~T dout with ds = p (dp - rowsum(dout o out)), as FlashAttention-2's
-// backward does (five GEMMs per block).
+// backward does (five GEMMs per block), and d(bias) += ds at the bias
+// element each score read when the bias is trained.
 //
 // Blocks run one after another in a fixed order and OpenBLAS's threads split
 // each GEMM's rows and columns (never its sums), so the results are the same
