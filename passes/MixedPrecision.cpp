@@ -4,10 +4,11 @@
 // it is safe, like PyTorch's autocast: one table below says, per op, whether
 // it runs low (matrix products and convolutions: the FLOPs), in f32
 // (softmax, norms, reductions, Pow/Exp/Log/Erf, losses: what loses accuracy
-// or overflows), or follows its inputs (everything else: f32 when any
-// activation input is f32, low when all are). Weights (values computed from
-// parameters and constants alone) do not vote: they take the type of the
-// activations they meet, as a bias does inside autocast's low-precision
+// or overflows; a cross-entropy reads low logits as they are and computes in
+// f32, so no f32 copy of them is kept), or follows its inputs (everything else:
+// f32 when any activation input is f32, low when all are). Weights (values
+// computed from parameters and constants alone) do not vote: they take the type
+// of the activations they meet, as a bias does inside autocast's low-precision
 // linear, which ONNX splits into MatMul + Add; an op on weights alone (an
 // embedding's Gather) follows the weights. A Cast is inserted where
 // a value crosses into another precision, once per value (a weight's low
@@ -76,6 +77,15 @@ Rule ruleOf(const Node &n) {
 bool isDataOperand(const Node &n, unsigned i) {
   return !(n.is(OpKind::Dropout) && i > 0) &&
          !(n.is(OpKind::FusedAttention) && i > 2);
+}
+
+/// SoftmaxCrossEntropyLoss on logits already low, without class weights and
+/// without its log_prob result: it keeps them low (an f32 loss).
+bool readsLowLogits(const Node &n, DType low) {
+  return n.is(OpKind::SoftmaxCrossEntropyLoss) &&
+         n.operand(0)->type().dtype() == low &&
+         (n.numOperands() < 3 || !n.operand(2)) &&
+         (n.numResults() < 2 || !n.result(1)->hasUses());
 }
 
 /// Results of a fixed type: FusedAttention's lse is f32 whatever q's type.
@@ -179,6 +189,16 @@ llvm::Expected<bool> MixedPrecision::run(Module &m) {
         continue;
       anyF32 |= v->type().dtype() != Low;
       anyLow |= v->type().dtype() == Low;
+    }
+    // A cross-entropy on low logits reads them as they are and computes in
+    // f32 (its kernels widen each element): the same loss and gradient as
+    // from an f32 copy, without keeping that copy (the logits are the
+    // largest activation of a language model: [tokens, vocabulary]).
+    if (readsLowLogits(*n, Low)) {
+      for (Value *r : n->results())
+        if (isFloat(r->type().dtype()))
+          r->setType(r->type().withDType(DType::F32));
+      continue;
     }
     Rule rule = ruleOf(*n);
     DType t = rule == Rule::Low   ? Low

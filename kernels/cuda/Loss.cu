@@ -176,21 +176,34 @@ template <typename T, bool FromScores> struct LossSource {
   }
 };
 
+/// Where the loss goes: the scores' type, or f32 for f16/bf16 scores (mixed
+/// precision reads the logits low and keeps the loss f32).
+template <typename T> struct LossOut {
+  void *P;
+  bool F32;
+  HR_HD void store(int64_t i, Accum<T> v) const {
+    if (F32)
+      st(static_cast<float *>(P), i, float(v));
+    else
+      st(static_cast<T *>(P), i, v);
+  }
+};
+
 /// Reduction none, a thread or a block per target.
 template <typename T, bool FromScores> struct LossNoneBody {
   LossSource<T, FromScores> Src;
-  T *Loss;
-  HR_HD void operator()(int64_t i) const { st(Loss, i, Src.serial(i)); }
+  LossOut<T> Loss;
+  HR_HD void operator()(int64_t i) const { Loss.store(i, Src.serial(i)); }
   HR_HD void operator()(int64_t i, const Row &r) const {
     auto l = Src.shared(i, r);
-    r.each(1, [&](int64_t) { st(Loss, i, l); });
+    r.each(1, [&](int64_t) { Loss.store(i, l); });
   }
 };
 
 /// Sum and mean: the one block's walk over every target.
 template <typename T, bool FromScores> struct LossTotalBody {
   LossSource<T, FromScores> Src;
-  T *Loss;
+  LossOut<T> Loss;
   int64_t Targets;
   bool Mean, Shared;
   HR_HD void operator()(int64_t, const Row &r) const {
@@ -207,7 +220,8 @@ template <typename T, bool FromScores> struct LossTotalBody {
       weights = r.sum<double>(
           Targets, [&](int64_t i) { return double(Src.Tg.weight(i)); });
     using A = Accum<T>;
-    r.each(1, [&](int64_t) { st(Loss, 0, A(Mean ? total / weights : total)); });
+    r.each(1,
+           [&](int64_t) { Loss.store(0, A(Mean ? total / weights : total)); });
   }
 };
 
@@ -245,7 +259,7 @@ template <typename T, bool FromScores> struct LossPartialBody {
 template <typename T> struct LossFinishBody {
   const double *Partials;
   int64_t Parts;
-  T *Loss;
+  LossOut<T> Loss;
   bool Mean;
   HR_HD void operator()(int64_t, const Row &r) const {
     double total =
@@ -255,13 +269,14 @@ template <typename T> struct LossFinishBody {
       weights =
           r.sum<double>(Parts, [&](int64_t b) { return Partials[2 * b + 1]; });
     using A = Accum<T>;
-    r.each(1, [&](int64_t) { st(Loss, 0, A(Mean ? total / weights : total)); });
+    r.each(1,
+           [&](int64_t) { Loss.store(0, A(Mean ? total / weights : total)); });
   }
 };
 
 template <typename T, bool FromScores>
 void launchLoss(const KernelContext &ctx, const LossShape &s, const T *x,
-                const TargetView<T> &tg, T *loss) {
+                const TargetView<T> &tg, LossOut<T> loss) {
   LossSource<T, FromScores> src{x, tg};
   // Gathering log-probabilities is one load a target: no block needed.
   bool shared = FromScores && blockPerTarget(s);
@@ -301,7 +316,7 @@ struct NllApply {
       return e;
     launchLoss<T, false>(Ctx, *s, input.as<T>(),
                          makeTargets<T>(*s, labels, weight),
-                         Ctx.Outputs[0].as<T>());
+                         LossOut<T>{Ctx.Outputs[0].Data, false});
     return Error::success();
   }
 };
@@ -341,7 +356,18 @@ struct SoftmaxCrossEntropyApply {
     if (Error e = checkLossType(Ctx, *s, Ctx.Outputs[0]))
       return e;
     TargetView<T> tg = makeTargets<T>(*s, labels, weight);
-    T *loss = Ctx.Outputs[0].as<T>();
+    // An f32 loss of f16/bf16 scores: mixed precision's (the scores are
+    // read low and the loss is computed in f32, as from their f32 copy).
+    bool f32Loss = Ctx.Outputs[0].Type != scores.Type;
+    if (f32Loss &&
+        (Ctx.Outputs[0].Type != DType::F32 || dtypeSize(scores.Type) != 2 ||
+         (Ctx.Outputs.size() > 1 && Ctx.Outputs[1].present())))
+      return Ctx.unsupported("a loss of type " +
+                             dtypeName(Ctx.Outputs[0].Type) + " for " +
+                             dtypeName(scores.Type) +
+                             " scores (f32 for f16/bf16 without log_prob "
+                             "only) is not supported");
+    LossOut<T> loss{Ctx.Outputs[0].Data, f32Loss};
     if (Ctx.Outputs.size() > 1 && Ctx.Outputs[1].present()) {
       if (Ctx.Outputs[1].numElements() != scores.numElements())
         return Ctx.unsupported("log_prob type does not match the scores");
@@ -412,16 +438,20 @@ template <typename T> struct ParkNormBody {
 /// the targets from First on (the body's index i counts from there).
 template <typename T> struct GradBody {
   using A = Accum<T>;
-  const T *G, *X;
+  const void *G; // dloss: T, or f32 for f16/bf16 scores (GF32)
+  const T *X;
   T *Dx;
   TargetView<T> Tg;
   int64_t First;
   bool PerTarget; // dloss has one value per target (reduction none)
   double Norm;    // the normalizer, when not parked
+  bool GF32 = false;
 
   HR_HD A scale(int64_t i, double norm) const {
     A w = Tg.weight(i);
-    A gi = ld(G, PerTarget ? i : 0);
+    int64_t at = PerTarget ? i : 0;
+    A gi = GF32 ? A(static_cast<const float *>(G)[at])
+                : A(ld(static_cast<const T *>(G), at));
     // An ignored target contributes nothing, even when norm is 0.
     return w == A(0) ? A(0) : A(double(w * gi) / norm);
   }
@@ -513,14 +543,18 @@ struct GradApply {
       return s.takeError();
     if (Error e = checkLossType(Ctx, *s, dloss))
       return e;
-    if (dloss.Type != scores.Type || dscores.Type != scores.Type ||
+    // dloss is f32 for f16/bf16 scores under mixed precision.
+    bool f32Dloss = dloss.Type == DType::F32 && dtypeSize(scores.Type) == 2;
+    if ((dloss.Type != scores.Type && !f32Dloss) ||
+        dscores.Type != scores.Type ||
         dscores.numElements() != scores.numElements())
-      return Ctx.unsupported("dloss and d scores must have the scores' type");
+      return Ctx.unsupported("dloss and d scores must have the scores' type "
+                             "(dloss f32 for f16/bf16 scores)");
     TargetView<T> tg = makeTargets<T>(*s, labels, weight);
-    GradBody<T> body{dloss.as<T>(),   scores.as<T>(),
+    GradBody<T> body{dloss.Data,      scores.as<T>(),
                      dscores.as<T>(), tg,
                      /*First=*/0,     s->Red == Reduction::None,
-                     /*Norm=*/1};
+                     /*Norm=*/1,      f32Dloss};
     int64_t targets = s->targets();
     bool deviceNorm = s->Red == Reduction::Mean &&
                       ((weight && weight->present()) || s->HasIgnore);

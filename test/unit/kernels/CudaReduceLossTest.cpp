@@ -436,6 +436,32 @@ TEST(CudaLoss, SoftmaxCrossEntropyLossGrad) {
   EXPECT_EQ(compareCudaWithCpu(c), "");
 }
 
+/// Mixed precision's form: bf16/f16 logits, an f32 loss (and, in the
+/// gradient, an f32 dloss): computed in f32 from the low scores, as the CPU
+/// computes it from their widened copy; class weights stay in the scores'
+/// type, so the cases here have none.
+TEST(CudaLoss, LowScoresWithAnF32Loss) {
+  for (DType t : {DType::BF16, DType::F16})
+    for (const LossCase &lc : kLossCases) {
+      if (lc.Weight)
+        continue;
+      CudaCase c = lossCase("SoftmaxCrossEntropyLoss", t, lc);
+      c.Outputs[0] = c.Outputs[0].withDType(DType::F32);
+      EXPECT_EQ(compareCudaWithCpu(c), "") << describe(lc, t) << " f32 loss";
+      CudaCase g = gradCase(t, lc);
+      g.Inputs[0] =
+          randomTensor(g.Inputs[0].type().withDType(DType::F32), 8, 0.5, 1.5);
+      EXPECT_EQ(compareCudaWithCpu(g), "") << describe(lc, t) << " f32 dloss";
+    }
+  // An f32 loss with log_prob, or an f16 loss of bf16 scores, is refused.
+  CudaCase withLogProb =
+      lossCase("SoftmaxCrossEntropyLoss", DType::BF16, kLossCases[0]);
+  withLogProb.Outputs[0] = withLogProb.Outputs[0].withDType(DType::F32);
+  withLogProb.Outputs.push_back(ty(DType::BF16, kLossCases[0].Scores));
+  std::vector<Tensor> outs;
+  EXPECT_NE(runCudaOnly(withLogProb, outs), "");
+}
+
 /// Sum and mean over many targets: runs of targets write partial sums,
 /// one block adds them (and the same without a workspace: one block).
 TEST(CudaLoss, TotalsOverManyTargetsSplitAcrossBlocks) {
