@@ -1,6 +1,9 @@
 //===- AttentionShape.cpp - FusedAttention's shape rule -------------------===//
 #include "compiler/AttentionShape.h"
 
+#include <cmath>
+#include <string>
+
 using namespace headroom;
 
 static llvm::Error shapeError(const llvm::Twine &msg) {
@@ -18,6 +21,34 @@ llvm::SmallVector<int64_t, 4> AttentionShape::lseShape() const {
   llvm::SmallVector<int64_t, 4> s(BatchDims.begin(), BatchDims.end());
   s.append({Heads, Sq});
   return s;
+}
+
+llvm::Expected<AttentionAttrs>
+headroom::attentionAttrs(const AttributeMap &attrs, const AttentionShape &s) {
+  AttentionAttrs a;
+  double values[4] = {1.0 / std::sqrt(double(s.D)), 0, 0, 0};
+  const char *names[4] = {"scale", "causal", "zero_empty_rows", "dropout"};
+  for (unsigned i = 0; i < 4; ++i) {
+    auto it = attrs.find(names[i]);
+    if (it == attrs.end())
+      continue;
+    Attribute::Kind k = it->second.kind();
+    if (k != Attribute::Kind::Int && k != Attribute::Kind::Float)
+      return shapeError(llvm::Twine("attribute `") + names[i] +
+                        "` must be a number");
+    values[i] = it->second.asFloat();
+  }
+  a.Scale = values[0];
+  a.Causal = values[1] != 0;
+  a.ZeroEmptyRows = values[2] != 0;
+  a.Dropout = values[3];
+  if (!(a.Dropout >= 0 && a.Dropout < 1))
+    return shapeError("dropout " + std::to_string(a.Dropout) +
+                      " is not in [0, 1)");
+  if (a.Causal && s.Sq != s.Sk)
+    return shapeError("causal attention needs as many queries as keys (" +
+                      llvm::Twine(s.Sq) + " vs " + llvm::Twine(s.Sk) + ")");
+  return a;
 }
 
 DType headroom::attentionLseType(DType t) {

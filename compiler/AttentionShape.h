@@ -17,6 +17,7 @@
 #ifndef HEADROOM_COMPILER_ATTENTIONSHAPE_H
 #define HEADROOM_COMPILER_ATTENTIONSHAPE_H
 
+#include "compiler/Attribute.h"
 #include "compiler/Types.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -53,6 +54,24 @@ llvm::Expected<AttentionShape>
 attentionShape(llvm::ArrayRef<int64_t> q, llvm::ArrayRef<int64_t> k,
                llvm::ArrayRef<int64_t> v,
                std::optional<llvm::ArrayRef<int64_t>> bias = std::nullopt);
+
+/// The attributes of FusedAttention (and its gradient), defaults filled in
+/// and checked against the shape.
+struct AttentionAttrs {
+  double Scale = 1;    // `scale`, default 1 / sqrt(D)
+  bool Causal = false; // `causal`: key j seen by query i when j <= i
+  bool ZeroEmptyRows = false;
+  double Dropout = 0; // `dropout`: the ratio, in [0, 1)
+  /// Dropout keeps a score when counterHash's top 32 bits are >= this.
+  uint64_t threshold() const {
+    return static_cast<uint64_t>(Dropout * 4294967296.0);
+  }
+};
+
+/// The attributes of a call of shape `s`, or an error ("dropout 1.5 is not
+/// in [0, 1)", "causal attention needs as many queries as keys (3 vs 5)").
+llvm::Expected<AttentionAttrs> attentionAttrs(const AttributeMap &attrs,
+                                              const AttentionShape &s);
 
 /// The element type of lse for a q of type `t`: f64 for f64, else f32.
 DType attentionLseType(DType t);

@@ -114,6 +114,22 @@ headroom::broadcastShapes(llvm::ArrayRef<int64_t> a,
   return out;
 }
 
+llvm::Expected<AxisSplit> headroom::axisSplit(llvm::ArrayRef<int64_t> shape,
+                                              int64_t axis) {
+  int64_t rank = shape.size();
+  if (rank == 0 && (axis == 0 || axis == -1))
+    return AxisSplit();
+  if (axis < -rank || axis >= rank)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "axis %lld is out of range for rank %lld",
+                                   (long long)axis, (long long)rank);
+  AxisSplit s;
+  s.Axis = axis < 0 ? axis + rank : axis;
+  for (int64_t i = 0; i < rank; ++i)
+    (i < s.Axis ? s.Outer : i == s.Axis ? s.N : s.Inner) *= shape[i];
+  return s;
+}
+
 std::string headroom::shapeString(llvm::ArrayRef<int64_t> shape) {
   if (shape.empty())
     return "scalar";

@@ -14,6 +14,7 @@
 #include "llvm/ADT/Optional.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdint>
@@ -95,6 +96,18 @@ private:
 /// are incompatible.
 llvm::Optional<llvm::SmallVector<int64_t, 4>>
 broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
+
+/// A shape seen as [Outer, N, Inner] around one axis (softmax, ArgMax,
+/// CumSum: an op along an axis).
+struct AxisSplit {
+  int64_t Outer = 1, N = 1, Inner = 1;
+  int64_t Axis = 0; // normalized to [0, rank)
+};
+
+/// The split of `shape` at `axis` (negative counts from the end; a scalar
+/// takes 0 and -1), or an error "axis A is out of range for rank R".
+llvm::Expected<AxisSplit> axisSplit(llvm::ArrayRef<int64_t> shape,
+                                    int64_t axis);
 
 /// Prints a shape as `4x8` (the command line's spelling; scalar is `scalar`).
 std::string shapeString(llvm::ArrayRef<int64_t> shape);

@@ -227,12 +227,8 @@ llvm::Error Verifier::verifyAttention(const Node &n) {
   if (!s)
     return fail(n, llvm::toString(s.takeError()));
   TensorType out(t, s->outShape()), lse(attentionLseType(t), s->lseShape());
-  double ratio = n.floatAttr("dropout", 0);
-  if (!(ratio >= 0 && ratio < 1))
-    return fail(n, "dropout " + std::to_string(ratio) + " is not in [0, 1)");
-  if (n.intAttr("causal", 0) && s->Sq != s->Sk)
-    return fail(n, "causal attention needs as many queries as keys (" +
-                       llvm::Twine(s->Sq) + " vs " + llvm::Twine(s->Sk) + ")");
+  if (auto attrs = attentionAttrs(n.attrs(), *s); !attrs)
+    return fail(n, llvm::toString(attrs.takeError()));
   auto expect = [&](Value *x, const TensorType &want,
                     const char *what) -> llvm::Error {
     if (!x || x->type() != want)

@@ -134,16 +134,14 @@ llvm::Expected<Attention> readCall(const KernelContext &ctx, unsigned first) {
   if (k.Type != q.Type || v.Type != q.Type)
     return ctx.unsupported("q, k and v must share an element type");
   a.S = std::move(*s);
-  a.Scale = ctx.attrFloat("scale", 1.0 / std::sqrt(double(a.S.D)));
-  a.Causal = ctx.attrInt("causal", 0) != 0;
-  a.ZeroEmptyRows = ctx.attrInt("zero_empty_rows", 0) != 0;
-  a.Ratio = ctx.attrFloat("dropout", 0);
-  if (!(a.Ratio >= 0 && a.Ratio < 1))
-    return ctx.unsupported("dropout " + std::to_string(a.Ratio) +
-                           " is not in [0, 1)");
-  if (a.Causal && a.S.Sq != a.S.Sk)
-    return ctx.unsupported("causal attention needs as many queries as keys");
-  a.Threshold = static_cast<uint64_t>(a.Ratio * 4294967296.0);
+  auto attrs = attentionAttrs(ctx.Attrs, a.S);
+  if (!attrs)
+    return ctx.unsupported(llvm::toString(attrs.takeError()));
+  a.Scale = attrs->Scale;
+  a.Causal = attrs->Causal;
+  a.ZeroEmptyRows = attrs->ZeroEmptyRows;
+  a.Ratio = attrs->Dropout;
+  a.Threshold = attrs->threshold();
   a.Seed = ctx.Seed;
   return a;
 }

@@ -41,6 +41,16 @@ inline uint64_t counterHash(uint64_t seed, uint64_t i) {
   return z ^ (z >> 31);
 }
 
+/// `x` as [Outer, N, Inner] around `axis` (compiler/Types.h), or the op's
+/// error naming the axis; the CPU and CUDA kernels of ops along an axis.
+inline llvm::Expected<AxisSplit>
+splitAtAxis(const KernelContext &ctx, const TensorView &x, int64_t axis) {
+  auto s = axisSplit(x.Shape, axis);
+  if (!s)
+    return ctx.unsupported(llvm::toString(s.takeError()));
+  return s;
+}
+
 /// IEEE half, bfloat16 and bool elements as stored: their bits.
 struct Half {
   uint16_t Bits;

@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+#include "kernels/cpu/KernelUtil.h"
 #include "kernels/cpu/Parallel.h"
 #include "kernels/cpu/VecMath.h"
 
@@ -215,26 +216,6 @@ template <ReduceKind Kind> Error reduceKernel(const KernelContext &ctx) {
     return Error::success();
   }
   return ctx.unsupported("element type " + dtypeName(t) + " is not supported");
-}
-
-/// The input seen as [Outer, N, Inner] around one axis.
-struct AxisSplit {
-  int64_t Outer = 1, N = 1, Inner = 1;
-};
-
-llvm::Expected<AxisSplit> splitAtAxis(const KernelContext &ctx,
-                                      const TensorView &x, int64_t axis) {
-  int64_t rank = x.rank();
-  if (rank == 0 && (axis == 0 || axis == -1))
-    return AxisSplit();
-  if (axis < -rank || axis >= rank)
-    return ctx.unsupported("axis " + llvm::Twine(axis) +
-                           " is out of range for rank " + llvm::Twine(rank));
-  axis = axis < 0 ? axis + rank : axis;
-  AxisSplit s;
-  for (int64_t i = 0; i < rank; ++i)
-    (i < axis ? s.Outer : i == axis ? s.N : s.Inner) *= x.Shape[i];
-  return s;
 }
 
 template <typename T> Error argMax(const KernelContext &ctx) {

@@ -1135,21 +1135,16 @@ Error cumSumKernel(const KernelContext &ctx) {
   auto axes = readInts(ctx, 1);
   if (!axes)
     return axes.takeError();
-  int64_t rank = x.rank();
-  if (axes->size() != 1 || (*axes)[0] < -rank || (*axes)[0] >= rank)
-    return ctx.unsupported("axis must be one integer in [-rank, rank) for " +
-                           x.type().str());
-  int64_t axis = (*axes)[0] < 0 ? (*axes)[0] + rank : (*axes)[0];
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d)
-    outer *= x.Shape[d];
-  for (int64_t d = axis + 1; d < rank; ++d)
-    inner *= x.Shape[d];
+  if (axes->size() != 1)
+    return ctx.unsupported("axis must be one integer");
+  auto s = splitAtAxis(ctx, x, (*axes)[0]);
+  if (!s)
+    return s.takeError();
   bool exclusive = ctx.attrInt("exclusive", 0) != 0;
   bool reverse = ctx.attrInt("reverse", 0) != 0;
   return dispatchType<FloatTypes | IntTypes>(ctx, x.Type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    cumSumLines<T>(x, y, outer, x.Shape[axis], inner, exclusive, reverse);
+    cumSumLines<T>(x, y, s->Outer, s->N, s->Inner, exclusive, reverse);
     return Error::success();
   });
 }

@@ -201,21 +201,18 @@ llvm::Expected<Call> readCall(const KernelContext &ctx, unsigned first,
   c.Sk = s.Sk;
   c.D = s.D;
   c.Dv = s.Dv;
-  c.Scale = ctx.attrFloat("scale", 1.0 / std::sqrt(double(s.D)));
-  c.Causal = ctx.attrInt("causal", 0) != 0;
-  c.ZeroEmpty = ctx.attrInt("zero_empty_rows", 0) != 0;
-  if (c.Causal && s.Sq != s.Sk)
-    return ctx.unsupported("causal attention needs as many queries as keys");
-  double ratio = ctx.attrFloat("dropout", 0);
-  if (!(ratio >= 0 && ratio < 1))
-    return ctx.unsupported("dropout " + std::to_string(ratio) +
-                           " is not in [0, 1)");
-  if (ratio > 0) {
+  auto attrs = attentionAttrs(ctx.Attrs, s);
+  if (!attrs)
+    return ctx.unsupported(llvm::toString(attrs.takeError()));
+  c.Scale = attrs->Scale;
+  c.Causal = attrs->Causal;
+  c.ZeroEmpty = attrs->ZeroEmptyRows;
+  if (attrs->Dropout > 0) {
     if (!ctx.Step)
       return ctx.unsupported("dropout needs the step counter");
     c.Dropout = true;
-    c.Threshold = static_cast<uint64_t>(ratio * 4294967296.0);
-    c.Keep = 1 / (1 - ratio);
+    c.Threshold = attrs->threshold();
+    c.Keep = 1 / (1 - attrs->Dropout);
     c.Step = ctx.Step;
     c.RunSeed = ctx.RunSeed;
     c.Stream = ctx.RandomStream;

@@ -399,26 +399,6 @@ template <ReduceKind K> Error reduceKernel(const KernelContext &ctx) {
 // ArgMax
 //===----------------------------------------------------------------------===//
 
-/// The input seen as [Outer, N, Inner] around one axis.
-struct AxisSplit {
-  int64_t Outer = 1, N = 1, Inner = 1;
-};
-
-llvm::Expected<AxisSplit> splitAtAxis(const KernelContext &ctx,
-                                      const TensorView &x, int64_t axis) {
-  int64_t rank = x.rank();
-  if (rank == 0 && (axis == 0 || axis == -1))
-    return AxisSplit();
-  if (axis < -rank || axis >= rank)
-    return ctx.unsupported("axis " + llvm::Twine(axis) +
-                           " is out of range for rank " + llvm::Twine(rank));
-  axis = axis < 0 ? axis + rank : axis;
-  AxisSplit s;
-  for (int64_t i = 0; i < rank; ++i)
-    (i < axis ? s.Outer : i == axis ? s.N : s.Inner) *= x.Shape[i];
-  return s;
-}
-
 /// A candidate of ArgMax's fold; NaNs are not candidates.
 template <typename C> struct Best {
   C V;

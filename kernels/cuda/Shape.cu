@@ -1492,21 +1492,16 @@ Error cumSumKernel(const KernelContext &ctx) {
   auto axes = constantInts(ctx, 1, "axis");
   if (!axes)
     return axes.takeError();
-  int64_t rank = x.rank();
-  if (axes->size() != 1 || (*axes)[0] < -rank || (*axes)[0] >= rank)
-    return ctx.unsupported("axis must be one integer in [-rank, rank) for " +
-                           x.type().str());
-  int64_t axis = (*axes)[0] < 0 ? (*axes)[0] + rank : (*axes)[0];
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d)
-    outer *= x.Shape[d];
-  for (int64_t d = axis + 1; d < rank; ++d)
-    inner *= x.Shape[d];
+  if (axes->size() != 1)
+    return ctx.unsupported("axis must be one integer");
+  auto s = splitAtAxis(ctx, x, (*axes)[0]);
+  if (!s)
+    return s.takeError();
   if (x.numElements() == 0)
     return Error::success();
   constexpr unsigned Num = cpu::FloatTypes | cpu::IntTypes;
   return dispatch<Num>(ctx, x.Type,
-                       CumSumApply{ctx, outer, x.Shape[axis], inner,
+                       CumSumApply{ctx, s->Outer, s->N, s->Inner,
                                    ctx.attrInt("exclusive", 0) != 0,
                                    ctx.attrInt("reverse", 0) != 0});
 }
