@@ -5,28 +5,42 @@
 // contract): scores scale q.k + bias over the row's keys (0..i when causal),
 // each row's log-sum-exp kept for the backward, the dropout mask drawn as
 // Dropout draws it (counterHash at ((b H + h) Sq + i) Sk + j, seeded with
-// mixSeed(run seed, step, stream)), zero_empty_rows. Nothing is [.., Sq, Sk]
-// and no workspace is planned: memory stays linear in the sequence.
+// mixSeed(run seed, step, stream)), zero_empty_rows.
 //
-// This is a first, untiled version: a thread block per row, scores
-// recomputed from q and k whenever a pass needs them, no shared-memory tiles
-// of q, k and v and no tensor cores yet (FlashAttention's tiling is the next
-// step).
-//  - Forward: a block per query row (b, h, i): the row's max score, then
-//    sum exp(s - max) (Row's reductions, a thread per key), then out_i =
-//    sum_j p_ij f_ij v_j through stagedSum.
-//  - Backward: rowDot_i = dout_i . out_i per query row, kept in dq's buffer
-//    until the key pass and d(bias) (a thread per bias element, for a
+// FlashAttention-2's tiling (Dao 2023), three kinds of blocks, each on a
+// tile of Br query rows and Bc keys in shared memory (kernels/cuda/
+// BlockGemm.h: tensor cores for f16/bf16 on the GPU, f32 accumulation):
+//  - Forward: a block per (b, h, query tile) stages q once and walks the
+//    key tiles (up to the diagonal when causal): s = q kT, then a thread per
+//    row folds the tile into its running max and sum (online softmax; p
+//    times the dropout factor kept in the operand type) and rescales its
+//    out accumulator, and out += p v. Last, out / sum and lse = max + log
+//    sum per row.
+//  - Backward: rowDot_i = dout_i . out_i per query row, parked in dq's
+//    buffer until the key pass and d(bias) (a thread per bias element, for a
 //    trained bias) have read it (as LayerNormalizationGrad keeps its
-//    statistics in dx); a block per key row (b, kvh, j) sums dk_j and dv_j
-//    over the group's heads and the query rows; last, a block per query row
-//    recomputes its rowDot and writes dq_i. Every sum has one owner and a
-//    fixed order: no atomics, the same bits on every run.
+//    statistics in dx). A block per (b, kv head, key tile) keeps dk and dv
+//    in shared memory and walks the group's heads and their query tiles:
+//    s = q kT and g = dout vT recomputed, p = exp(scale s + bias - lse), ds =
+//    p (g f - rowDot), dv += (p f)T dout, dk += scale dsT q. Last, a block
+//    per (b, h, query tile) recomputes its rowDot and the tiles' ds and sums
+//    dq = scale ds k over the key tiles. Every sum has one owner and a fixed
+//    order: no atomics, the same bits on every run.
+// Tiles are the largest of 64 x 64 down to 16 x 16 whose operands fit in
+// 96 KiB (kTileSharedBytes): in bf16, heads of 64 take 64 x 64 (forward)
+// and 64 x 32, heads of 128 take 64 x 32 and 32 x 32. Heads too wide for
+// even 16 x 16 tiles (f32 beyond ~200 elements, f64 beyond ~100) run the
+// untiled bodies, a block per row: scores
+// recomputed from q and k for each pass and products summed through
+// stagedSum.
+// Nothing is [.., Sq, Sk] and no workspace is planned: memory stays linear
+// in the sequence.
 //
 // f16, bf16 and f32 compute in f32, f64 in f64 (Accum<T>); lse is f32 (f64
 // for f64 q), the bias f32 or f64.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/cuda/BlockGemm.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
 
@@ -137,17 +151,27 @@ struct Call {
     return offset;
   }
 
-  /// scale q.k + bias[at + j ColStride], q and k rows of D elements; `at`
-  /// is the bias offset of the row's key 0.
-  template <typename A, typename T>
-  HR_HD A score(const T *q, const T *k, int64_t at, int64_t j) const {
-    A s = dot<A>(q, k, D) * A(Scale);
+  /// The bias offset of query row i of head h in batch b (of its key 0).
+  HR_HD int64_t biasRow(int64_t b, int64_t h, int64_t i) const {
+    return Bias ? biasBatch(b) + h * HeadStride + i * RowStride : 0;
+  }
+
+  /// scale dot + bias[at + j ColStride]; `at` is the bias offset of the
+  /// row's key 0.
+  template <typename A> HR_HD A scaled(A dot, int64_t at, int64_t j) const {
+    A s = dot * A(Scale);
     if (Bias) {
       int64_t e = at + j * ColStride;
       s += BiasF64 ? A(static_cast<const double *>(Bias)[e])
                    : A(static_cast<const float *>(Bias)[e]);
     }
     return s;
+  }
+
+  /// scale q.k + bias, q and k rows of D elements.
+  template <typename A, typename T>
+  HR_HD A score(const T *q, const T *k, int64_t at, int64_t j) const {
+    return scaled(dot<A>(q, k, D), at, j);
   }
 
   /// The seed of this call's mask (read on the device: a CUDA graph replays
@@ -290,36 +314,6 @@ template <typename T> struct ForwardBody {
     r.each(1, [&](int64_t) { Lse[row] = max + mlog(sum); });
   }
 };
-
-struct ForwardApply {
-  const KernelContext &Ctx;
-  template <typename T> Error apply() const {
-    AttentionShape s;
-    auto call = readCall(Ctx, 0, s);
-    if (!call)
-      return call.takeError();
-    DType t = Ctx.Inputs[0].Type;
-    if (Error e = checkView(Ctx, Ctx.Outputs[0], "out", t, s.outShape()))
-      return e;
-    if (Error e = checkView(Ctx, Ctx.Outputs[1], "lse", attentionLseType(t),
-                            s.lseShape()))
-      return e;
-    ForwardBody<T> body{*call,
-                        Ctx.Inputs[0].as<T>(),
-                        Ctx.Inputs[1].as<T>(),
-                        Ctx.Inputs[2].as<T>(),
-                        Ctx.Outputs[0].as<T>(),
-                        Ctx.Outputs[1].as<Accum<T>>()};
-    forEachRow(Ctx, s.Batch * s.Heads * s.Sq, body);
-    return Error::success();
-  }
-};
-
-/// FusedAttention(q, k, v, bias?) {scale, causal, dropout, zero_empty_rows}
-/// -> (out, lse).
-Error forward(const KernelContext &ctx) {
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type, ForwardApply{ctx});
-}
 
 //===----------------------------------------------------------------------===//
 // Backward
@@ -500,6 +494,400 @@ template <typename T> struct BiasGradBody {
   }
 };
 
+//===----------------------------------------------------------------------===//
+// Tiled kernels
+//===----------------------------------------------------------------------===//
+
+/// (query rows, keys) of a tile, largest first: the first whose operands fit
+/// in kTileSharedBytes is taken.
+constexpr int64_t kTileSizes[][2] = {
+    {64, 64}, {64, 32}, {32, 32}, {32, 16}, {16, 16}};
+
+/// The three tiled passes.
+enum class Pass { Forward, Keys, Queries };
+
+/// A tiled pass's sizes and the place of its operands in shared memory.
+/// Rows of q, k, v and dout are staged as D and Dv padded to multiples of
+/// 16 with zeros (Dp, Dvp), tiles of Br query rows and Bc keys; every row is
+/// stored with its lead().
+struct Tiles {
+  int64_t Br = 0, Bc = 0, Dp = 0, Dvp = 0;
+  /// Leading dimensions: T rows of Dp, Dvp and Bc elements; A rows of the
+  /// same.
+  int64_t LdD = 0, LdDv = 0, LdS = 0, LdAD = 0, LdADv = 0, LdAS = 0;
+  /// Offsets: staged q, k, v and dout (T); scores and dout.v (A); p or p f
+  /// and ds (T); one or two accumulators (A: out; dk and dv; dq); per-row
+  /// statistics (A).
+  int64_t Q = 0, K = 0, V = 0, Dout = 0, S = 0, G = 0, P = 0, Ds = 0, Acc1 = 0,
+          Acc2 = 0, Stats = 0;
+  int64_t Bytes = 0;
+};
+
+/// The largest tiles of `pass` that fit, or none (heads too wide: the
+/// untiled bodies run).
+template <typename T>
+std::optional<Tiles> pickTiles(Pass pass, int64_t d, int64_t dv) {
+  using A = Accum<T>;
+  int64_t tb = sizeof(T), ab = sizeof(A);
+  for (const auto &size : kTileSizes) {
+    Tiles t;
+    t.Br = size[0];
+    t.Bc = size[1];
+    t.Dp = roundUp(d, 16);
+    t.Dvp = roundUp(dv, 16);
+    t.LdD = lead(t.Dp, tb);
+    t.LdDv = lead(t.Dvp, tb);
+    t.LdS = lead(t.Bc, tb);
+    t.LdAD = lead(t.Dp, ab);
+    t.LdADv = lead(t.Dvp, ab);
+    t.LdAS = lead(t.Bc, ab);
+    SharedLayout m;
+    t.Q = m.take<T>(t.Br * t.LdD);
+    t.K = m.take<T>(t.Bc * t.LdD);
+    t.V = m.take<T>(t.Bc * t.LdDv);
+    t.S = m.take<A>(t.Br * t.LdAS);
+    switch (pass) {
+    case Pass::Forward:
+      t.P = m.take<T>(t.Br * t.LdS);
+      t.Acc1 = m.take<A>(t.Br * t.LdADv);
+      t.Stats = m.take<A>(3 * t.Br);
+      break;
+    case Pass::Keys:
+      t.Dout = m.take<T>(t.Br * t.LdDv);
+      t.G = m.take<A>(t.Br * t.LdAS);
+      t.P = m.take<T>(t.Br * t.LdS);
+      t.Ds = m.take<T>(t.Br * t.LdS);
+      t.Acc1 = m.take<A>(t.Bc * t.LdAD);
+      t.Acc2 = m.take<A>(t.Bc * t.LdADv);
+      t.Stats = m.take<A>(2 * t.Br);
+      break;
+    case Pass::Queries:
+      t.Dout = m.take<T>(t.Br * t.LdDv);
+      t.G = m.take<A>(t.Br * t.LdAS);
+      t.Ds = m.take<T>(t.Br * t.LdS);
+      t.Acc1 = m.take<A>(t.Br * t.LdAD);
+      t.Stats = m.take<A>(2 * t.Br);
+      break;
+    }
+    t.Bytes = m.Bytes;
+    if (t.Bytes <= kTileSharedBytes)
+      return t;
+  }
+  return std::nullopt;
+}
+
+/// Stages `count` rows of n elements from src (of which `valid` exist) as
+/// rows of `width` with leading dimension ld, zeros past the valid rows and
+/// past n.
+template <typename T>
+HR_HD void stage(const Row &r, T *dst, int64_t ld, const T *src, int64_t valid,
+                 int64_t count, int64_t n, int64_t width) {
+  r.each(count * width, [&](int64_t e) {
+    int64_t i = e / width, d = e - i * width;
+    dst[i * ld + d] = i < valid && d < n ? src[i * n + d] : T{};
+  });
+}
+
+/// Zeros rows x width of an accumulator with leading dimension ld.
+template <typename A>
+HR_HD void zero(const Row &r, A *acc, int64_t ld, int64_t rows, int64_t width) {
+  r.each(rows * width, [&](int64_t e) {
+    int64_t i = e / width;
+    acc[i * ld + (e - i * width)] = A(0);
+  });
+}
+
+/// Writes rows x n of an accumulator (times scale) to dst (rows of n).
+template <typename T, typename A>
+HR_HD void unstage(const Row &r, T *dst, const A *acc, int64_t ld, int64_t rows,
+                   int64_t n) {
+  r.each(rows * n, [&](int64_t e) {
+    int64_t i = e / n, d = e - i * n;
+    st(dst, i * n + d, acc[i * ld + d]);
+  });
+}
+
+/// FlashAttention-2's forward, a block per (b, h, tile of Br query rows):
+/// q staged once; for each tile of Bc keys, k and v staged, s = q kT
+/// (blockGemm), a thread per row folds the tile into its running max m and
+/// sum l (scale, bias, mask; p = exp(s - m), times the dropout factor, kept
+/// in T for the tensor cores) and rescales its out accumulator by
+/// exp(m_old - m); out += p v (blockGemm). Last, out / l and lse = m + log l.
+template <typename T> struct TiledForwardBody {
+  using A = Accum<T>;
+  Call C;
+  Tiles L;
+  const T *Q, *K, *V;
+  T *Out;
+  A *Lse;
+  int64_t QueryTiles;
+
+  HR_HD void operator()(int64_t tile, const Row &r,
+                        unsigned char *shared) const {
+    int64_t bh = tile / QueryTiles, i0 = (tile - bh * QueryTiles) * L.Br;
+    int64_t b = bh / C.Heads, h = bh - b * C.Heads;
+    int64_t kv = b * C.KvHeads + h / C.Group;
+    int64_t rows = C.Sq - i0 < L.Br ? C.Sq - i0 : L.Br;
+    T *qs = region<T>(shared, L.Q), *ks = region<T>(shared, L.K),
+      *vs = region<T>(shared, L.V), *p = region<T>(shared, L.P);
+    A *s = region<A>(shared, L.S), *o = region<A>(shared, L.Acc1);
+    A *m = region<A>(shared, L.Stats), *l = m + L.Br, *alpha = l + L.Br;
+    const T *k = K + kv * C.Sk * C.D, *v = V + kv * C.Sk * C.Dv;
+    const A inf = std::numeric_limits<A>::infinity();
+    stage(r, qs, L.LdD, Q + (bh * C.Sq + i0) * C.D, rows, L.Br, C.D, L.Dp);
+    zero(r, o, L.LdADv, L.Br, L.Dvp);
+    r.each(L.Br, [&](int64_t i) {
+      m[i] = -inf;
+      l[i] = A(0);
+    });
+    uint64_t seed = C.seed();
+    int64_t keyEnd = C.Causal && i0 + L.Br < C.Sk ? i0 + L.Br : C.Sk;
+    for (int64_t j0 = 0; j0 < keyEnd; j0 += L.Bc) {
+      int64_t cols = C.Sk - j0 < L.Bc ? C.Sk - j0 : L.Bc;
+      stage(r, ks, L.LdD, k + j0 * C.D, cols, L.Bc, C.D, L.Dp);
+      stage(r, vs, L.LdDv, v + j0 * C.Dv, cols, L.Bc, C.Dv, L.Dvp);
+      blockGemm<false, true>(r, L.Br, L.Bc, L.Dp, qs, L.LdD, ks, L.LdD, s,
+                             L.LdAS, false);
+      r.each(L.Br, [&](int64_t i) {
+        A *srow = s + i * L.LdAS;
+        T *prow = p + i * L.LdS;
+        int64_t n = i < rows ? C.keysOf(i0 + i) - j0 : 0;
+        n = n < 0 ? 0 : n < cols ? n : cols;
+        int64_t at = C.biasRow(b, h, i0 + i);
+        A mx = m[i];
+        for (int64_t j = 0; j < n; ++j) {
+          A sc = C.scaled(srow[j], at, j0 + j);
+          srow[j] = sc;
+          mx = sc > mx || sc != sc ? sc : mx;
+        }
+        if (mx == -inf) { // no key seen yet: nothing to add
+          alpha[i] = A(1);
+          for (int64_t j = 0; j < L.Bc; ++j)
+            prow[j] = T{};
+          return;
+        }
+        A a = mexp(m[i] - mx), sum = A(0);
+        int64_t row = bh * C.Sq + i0 + i;
+        for (int64_t j = 0; j < n; ++j) {
+          A e = mexp(srow[j] - mx);
+          sum += e;
+          st(prow, j, e * C.factor<A>(seed, row, j0 + j));
+        }
+        for (int64_t j = n; j < L.Bc; ++j)
+          prow[j] = T{};
+        m[i] = mx;
+        l[i] = l[i] * a + sum;
+        alpha[i] = a;
+      });
+      r.each(L.Br * L.Dvp, [&](int64_t e) {
+        int64_t i = e / L.Dvp;
+        o[i * L.LdADv + (e - i * L.Dvp)] *= alpha[i];
+      });
+      blockGemm<false, false>(r, L.Br, L.Dvp, L.Bc, p, L.LdS, vs, L.LdDv, o,
+                              L.LdADv, true);
+    }
+    T *out = Out + (bh * C.Sq + i0) * C.Dv;
+    r.each(rows * C.Dv, [&](int64_t e) {
+      int64_t i = e / C.Dv, d = e - i * C.Dv;
+      // A row that saw no key: NaN, as softmax of nothing, or 0 when asked
+      // (and 0 with no keys at all, as the CPU's empty sum).
+      A value = m[i] != -inf ? o[i * L.LdADv + d] / l[i]
+                : C.ZeroEmpty || C.keysOf(i0 + i) == 0
+                    ? A(0)
+                    : std::numeric_limits<A>::quiet_NaN();
+      st(out, e, value);
+    });
+    r.each(rows, [&](int64_t i) {
+      Lse[bh * C.Sq + i0 + i] = m[i] == -inf ? m[i] : m[i] + mlog(l[i]);
+    });
+  }
+};
+
+/// What both tiled backward passes compute of a tile of Br query rows
+/// (from i0, `rows` of them, of head h in batch b) against Bc keys (from
+/// j0, `cols` of them), after s = q kT and g = dout vT: ds = p (g f - rowDot)
+/// times scale (T, for dq and dk) and p f (T, for dv; when pf is not
+/// null), zero where the score is masked or the row's output was a constant
+/// 0.
+template <typename T> struct TileWeights {
+  using A = Accum<T>;
+  const GradOperands<T> &G;
+  const Tiles &L;
+  int64_t b, h, i0, rows, j0, cols;
+  uint64_t Seed;
+
+  HR_HD void operator()(const Row &r, const A *s, const A *g, const A *lse,
+                        const A *rowDot, T *ds, T *pf) const {
+    const Call &c = G.C;
+    int64_t bh = b * c.Heads + h;
+    r.each(L.Br * L.Bc, [&](int64_t e) {
+      int64_t i = e / L.Bc, jj = e - i * L.Bc, qi = i0 + i, j = j0 + jj;
+      T *dsAt = ds + i * L.LdS + jj, *pfAt = pf ? pf + i * L.LdS + jj : nullptr;
+      A l = i < rows ? lse[i] : A(0);
+      if (i >= rows || jj >= cols || (c.Causal && j > qi) ||
+          (c.ZeroEmpty && l == -std::numeric_limits<A>::infinity())) {
+        *dsAt = T{};
+        if (pfAt)
+          *pfAt = T{};
+        return;
+      }
+      A sc = c.scaled(s[i * L.LdAS + jj], c.biasRow(b, h, qi), j);
+      A p = mexp(sc - l);
+      A f = c.factor<A>(Seed, bh * c.Sq + qi, j);
+      st(dsAt, 0, p * (g[i * L.LdAS + jj] * f - rowDot[i]) * A(c.Scale));
+      if (pfAt)
+        st(pfAt, 0, p * f);
+    });
+  }
+};
+
+/// dk and dv, a block per (b, kv head, tile of Bc keys): k and v staged
+/// once, dk and dv accumulated in shared memory over the group's heads and
+/// their query tiles (from the tile holding key j0 when causal): s = q kT,
+/// g = dout vT, the weights, dv += (p f)T dout, dk += dsT q. rowDot comes
+/// from the forward pass over rows (parked in dq) or is recomputed.
+template <typename T> struct TiledKeyGradBody {
+  using A = Accum<T>;
+  GradOperands<T> G;
+  Tiles L;
+  const A *RowDot; // or null: recomputed
+  T *Dk, *Dv;
+  int64_t KeyTiles;
+
+  HR_HD void operator()(int64_t tile, const Row &r,
+                        unsigned char *shared) const {
+    const Call &c = G.C;
+    int64_t kv = tile / KeyTiles, j0 = (tile - kv * KeyTiles) * L.Bc;
+    int64_t b = kv / c.KvHeads, kvh = kv - b * c.KvHeads;
+    int64_t cols = c.Sk - j0 < L.Bc ? c.Sk - j0 : L.Bc;
+    T *qs = region<T>(shared, L.Q), *ks = region<T>(shared, L.K),
+      *vs = region<T>(shared, L.V), *dos = region<T>(shared, L.Dout),
+      *pf = region<T>(shared, L.P), *ds = region<T>(shared, L.Ds);
+    A *s = region<A>(shared, L.S), *g = region<A>(shared, L.G),
+      *dk = region<A>(shared, L.Acc1), *dv = region<A>(shared, L.Acc2),
+      *lse = region<A>(shared, L.Stats), *rd = lse + L.Br;
+    stage(r, ks, L.LdD, G.K + (kv * c.Sk + j0) * c.D, cols, L.Bc, c.D, L.Dp);
+    stage(r, vs, L.LdDv, G.V + (kv * c.Sk + j0) * c.Dv, cols, L.Bc, c.Dv,
+          L.Dvp);
+    zero(r, dk, L.LdAD, L.Bc, L.Dp);
+    zero(r, dv, L.LdADv, L.Bc, L.Dvp);
+    uint64_t seed = c.seed();
+    int64_t first = c.Causal ? j0 / L.Br * L.Br : 0;
+    for (int64_t gh = 0; gh < c.Group; ++gh) {
+      int64_t h = kvh * c.Group + gh, bh = b * c.Heads + h;
+      for (int64_t i0 = first; i0 < c.Sq; i0 += L.Br) {
+        int64_t rows = c.Sq - i0 < L.Br ? c.Sq - i0 : L.Br;
+        int64_t row0 = bh * c.Sq + i0;
+        stage(r, qs, L.LdD, G.Q + row0 * c.D, rows, L.Br, c.D, L.Dp);
+        stage(r, dos, L.LdDv, G.Dout + row0 * c.Dv, rows, L.Br, c.Dv, L.Dvp);
+        r.each(rows, [&](int64_t i) {
+          lse[i] = G.Lse[row0 + i];
+          rd[i] = RowDot ? RowDot[row0 + i] : G.rowDot(row0 + i);
+        });
+        blockGemm<false, true>(r, L.Br, L.Bc, L.Dp, qs, L.LdD, ks, L.LdD, s,
+                               L.LdAS, false);
+        blockGemm<false, true>(r, L.Br, L.Bc, L.Dvp, dos, L.LdDv, vs, L.LdDv, g,
+                               L.LdAS, false);
+        TileWeights<T>{G, L, b, h, i0, rows, j0, cols, seed}(r, s, g, lse, rd,
+                                                             ds, pf);
+        blockGemm<true, false>(r, L.Bc, L.Dvp, L.Br, pf, L.LdS, dos, L.LdDv, dv,
+                               L.LdADv, true);
+        blockGemm<true, false>(r, L.Bc, L.Dp, L.Br, ds, L.LdS, qs, L.LdD, dk,
+                               L.LdAD, true);
+      }
+    }
+    unstage(r, Dk + (kv * c.Sk + j0) * c.D, dk, L.LdAD, cols, c.D);
+    unstage(r, Dv + (kv * c.Sk + j0) * c.Dv, dv, L.LdADv, cols, c.Dv);
+  }
+};
+
+/// dq, a block per (b, h, tile of Br query rows): q and dout staged once,
+/// rowDot recomputed (dq's buffer is being written), dq accumulated over
+/// the key tiles (up to the diagonal when causal): s = q kT, g = dout vT,
+/// the weights, dq += ds k.
+template <typename T> struct TiledQueryGradBody {
+  using A = Accum<T>;
+  GradOperands<T> G;
+  Tiles L;
+  T *Dq;
+  int64_t QueryTiles;
+
+  HR_HD void operator()(int64_t tile, const Row &r,
+                        unsigned char *shared) const {
+    const Call &c = G.C;
+    int64_t bh = tile / QueryTiles, i0 = (tile - bh * QueryTiles) * L.Br;
+    int64_t b = bh / c.Heads, h = bh - b * c.Heads;
+    int64_t kv = b * c.KvHeads + h / c.Group;
+    int64_t rows = c.Sq - i0 < L.Br ? c.Sq - i0 : L.Br, row0 = bh * c.Sq + i0;
+    T *qs = region<T>(shared, L.Q), *ks = region<T>(shared, L.K),
+      *vs = region<T>(shared, L.V), *dos = region<T>(shared, L.Dout),
+      *ds = region<T>(shared, L.Ds);
+    A *s = region<A>(shared, L.S), *g = region<A>(shared, L.G),
+      *dq = region<A>(shared, L.Acc1), *lse = region<A>(shared, L.Stats),
+      *rd = lse + L.Br;
+    const T *k = G.K + kv * c.Sk * c.D, *v = G.V + kv * c.Sk * c.Dv;
+    stage(r, qs, L.LdD, G.Q + row0 * c.D, rows, L.Br, c.D, L.Dp);
+    stage(r, dos, L.LdDv, G.Dout + row0 * c.Dv, rows, L.Br, c.Dv, L.Dvp);
+    zero(r, dq, L.LdAD, L.Br, L.Dp);
+    r.each(rows, [&](int64_t i) {
+      lse[i] = G.Lse[row0 + i];
+      rd[i] = G.rowDot(row0 + i);
+    });
+    uint64_t seed = c.seed();
+    int64_t keyEnd = c.Causal && i0 + L.Br < c.Sk ? i0 + L.Br : c.Sk;
+    for (int64_t j0 = 0; j0 < keyEnd; j0 += L.Bc) {
+      int64_t cols = c.Sk - j0 < L.Bc ? c.Sk - j0 : L.Bc;
+      stage(r, ks, L.LdD, k + j0 * c.D, cols, L.Bc, c.D, L.Dp);
+      stage(r, vs, L.LdDv, v + j0 * c.Dv, cols, L.Bc, c.Dv, L.Dvp);
+      blockGemm<false, true>(r, L.Br, L.Bc, L.Dp, qs, L.LdD, ks, L.LdD, s,
+                             L.LdAS, false);
+      blockGemm<false, true>(r, L.Br, L.Bc, L.Dvp, dos, L.LdDv, vs, L.LdDv, g,
+                             L.LdAS, false);
+      TileWeights<T>{G, L, b, h, i0, rows, j0, cols, seed}(r, s, g, lse, rd, ds,
+                                                           nullptr);
+      blockGemm<false, false>(r, L.Br, L.Dp, L.Bc, ds, L.LdS, ks, L.LdD, dq,
+                              L.LdAD, true);
+    }
+    unstage(r, Dq + row0 * c.D, dq, L.LdAD, rows, c.D);
+  }
+};
+
+struct ForwardApply {
+  const KernelContext &Ctx;
+  template <typename T> Error apply() const {
+    AttentionShape s;
+    auto call = readCall(Ctx, 0, s);
+    if (!call)
+      return call.takeError();
+    DType t = Ctx.Inputs[0].Type;
+    if (Error e = checkView(Ctx, Ctx.Outputs[0], "out", t, s.outShape()))
+      return e;
+    if (Error e = checkView(Ctx, Ctx.Outputs[1], "lse", attentionLseType(t),
+                            s.lseShape()))
+      return e;
+    const T *q = Ctx.Inputs[0].as<T>(), *k = Ctx.Inputs[1].as<T>(),
+            *v = Ctx.Inputs[2].as<T>();
+    T *out = Ctx.Outputs[0].as<T>();
+    Accum<T> *lse = Ctx.Outputs[1].as<Accum<T>>();
+    if (auto tiles = pickTiles<T>(Pass::Forward, s.D, s.Dv)) {
+      int64_t queryTiles = (s.Sq + tiles->Br - 1) / tiles->Br;
+      forEachTile(
+          Ctx, s.Batch * s.Heads * queryTiles, tiles->Bytes,
+          TiledForwardBody<T>{*call, *tiles, q, k, v, out, lse, queryTiles});
+      return Error::success();
+    }
+    forEachRow(Ctx, s.Batch * s.Heads * s.Sq,
+               ForwardBody<T>{*call, q, k, v, out, lse});
+    return Error::success();
+  }
+};
+
+/// FusedAttention(q, k, v, bias?) {scale, causal, dropout, zero_empty_rows}
+/// -> (out, lse).
+Error forward(const KernelContext &ctx) {
+  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type, ForwardApply{ctx});
+}
+
 struct BackwardApply {
   const KernelContext &Ctx;
   template <typename T> Error apply() const {
@@ -538,15 +926,27 @@ struct BackwardApply {
                     : nullptr;
     if (rowDot)
       forEachRow(Ctx, queries, RowDotBody<T>{g, rowDot});
-    forEachRow(Ctx, s.Batch * s.KvHeads * s.Sk,
-               KeyGradBody<T>{g, rowDot, Ctx.Outputs[1].as<T>(),
-                              Ctx.Outputs[2].as<T>()});
+    T *dk = Ctx.Outputs[1].as<T>(), *dv = Ctx.Outputs[2].as<T>();
+    if (auto tiles = pickTiles<T>(Pass::Keys, s.D, s.Dv)) {
+      int64_t keyTiles = (s.Sk + tiles->Bc - 1) / tiles->Bc;
+      forEachTile(Ctx, s.Batch * s.KvHeads * keyTiles, tiles->Bytes,
+                  TiledKeyGradBody<T>{g, *tiles, rowDot, dk, dv, keyTiles});
+    } else {
+      forEachRow(Ctx, s.Batch * s.KvHeads * s.Sk,
+                 KeyGradBody<T>{g, rowDot, dk, dv});
+    }
     if (Ctx.Outputs.size() > 3 && Ctx.Outputs[3].present()) {
       const TensorView &bias = Ctx.Inputs[6], &dbias = Ctx.Outputs[3];
       if (!Ctx.hasInput(6) || dbias.type() != bias.type())
         return Ctx.unsupported("dbias must have the bias's type");
       forEach(Ctx, dbias.numElements(),
               BiasGradBody<T>{g, rowDot, dbias.Data, s.Batch});
+    }
+    if (auto tiles = pickTiles<T>(Pass::Queries, s.D, s.Dv)) {
+      int64_t queryTiles = (s.Sq + tiles->Br - 1) / tiles->Br;
+      forEachTile(Ctx, s.Batch * s.Heads * queryTiles, tiles->Bytes,
+                  TiledQueryGradBody<T>{g, *tiles, dq, queryTiles});
+      return Error::success();
     }
     forEachRow(Ctx, queries, QueryGradBody<T>{g, dq});
     return Error::success();

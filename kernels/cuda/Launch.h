@@ -9,6 +9,12 @@
 //    elements: r.sum(n, g) and r.max(n, g) reduce g(j) over j < n (every
 //    thread gets the result), r.each(n, g) runs g(j) for every j < n.
 //    Softmax, norms, losses and reductions are written with it.
+//  - forEachTile(ctx, tiles, sharedBytes, f): f(tile, r, shared) once per
+//    tile, a thread block per tile with `sharedBytes` of shared memory at
+//    `shared` (at most kTileSharedBytes, 128-byte aligned, uninitialised)
+//    and the same `r` as a row's. Tiled kernels (FusedAttention) stage
+//    operands there and work on them in phases, each r.each ending with the
+//    block's barrier.
 //
 // Under nvcc these launch CUDA kernels on ctx.Stream; in the emulator they
 // are loops, and Row's operations are sequential. Functors are structs (or
@@ -22,14 +28,22 @@
 #include "kernels/cuda/Kernel.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 namespace headroom {
 namespace cuda {
 inline namespace HR_CUDA_BUILD {
 
-/// Threads per block of both launch shapes.
+/// Threads per block of every launch shape.
 constexpr int kBlockThreads = 256;
+
+/// The shared memory a tile may take. Above 48 KiB a kernel must opt in
+/// (cudaFuncSetAttribute, as FlashAttention does before each launch; allowed
+/// while a graph is captured); 96 KiB leaves two blocks per SM on sm_80 and
+/// sm_90 (163 and 227 KiB).
+constexpr int64_t kTileSharedBytes = 96 * 1024;
 
 #if defined(__CUDACC__)
 
@@ -97,6 +111,17 @@ template <typename F> __global__ void forEachRowKernel(int64_t rows, F f) {
 }
 
 template <typename F>
+__global__ void __launch_bounds__(kBlockThreads, 2)
+    forEachTileKernel(int64_t tiles, F f) {
+  extern __shared__ __align__(128) unsigned char shared[];
+  Row r;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    f(tile, r, shared);
+    __syncthreads(); // the next tile overwrites the staged operands
+  }
+}
+
+template <typename F>
 void forEach(const KernelContext &ctx, int64_t n, const F &f) {
   if (n <= 0)
     return;
@@ -113,6 +138,20 @@ void forEachRow(const KernelContext &ctx, int64_t rows, const F &f) {
   int64_t blocks = std::min<int64_t>(rows, int64_t(1) << 20);
   forEachRowKernel<<<unsigned(blocks), kBlockThreads, 0,
                      static_cast<cudaStream_t>(ctx.Stream)>>>(rows, f);
+}
+
+template <typename F>
+void forEachTile(const KernelContext &ctx, int64_t tiles, int64_t sharedBytes,
+                 const F &f) {
+  if (tiles <= 0)
+    return;
+  int64_t blocks = std::min<int64_t>(tiles, int64_t(1) << 20);
+  if (sharedBytes > 48 * 1024) // a failure shows as the launch's error
+    cudaFuncSetAttribute(forEachTileKernel<F>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         int(sharedBytes));
+  forEachTileKernel<<<unsigned(blocks), kBlockThreads, size_t(sharedBytes),
+                      static_cast<cudaStream_t>(ctx.Stream)>>>(tiles, f);
 }
 
 #else // the emulator
@@ -149,6 +188,22 @@ void forEachRow(const KernelContext &, int64_t rows, const F &f) {
   Row r;
   for (int64_t row = 0; row < rows; ++row)
     f(row, r);
+}
+
+/// Each tile gets shared memory filled with 0xff bytes (NaN in every float
+/// type), so a phase that reads what no earlier phase wrote shows in the
+/// results instead of reading the last tile's values.
+template <typename F>
+void forEachTile(const KernelContext &, int64_t tiles, int64_t sharedBytes,
+                 const F &f) {
+  std::vector<double> storage(size_t(sharedBytes + 7) / 8 + 16);
+  auto *shared = reinterpret_cast<unsigned char *>(
+      (reinterpret_cast<uintptr_t>(storage.data()) + 127) & ~uintptr_t(127));
+  Row r;
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    std::memset(shared, 0xff, size_t(sharedBytes));
+    f(tile, r, shared);
+  }
 }
 
 #endif
