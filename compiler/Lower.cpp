@@ -59,6 +59,10 @@ public:
   /// Transient buffers of this function with their lifetimes.
   std::vector<int> ArenaBuffers;
   std::vector<BufferLife> Lives;
+  /// The value each arena buffer was made for, and the node at each
+  /// schedule position (the report's peak).
+  std::vector<const Value *> ArenaValues;
+  std::vector<const Node *> Calls;
   /// Category of each arena buffer (0 activations, 1 gradients, 2 temps,
   /// 3 recomputed).
   std::vector<int> Categories;
@@ -124,8 +128,10 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
   pf.Name = F.name();
   int calls = 0;
   for (const Node &n : F.nodes())
-    if (!n.info()->has(opflags::Terminator))
+    if (!n.info()->has(opflags::Terminator)) {
       Position[&n] = calls++;
+      Calls.push_back(&n);
+    }
   // Last use of every value; function results live to the end.
   for (const Node &n : F.nodes())
     for (Value *v : n.operands())
@@ -146,6 +152,7 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
     ArenaBuffers.push_back(id);
     int last = std::max(first, LastUse.lookup(v));
     Lives.push_back({v->type().sizeInBytes(), first, last});
+    ArenaValues.push_back(v);
     const Node *def = v->definingNode();
     Categories.push_back(def && def->attr("recomputed") ? 3
                          : first > lossPos ? (updates.isGradient(v) ? 1 : 2)
@@ -248,6 +255,44 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
   return pf;
 }
 
+/// The call at schedule position `peak` and the largest values live after
+/// it, into r.
+static void describePeak(const FunctionLowering &fl, int64_t peak,
+                         MemoryReport &r) {
+  r.PeakPosition = peak;
+  r.PeakValues.clear();
+  r.PeakOp.clear();
+  r.PeakLoc.clear();
+  if (peak < 0)
+    return;
+  if (size_t(peak) < fl.Calls.size()) {
+    r.PeakOp = fl.Calls[peak]->op();
+    r.PeakLoc = fl.Calls[peak]->loc();
+  }
+  std::vector<size_t> live;
+  for (size_t i = 0; i < fl.Lives.size(); ++i)
+    if (fl.Lives[i].First <= peak && peak <= fl.Lives[i].Last)
+      live.push_back(i);
+  llvm::stable_sort(live, [&](size_t a, size_t b) {
+    return fl.Lives[a].Size > fl.Lives[b].Size;
+  });
+  if (live.size() > MemoryReport::kPeakValues)
+    live.resize(MemoryReport::kPeakValues);
+  for (size_t i : live) {
+    const Value *v = fl.ArenaValues[i];
+    PeakValue pv;
+    pv.Name = v->name();
+    pv.Op = "argument";
+    if (const Node *def = v->definingNode()) {
+      pv.Op = def->op();
+      pv.Loc = def->loc();
+    }
+    pv.Bytes = fl.Lives[i].Size;
+    pv.Category = fl.Categories[i];
+    r.PeakValues.push_back(std::move(pv));
+  }
+}
+
 llvm::Expected<Plan> headroom::lowerModule(const Module &m,
                                            const Target &target,
                                            const LowerOptions &o) {
@@ -327,14 +372,19 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
     r.ArenaLowerBound = a.LowerBound;
     r.Timeline = std::move(timeline);
     uint64_t best = 0;
-    for (const auto &t : r.Timeline)
+    int64_t peak = -1;
+    for (size_t p = 0; p < r.Timeline.size(); ++p) {
+      const auto &t = r.Timeline[p];
       if (t[0] + t[1] + t[2] + t[3] > best) {
         best = t[0] + t[1] + t[2] + t[3];
+        peak = int64_t(p);
         r.Activations = t[0];
         r.Gradients = t[1];
         r.Temporaries = t[2];
         r.Recomputed = t[3];
       }
+    }
+    describePeak(fl, peak, r);
   }
   for (const PlanFunction &pf : plan.Functions)
     for (const KernelCall &c : pf.Calls)

@@ -63,6 +63,15 @@ struct PlanFunction {
   std::vector<KernelCall> Calls;
 };
 
+/// A value live where transient memory peaks (the report names the
+/// largest).
+struct PeakValue {
+  std::string Name, Op, Loc; // the value, its defining op and location
+  uint64_t Bytes = 0;
+  int Category =
+      2; // as the timeline: activations, gradients, temps, recomputed
+};
+
 /// Bytes by category; what `headroom report` prints. Categories of transient
 /// buffers: a value computed up to the loss and still live after it is an
 /// activation saved for backward; a value computed after the loss that only
@@ -111,6 +120,13 @@ struct MemoryReport {
   /// (activations, gradients, temporaries, recomputed): the report's
   /// timeline.
   std::vector<std::array<uint64_t, 4>> Timeline;
+  /// The call after which transient memory peaks (its position in the
+  /// function of the timeline, op and location) and the largest values
+  /// live there, largest first (at most kPeakValues).
+  int64_t PeakPosition = -1;
+  std::string PeakOp, PeakLoc;
+  std::vector<PeakValue> PeakValues;
+  static constexpr size_t kPeakValues = 10;
   uint64_t transientAtPeak() const {
     return Activations + Gradients + Temporaries + Recomputed;
   }

@@ -83,8 +83,8 @@ llvm::Expected<Compiled> headroom::compile(llvm::StringRef modelPath,
   return compileModule(std::move(*m), options);
 }
 
-/// Recomputes (when asked) and lowers `m`, which the base pipeline has built,
-/// scheduled or not as the options say.
+/// Recomputes (when asked), rematerializes and lowers `m`, which the base
+/// pipeline has built, scheduled or not as the options say.
 static llvm::Expected<Compiled> finish(std::unique_ptr<Module> m,
                                        const CompileOptions &options,
                                        const Target &target) {
@@ -101,6 +101,8 @@ static llvm::Expected<Compiled> finish(std::unique_ptr<Module> m,
     if (auto e = pm.run(*m))
       return e;
   }
+  if (auto e = runPasses(*m, options.rematerializePass().substr(1)))
+    return e;
   Compiled asBuilt;
   if (options.Schedule == ScheduleMode::Never ||
       (!fused && options.Schedule == ScheduleMode::Auto)) {

@@ -474,10 +474,18 @@ std::string CompileOptions::basePipeline() const {
   return llvm::join(passes, ",");
 }
 
+std::string CompileOptions::rematerializePass() const {
+  if (RematerializeMinBytes == 64 * 1024)
+    return ",rematerialize";
+  return ",rematerialize{min_bytes=" + std::to_string(RematerializeMinBytes) +
+         "}";
+}
+
 std::string CompileOptions::passPipeline(bool scheduled) const {
   std::string s = basePipeline();
   if (Recompute.Kind != RecomputeOptions::Policy::None)
     s += ",recompute{" + Recompute.text() + "}";
+  s += rematerializePass();
   if (scheduled)
     s += ",schedule";
   return s;

@@ -70,6 +70,9 @@ struct CompileOptions {
   /// to rounding, no [seq, seq] tensors); false keeps the graph's own
   /// MatMul/Softmax (`--attention unfused`).
   bool FuseAttention = true;
+  /// The `rematerialize` pass leaves values under this many bytes alone
+  /// (its min_bytes; tests set 0 to exercise it on small models).
+  uint64_t RematerializeMinBytes = 64 * 1024;
   /// The backend the plan is for (compiler/Target.h): "cpu" or "cuda".
   std::string Target = "cpu";
 
@@ -82,6 +85,8 @@ struct CompileOptions {
   std::string passPipeline(bool scheduled) const;
   /// The passes before recomputation and scheduling.
   std::string basePipeline() const;
+  /// ",rematerialize" with its options, as passPipeline appends it.
+  std::string rematerializePass() const;
 };
 
 /// One training flag as given: its name without dashes and its value ("1"

@@ -133,6 +133,17 @@ static void toProto(const MemoryReport &r, pb::MemoryReport &p) {
   p.set_step_flops(r.StepFlops);
   p.set_recompute_flops(r.RecomputeFlops);
   p.set_saved_activations(r.SavedActivations);
+  p.set_peak_position(r.PeakPosition);
+  p.set_peak_op(r.PeakOp);
+  p.set_peak_loc(r.PeakLoc);
+  for (const PeakValue &v : r.PeakValues) {
+    pb::PeakValue *pv = p.add_peak_values();
+    pv->set_name(v.Name);
+    pv->set_op(v.Op);
+    pv->set_loc(v.Loc);
+    pv->set_bytes(v.Bytes);
+    pv->set_category(uint32_t(v.Category));
+  }
   for (const auto &point : r.Timeline) {
     pb::TimelinePoint *t = p.add_timeline();
     t->set_activations(point[0]);
@@ -693,6 +704,12 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
   r.StepFlops = pr.step_flops();
   r.RecomputeFlops = pr.recompute_flops();
   r.SavedActivations = pr.saved_activations();
+  r.PeakPosition = pr.peak_position();
+  r.PeakOp = pr.peak_op();
+  r.PeakLoc = pr.peak_loc();
+  for (const pb::PeakValue &v : pr.peak_values())
+    r.PeakValues.push_back({v.name(), v.op(), v.loc(), v.bytes(),
+                            int(std::min<uint32_t>(v.category(), 3))});
   for (const pb::TimelinePoint &t : pr.timeline())
     r.Timeline.push_back(
         {t.activations(), t.gradients(), t.temporaries(), t.recomputed()});

@@ -82,6 +82,31 @@ static AttentionCounts countAttention(const Plan &plan) {
   return best;
 }
 
+/// The timeline's categories, as the report names a value's.
+static const char *const kCategoryNames[4] = {"activation", "gradient",
+                                              "temporary", "recomputed"};
+
+/// Where transient memory peaks and the largest values live there.
+static void printPeakValues(const MemoryReport &r, llvm::raw_ostream &os) {
+  if (r.PeakValues.empty())
+    return;
+  os << "  transient memory peaks after " << r.PeakOp;
+  if (!r.PeakLoc.empty())
+    os << " at " << r.PeakLoc;
+  os << "; the largest values live there:\n";
+  for (size_t i = 0; i < r.PeakValues.size() && i < 5; ++i) {
+    const PeakValue &v = r.PeakValues[i];
+    os << llvm::format("    %12s  %-10s  ", formatBytes(v.Bytes).c_str(),
+                       kCategoryNames[v.Category & 3]);
+    if (!v.Name.empty())
+      os << "%" << v.Name << " = ";
+    os << v.Op;
+    if (!v.Loc.empty())
+      os << " at " << v.Loc;
+    os << "\n";
+  }
+}
+
 void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
                                 llvm::raw_ostream &os) {
   const MemoryReport &r = plan.Report;
@@ -147,6 +172,7 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
       os << "; " << n << "x " << why;
     os << "\n";
   }
+  printPeakValues(r, os);
   os << "  (activations, gradients and temporaries are at the schedule "
         "position where transient memory peaks; \"most live at once\" is "
         "over the whole step; constants in the plan: "
@@ -189,6 +215,18 @@ llvm::json::Value headroom::reportJson(const Plan &plan) {
       {"recompute_flops", int64_t(r.RecomputeFlops)},
       {"breakdown", std::move(breakdown)},
   };
+  llvm::json::Array peakValues;
+  for (const PeakValue &v : r.PeakValues)
+    peakValues.push_back(
+        llvm::json::Object{{"name", v.Name},
+                           {"op", v.Op},
+                           {"loc", v.Loc},
+                           {"bytes", int64_t(v.Bytes)},
+                           {"category", kCategoryNames[v.Category & 3]}});
+  root["peak"] = llvm::json::Object{{"position", r.PeakPosition},
+                                    {"op", r.PeakOp},
+                                    {"loc", r.PeakLoc},
+                                    {"values", std::move(peakValues)}};
   TensorCounts counts = countTensors(plan);
   llvm::json::Object tensors;
   for (int k = 0; k < 4; ++k)

@@ -7,10 +7,11 @@
 //    memory and row-major with its leading dimension; op(X) = X^T when
 //    TransX (A stored [K x M], B stored [N x K]). C is the accumulation type
 //    (float for f16/bf16/f32 operands, double for f64).
-//    On the GPU, f16 and bf16 operands with M, N and K multiples of 16 go
-//    through the tensor cores (nvcuda::wmma m16n16k16, f32 accumulation),
-//    each warp taking 16 x 16 tiles of C; everything else (f32, f64, the
-//    emulator) is a thread per element of C, adding in k order.
+//    On the GPU (sm_80 on), f16 and bf16 operands with M, N and K multiples
+//    of 16 go through the tensor cores (nvcuda::wmma m16n16k16, f32
+//    accumulation), each warp taking 16 x 16 tiles of C; everything else
+//    (f32, f64, older GPUs, the emulator) is a thread per element of C,
+//    adding in k order.
 //  - SharedLayout: regions of a tile's shared memory, each 128-byte aligned
 //    (the tensor cores' loads need 32), and lead(n, bytes): the leading
 //    dimension to store rows of n elements with, padded so that the rows of
@@ -76,7 +77,7 @@ HR_HD void blockGemmElements(const Row &r, int64_t m, int64_t n, int64_t k,
   });
 }
 
-#if HR_ON_DEVICE
+#if HR_ON_DEVICE && __CUDA_ARCH__ >= 800 // bf16 fragments need sm_80
 template <typename T> struct WmmaElem;
 template <> struct WmmaElem<Half> { using Type = __half; };
 template <> struct WmmaElem<BFloat16> { using Type = __nv_bfloat16; };
@@ -122,7 +123,7 @@ template <bool TransA, bool TransB, typename T, typename C>
 HR_HD void blockGemm(const Row &r, int64_t m, int64_t n, int64_t k, const T *a,
                      int64_t lda, const T *b, int64_t ldb, C *c, int64_t ldc,
                      bool accumulate) {
-#if HR_ON_DEVICE
+#if HR_ON_DEVICE && __CUDA_ARCH__ >= 800
   if constexpr ((std::is_same_v<T, Half> ||
                  std::is_same_v<T, BFloat16>)&&std::is_same_v<C, float>) {
     if (m % 16 == 0 && n % 16 == 0 && k % 16 == 0 && lda % 8 == 0 &&

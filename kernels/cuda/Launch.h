@@ -40,9 +40,9 @@ inline namespace HR_CUDA_BUILD {
 constexpr int kBlockThreads = 256;
 
 /// The shared memory a tile may take. Above 48 KiB a kernel must opt in
-/// (cudaFuncSetAttribute, as FlashAttention does before each launch; allowed
-/// while a graph is captured); 96 KiB leaves two blocks per SM on sm_80 and
-/// sm_90 (163 and 227 KiB).
+/// (cudaFuncSetAttribute; forEachTile raises each tile kernel's limit to
+/// this once, so launches of other sizes never lower it); 96 KiB leaves two
+/// blocks per SM on sm_90 (227 KiB), one on sm_80 (164 KiB).
 constexpr int64_t kTileSharedBytes = 96 * 1024;
 
 #if defined(__CUDACC__)
@@ -146,10 +146,12 @@ void forEachTile(const KernelContext &ctx, int64_t tiles, int64_t sharedBytes,
   if (tiles <= 0)
     return;
   int64_t blocks = std::min<int64_t>(tiles, int64_t(1) << 20);
-  if (sharedBytes > 48 * 1024) // a failure shows as the launch's error
-    cudaFuncSetAttribute(forEachTileKernel<F>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         int(sharedBytes));
+  // Once per kernel (the process uses one device): a failure leaves the
+  // limit at 48 KiB and shows as the launch's error.
+  static const bool raised [[maybe_unused]] =
+      cudaFuncSetAttribute(forEachTileKernel<F>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kTileSharedBytes)) == cudaSuccess;
   forEachTileKernel<<<unsigned(blocks), kBlockThreads, size_t(sharedBytes),
                       static_cast<cudaStream_t>(ctx.Stream)>>>(tiles, f);
 }

@@ -72,23 +72,24 @@ TEST(CompileOptionsTest, DefaultsFollowTheOptimizer) {
   EXPECT_EQ(adamw.passPipeline(false),
             "canonicalize,fuse-attention,autodiff,optimizer{kind=adamw "
             "lr=0.001 weight_decay=0.01 beta1=0.9 beta2=0.999 eps=1e-08},"
-            "canonicalize");
+            "canonicalize,rematerialize");
   CompileOptions none = fromText("--batch 4 --optimizer none");
   EXPECT_FALSE(none.ApplyOptimizer);
   EXPECT_EQ(none.passPipeline(true),
-            "canonicalize,fuse-attention,autodiff,canonicalize,schedule");
+            "canonicalize,fuse-attention,autodiff,canonicalize,rematerialize,"
+            "schedule");
   CompileOptions unfused = fromText("--batch 4 --attention unfused");
   EXPECT_FALSE(unfused.FuseAttention);
   EXPECT_EQ(unfused.passPipeline(false),
             "canonicalize,autodiff,optimizer{kind=sgd lr=0.01 "
-            "weight_decay=0},canonicalize");
+            "weight_decay=0},canonicalize,rematerialize");
   CompileOptions accum =
       fromText("--batch 8 --accum 2 --disable-dropout --clip-grad-norm 1");
   EXPECT_EQ(accum.passPipeline(false),
             "disable-dropout,canonicalize,fuse-attention,autodiff,"
             "accumulate{steps=2},"
             "optimizer{kind=sgd lr=0.01 weight_decay=0 clip_grad_norm=1},"
-            "canonicalize");
+            "canonicalize,rematerialize");
   // What --device auto means is the caller's (the tool asks the runtime).
   auto flags = takeOrFail(splitFlags("--batch 4 --device auto"));
   EXPECT_EQ(takeOrFail(compileOptionsFromFlags(flags, "cuda")).Target, "cuda");
@@ -194,7 +195,7 @@ TEST(CompileOptionsTest, RecomputeFlags) {
   EXPECT_EQ(o.passPipeline(true),
             "canonicalize,fuse-attention,autodiff,optimizer{kind=sgd lr=0.01 "
             "weight_decay=0},canonicalize,recompute{policy=every n=3},"
-            "schedule");
+            "rematerialize,schedule");
   EXPECT_EQ(fromText("--batch 8 --recompute budget=2GiB").RecomputeBudget,
             2ull << 30);
   EXPECT_EQ(flagError("--batch 8 --recompute every=0"),
