@@ -36,8 +36,8 @@ static const FlagInfo kFlags[] = {
      "Compute matmuls and convolutions in bf16 or fp16 (f32 where it is "
      "needed; fp16 scales the loss dynamically; default fp32)"},
     {"master-weights", "fp32|none",
-     "With --precision bf16: keep f32 master weights (default) or store the "
-     "parameters in bf16 (sgd, lomo)"},
+     "With --precision bf16/fp16: keep f32 master weights (default) or "
+     "store the parameters in bf16/fp16 (sgd, lomo)"},
     {"recompute", "none|all|sqrt|selective|every=N|budget=SIZE",
      "Activation recomputation: which saved activations are recomputed in "
      "the backward (default none; budget=SIZE: the fewest recomputed FLOPs "
@@ -283,14 +283,9 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
     if (o.Precision == DType::F32 && w == "none")
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
-          "--master-weights none needs --precision bf16: in fp32 the "
-          "weights are their own master copy");
+          "--master-weights none needs --precision bf16 or fp16: in fp32 "
+          "the weights are their own master copy");
     o.MasterWeights = w == "fp32";
-    if (o.Precision == DType::F16 && !o.MasterWeights)
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(),
-          "--master-weights none needs --precision bf16: fp16 weights cannot "
-          "hold updates unscaled from the loss scale");
   }
   // fp16's range needs the loss scaled (torch's GradScaler).
   o.Optimizer.LossScale = o.Precision == DType::F16;

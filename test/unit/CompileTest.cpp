@@ -208,12 +208,13 @@ TEST(CompileOptionsTest, RecomputeFlags) {
   EXPECT_NE(fp16.passPipeline(false).find("loss_scale=dynamic"),
             std::string::npos);
   EXPECT_FALSE(fromText("--batch 8 --precision bf16").Optimizer.LossScale);
-  EXPECT_EQ(flagError("--batch 8 --precision fp16 --master-weights none"),
-            "--master-weights none needs --precision bf16: fp16 weights "
-            "cannot hold updates unscaled from the loss scale");
+  CompileOptions fp16None =
+      fromText("--batch 8 --precision fp16 --master-weights none");
+  EXPECT_FALSE(fp16None.MasterWeights);
+  EXPECT_TRUE(fp16None.Optimizer.LossScale);
   EXPECT_EQ(flagError("--batch 8 --master-weights none"),
-            "--master-weights none needs --precision bf16: in fp32 the "
-            "weights are their own master copy");
+            "--master-weights none needs --precision bf16 or fp16: in fp32 "
+            "the weights are their own master copy");
   EXPECT_EQ(takeOrFail(parseByteSize("1.5 KiB")), 1536u);
   EXPECT_EQ(takeOrFail(parseByteSize("24GB")), 24ull << 30);
   EXPECT_EQ(errorOf(parseByteSize("12 parsecs")),
