@@ -3,10 +3,12 @@
 // A value the forward computes and the backward reads again lives across
 // everything between its uses. When it is cheap to compute (a cast, an
 // elementwise op, a copy) from values that are live at the late use anyway,
-// keeping it is waste: mixed precision's f32 copy of a bf16 residual lives
-// through a whole layer's backward next to the bf16 value it came from; a
-// norm's x / rms lives there next to x; a SiLU's sigmoid and product live
-// through the MLP's backward next to the gate they came from. This pass
+// keeping it is waste: mixed precision's bf16 copy of a master weight lives
+// from the forward to the backward next to the weight; its f32 copy of a
+// bf16 residual lives through a whole layer's backward next to the bf16
+// value it came from; a norm's x / rms lives there next to x; a SiLU's
+// sigmoid and product live through the MLP's backward next to the gate
+// they came from. This pass
 // splits such a value's uses at the widest gap between two of them and
 // gives the later uses a clone of its computation, placed just before the
 // first of them (the torch partitioner's rematerialisation of pointwise
@@ -20,13 +22,15 @@
 // byte-positions alive than the gap frees: then the bytes live at any
 // point in the gap do not rise (where a kept value would have died its
 // bytes replace the split value's), no other point changes, and the step's
-// peak never rises. Reads are never kept alive longer (an update may write
-// their slot; compiler/Lower.cpp would copy them) and random ops (Dropout)
-// are never cloned. Clones carry their originals' names, attributes and
-// locations (the clone of a recompute clone is `recomputed = 1` too; the
-// rest count as temporaries and their FLOPs as the step's, not as the
-// recomputation policy's, which auto-fit ranks by); a clone's own uses may
-// be split again further on. Values under 64 KiB
+// peak never rises. A Read is free to use later (it is the state slot, no
+// arena bytes; the optimizer's write of the slot is ordered after every use
+// of the Read): so mixed precision's bf16 copy of a master weight is cast
+// again where the backward reads it instead of being kept through the step.
+// Random ops (Dropout) are never cloned. Clones carry their originals'
+// names, attributes and locations (the clone of a recompute clone is
+// `recomputed = 1` too; the rest count as temporaries and their FLOPs as
+// the step's, not as the recomputation policy's, which auto-fit ranks by);
+// a clone's own uses may be split again further on. Values under 64 KiB
 // (option min_bytes=N) are left alone.
 //
 // Requires: verified IR; runs after recompute and before schedule, on every
@@ -121,11 +125,15 @@ private:
       return 0;
     if (auto it = plan.find(v); it != plan.end())
       return 0; // already costed along another path
+    // A Read is the state slot itself: using it later costs no arena bytes
+    // (the optimizer's write of the slot is ordered after every use of the
+    // Read, by the schedule as by the unscheduled order).
+    if (d && d->is(OpKind::Read))
+      return 0;
     // Kept alive longer only when it dies inside the gap: before it, the
     // value being split is still live and its bytes would add up.
-    int64_t keep = (d && d->is(OpKind::Read)) || LastUse.lookup(v) < gapStart
-                       ? -1
-                       : int64_t(v->type().sizeInBytes());
+    int64_t keep =
+        LastUse.lookup(v) < gapStart ? -1 : int64_t(v->type().sizeInBytes());
     if (d && depth < kMaxDepth && isCheap(*d)) {
       llvm::DenseMap<Value *, bool> subPlan = plan;
       llvm::DenseSet<Value *> subKept = kept;

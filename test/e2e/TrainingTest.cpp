@@ -1351,8 +1351,10 @@ TEST(Rematerialize, SameBitsAndNoHigherPeak) {
     DType Precision;
     const char *Target;
     const char *Recompute;
+    const char *Optimizer = "adamw";
   };
   const Case cases[] = {{"gpt", DType::BF16, "cpu", "none"},
+                        {"gpt", DType::BF16, "cpu", "none", "lomo"},
                         {"llama", DType::BF16, "cpu", "every=1"},
                         {"llama", DType::F32, "cpu", "none"},
                         {"gpt", DType::BF16, "cuda", "every=1"},
@@ -1365,9 +1367,8 @@ TEST(Rematerialize, SameBitsAndNoHigherPeak) {
     std::string what = model + " " + c.Target + " recompute " + c.Recompute;
     auto train = [&](uint64_t minBytes, std::vector<double> &losses) {
       CompileOptions o = takeOrFail(compileOptionsFromFlags(
-          takeOrFail(splitFlags(std::string("--batch 4 --optimizer adamw "
-                                            "--recompute ") +
-                                c.Recompute))));
+          takeOrFail(splitFlags(std::string("--batch 4 --optimizer ") +
+                                c.Optimizer + " --recompute " + c.Recompute))));
       o.Precision = c.Precision;
       o.Target = c.Target;
       o.RematerializeMinBytes = minBytes;
@@ -1385,6 +1386,16 @@ TEST(Rematerialize, SameBitsAndNoHigherPeak) {
               q.Functions.front().Calls.size())
         << what << ": nothing rematerialized";
     EXPECT_LE(p.Report.PeakBytes(), q.Report.PeakBytes()) << what;
+    // Clones read weights through their Reads: never after an update wrote
+    // the slot (which would copy the weight).
+    auto copies = [](const Plan &plan) {
+      unsigned n = 0;
+      for (const PlanFunction &f : plan.Functions)
+        for (const KernelCall &call : f.Calls)
+          n += call.Kind == OpKind::Read && call.Attrs.count("copy");
+      return n;
+    };
+    EXPECT_EQ(copies(p), copies(q)) << what;
     EXPECT_EQ(withLosses, withoutLosses) << what;
     for (const PlanState &s : q.States) {
       auto a = takeOrFail(with->executor().readState(s.Name));
