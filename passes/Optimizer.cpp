@@ -608,7 +608,7 @@ llvm::Expected<bool> Optimizer::run(Module &m) {
 }
 
 bool OptimizerOptions::fused() const {
-  return Kind == Kind::Lomo || Kind == Kind::AdaLomo;
+  return Kind == Kind::Lomo || Kind == Kind::AdaLomo || FuseUpdate;
 }
 
 llvm::StringRef OptimizerOptions::kindName() const {
@@ -668,6 +668,8 @@ std::string headroom::optimizerOptionsText(const OptimizerOptions &o) {
     s += " loss_scale=dynamic";
   if (o.SkipNonFinite)
     s += " skip_nonfinite=1";
+  if (o.FuseUpdate)
+    s += " fuse_update=1";
   return s;
 }
 
@@ -702,6 +704,10 @@ headroom::parseOptimizerOptions(llvm::StringRef text) {
       if (value != "0" && value != "1")
         return bad("0 or 1");
       o.SkipNonFinite = value == "1";
+    } else if (key == "fuse_update") {
+      if (value != "0" && value != "1")
+        return bad("0 or 1");
+      o.FuseUpdate = value == "1";
     } else if (key == "nesterov") {
       if (value != "0" && value != "1")
         return bad("0 or 1");
@@ -735,7 +741,8 @@ headroom::parseOptimizerOptions(llvm::StringRef text) {
           llvm::inconvertibleErrorCode(),
           "optimizer: unknown option '%s' (kind, lr, momentum, nesterov, "
           "weight_decay, beta1, beta2, eps, clip_grad_norm, eps1, eps2, "
-          "clip_threshold, decay_rate, loss_scale, skip_nonfinite)",
+          "clip_threshold, decay_rate, loss_scale, skip_nonfinite, "
+          "fuse_update)",
           key.c_str());
     }
   }

@@ -42,9 +42,15 @@ struct OptimizerOptions {
   /// A step whose loss or gradients are not all finite changes no state
   /// (`--on-nan skip`): the same check and write-back as loss scaling's.
   bool SkipNonFinite = false;
+  /// sgd, momentum and adamw fused into the backward as lomo is
+  /// (`--fuse-update`): each update runs as soon as its gradient is complete
+  /// (always scheduled), and what needs every gradient first -- clipping's
+  /// norm, the loss scale's overflow check -- comes from a norm-only pass
+  /// before the first update, so no gradient outlives its update.
+  bool FuseUpdate = false;
 
   /// Updates fused into the backward, one parameter at a time (lomo,
-  /// adalomo): no gradient outlives its update.
+  /// adalomo, or FuseUpdate): no gradient outlives its update.
   bool fused() const;
   /// The option value of `kind` (sgd, momentum, adamw, lomo, adalomo).
   llvm::StringRef kindName() const;

@@ -27,6 +27,10 @@ static const FlagInfo kFlags[] = {
     {"betas", "B1,B2", "AdamW betas (default 0.9,0.999)"},
     {"eps", "EPS", "AdamW epsilon (default 1e-08)"},
     {"clip-grad-norm", "MAX", "Clip the global gradient norm (0: no clipping)"},
+    {"fuse-update", nullptr,
+     "sgd, momentum, adamw: update each parameter in the backward as soon as "
+     "its gradient is complete, as lomo does (clipping and fp16's overflow "
+     "check by a norm pass first)"},
     {"accum", "K",
      "Gradient accumulation: split each step's --batch into K micro-batches"},
     {"schedule", "auto|always|never",
@@ -199,6 +203,13 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
     *n.Field = *v;
   }
   opt.Nesterov = sw("nesterov");
+  opt.FuseUpdate = sw("fuse-update");
+  if (opt.FuseUpdate && (opt.Kind == K::Lomo || opt.Kind == K::AdaLomo))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--fuse-update is for sgd, momentum and adamw: %s updates in the "
+        "backward already",
+        opt.kindName().str().c_str());
   if (has("betas")) {
     auto [b1, b2] = get("betas").split(',');
     if (b1.trim().getAsDouble(opt.Beta1) || b2.trim().getAsDouble(opt.Beta2) ||
@@ -411,6 +422,8 @@ std::string CompileOptions::flags() const {
     }
     if (o.ClipGradNorm > 0)
       add("clip-grad-norm", shortestDecimal(o.ClipGradNorm));
+    if (o.FuseUpdate)
+      add("fuse-update", "");
   }
   if (Precision != DType::F32) {
     add("precision", Precision == DType::BF16 ? "bf16" : "fp16");

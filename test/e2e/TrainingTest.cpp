@@ -1469,3 +1469,46 @@ TEST(MixedPrecision, Fp16WithoutMasterWeightsMatchesTorch) {
 }
 
 } // namespace
+
+namespace {
+
+/// --fuse-update: sgd, momentum and adamw updated in the backward as lomo
+/// is give the unfused optimizer's weights bit for bit (clipped: the norm
+/// pass computes the same gradients, dropout masks included; fp16: the
+/// overflow check comes from that pass too), and with clipping no gradient
+/// outlives its update.
+TEST(FuseUpdate, SameWeightsAsTheUnfusedOptimizer) {
+  for (const char *model : {"gpt", "llama"})
+    for (const char *flags :
+         {"--optimizer adamw", "--optimizer adamw --clip-grad-norm 1",
+          "--optimizer momentum --nesterov --clip-grad-norm 0.5",
+          "--optimizer sgd --clip-grad-norm 1",
+          "--optimizer adamw --precision fp16 --clip-grad-norm 1"}) {
+      std::string name = model, what = name + " " + flags;
+      auto data = takeOrFail(loadDataset(modelPath(name + ".train.npz")));
+      std::vector<int64_t> order = identityOrder(data.Samples);
+      auto train = [&](bool fuse) {
+        CompileOptions o = takeOrFail(compileOptionsFromFlags(
+            takeOrFail(splitFlags(std::string("--batch 8 ") + flags +
+                                  (fuse ? " --fuse-update" : "")))));
+        auto t = takeOrFail(compileTrainer(modelPath(name + ".onnx"), o, 3));
+        for (int64_t s = 0; t && s < 3; ++s)
+          EXPECT_TRUE(static_cast<bool>(t->step(data, order, s * 8))) << what;
+        return t;
+      };
+      auto fused = train(true), unfused = train(false);
+      ASSERT_TRUE(fused && unfused) << what;
+      for (const PlanState &s : unfused->executor().plan().States)
+        EXPECT_TRUE(*fused->executor().readState(s.Name) ==
+                    *unfused->executor().readState(s.Name))
+            << what << ": " << s.Name;
+      const MemoryReport &f = fused->executor().plan().Report,
+                         &u = unfused->executor().plan().Report;
+      if (llvm::StringRef(flags).contains("clip")) {
+        EXPECT_LT(f.GradientsMaxLive, u.GradientsMaxLive) << what;
+        EXPECT_EQ(f.PassesPerStep, 2u) << what;
+      }
+    }
+}
+
+} // namespace

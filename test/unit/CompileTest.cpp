@@ -208,6 +208,13 @@ TEST(CompileOptionsTest, RecomputeFlags) {
   EXPECT_NE(fp16.passPipeline(false).find("loss_scale=dynamic"),
             std::string::npos);
   EXPECT_FALSE(fromText("--batch 8 --precision bf16").Optimizer.LossScale);
+  CompileOptions fused = fromText("--batch 8 --optimizer adamw --fuse-update");
+  EXPECT_TRUE(fused.Optimizer.FuseUpdate && fused.Optimizer.fused());
+  EXPECT_NE(fused.flags().find("--fuse-update"), std::string::npos);
+  EXPECT_NE(fused.passPipeline(true).find("fuse_update=1"), std::string::npos);
+  EXPECT_EQ(flagError("--batch 8 --optimizer lomo --fuse-update"),
+            "--fuse-update is for sgd, momentum and adamw: lomo updates in the "
+            "backward already");
   CompileOptions fp16None =
       fromText("--batch 8 --precision fp16 --master-weights none");
   EXPECT_FALSE(fp16None.MasterWeights);
