@@ -103,16 +103,25 @@ llvm::Error Verifier::verifyNode(const Node &n) {
   bool optimizerUpdate = n.is(OpKind::SgdUpdate) ||
                          n.is(OpKind::MomentumUpdate) ||
                          n.is(OpKind::AdamWUpdate);
+  // The gradient has the weight's type; the moments (a MomentumUpdate's or
+  // AdamWUpdate's further slots) too, or f32 for a bf16/f16 weight.
+  DType weight = n.state() ? n.state()->type().dtype() : DType::F32;
+  bool narrowWeight = weight == DType::BF16 || weight == DType::F16;
   if (optimizerUpdate || n.is(OpKind::Accumulate))
-    for (const StateSlot *s : n.states())
-      if (n.operand(0)->type() != s->type())
+    for (const StateSlot *s : n.states()) {
+      bool f32Moment =
+          s != n.state() && narrowWeight &&
+          s->type() == TensorType(DType::F32, n.operand(0)->type().shape());
+      if (n.operand(0)->type() != s->type() && !f32Moment)
         return fail(n, "updates @" + s->name() + " of type " + s->type().str() +
                            " with " + n.operand(0)->type().str());
+    }
   if (optimizerUpdate) {
-    // Scalars of the state's type (AdamW's step size and bias correction,
-    // then the gradient's scale), then the `enabled` flag.
+    // Scalars of the moments' type (AdamW's step size and bias correction,
+    // then the gradient's scale; SgdUpdate's: the weight's), then the
+    // `enabled` flag.
     unsigned scalars = n.is(OpKind::AdamWUpdate) ? 3 : 1;
-    DType t = n.state()->type().dtype();
+    DType t = n.states().back()->type().dtype();
     for (unsigned i = 1; i < n.numOperands(); ++i) {
       Value *v = n.operand(i);
       if (i > scalars) {

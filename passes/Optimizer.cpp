@@ -350,8 +350,12 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
                        Value *step, Value *scale, Value *enabled) {
   DType t = g->type().dtype();
   auto k = [&](double v) { return scalar(b, v, t); };
+  // A narrow weight's momentum and AdamW moments (and their scalars) are
+  // f32: the update computes in f32 and rounds the weight once.
+  bool narrow = t == DType::BF16 || t == DType::F16;
+  DType mt = narrow ? DType::F32 : t;
   auto moment = [&](const char *suffix) {
-    return slot(m, s->name() + "." + suffix, s->type());
+    return slot(m, s->name() + "." + suffix, TensorType(mt, s->type().shape()));
   };
   auto lrAndDecay = [&] {
     AttributeMap a;
@@ -362,8 +366,9 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
   // The fused updates and SgdUpdate take the scale, then the flag.
   auto fused = [&](llvm::StringRef op, llvm::SmallVector<Value *, 5> operands,
                    AttributeMap a, llvm::ArrayRef<StateSlot *> more) {
+    DType st = more.empty() ? t : mt; // the scalars' type: the moments'
     if (scale || enabled)
-      operands.push_back(scale ? cast(b, scale, t) : k(1.0));
+      operands.push_back(scale ? cast(b, scale, st) : scalar(b, 1.0, st));
     if (enabled)
       operands.push_back(enabled);
     Node *n = b.create(op, operands, {}, a, s);
@@ -373,13 +378,13 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
   // A parameter stored in bf16/f16 (mixed precision, no master weights) is
   // updated in f32 and rounded once by SgdUpdate's kernel, for sgd as for
   // lomo (so the two give the same weights).
-  if (O.Kind == OptimizerOptions::Kind::Lomo || t == DType::BF16 ||
-      t == DType::F16)
+  if (O.Kind == OptimizerOptions::Kind::Lomo ||
+      (narrow && O.Kind == OptimizerOptions::Kind::Sgd))
     return fused("SgdUpdate", {g}, lrAndDecay(), {});
   // torch.optim's arithmetic in one pass over the weight and its moments
   // (kernels/cpu/Update.cpp), rounded as the same ops would round.
   if (O.Kind == OptimizerOptions::Kind::AdamW) {
-    auto [stepSize, sqrtBc2] = biasCorrections(b, step, t);
+    auto [stepSize, sqrtBc2] = biasCorrections(b, step, mt);
     // The factors the kernel multiplies by, each computed in double and
     // rounded once, as torch's Python scalars are (1 - beta1 from the f32
     // beta1 would differ in the last bit).
@@ -523,16 +528,17 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
     StateSlot *s = grads[i]->state();
     // A parameter stored in bf16/f16 (mixed precision, no master weights) is
     // updated in f32 and rounded once: SgdUpdate's kernel, for sgd as for
-    // lomo (so the two give the same weights). The other optimizers'
-    // arithmetic would round at every op: refused.
+    // lomo (so the two give the same weights); MomentumUpdate and
+    // AdamWUpdate with f32 moments. AdaLomo's arithmetic would round at
+    // every op: refused.
     DType pt = s->type().dtype();
     bool narrow = pt == DType::BF16 || pt == DType::F16;
-    if (narrow && O.Kind != OptimizerOptions::Kind::Lomo &&
-        O.Kind != OptimizerOptions::Kind::Sgd)
+    if (narrow && O.Kind == OptimizerOptions::Kind::AdaLomo)
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
           "optimizer: @%s is stored in %s (--master-weights none): %s "
-          "needs fp32 master weights; sgd and lomo update narrow weights",
+          "needs fp32 master weights; sgd, momentum, adamw and lomo update "
+          "narrow weights",
           s->name().c_str(), dtypeName(pt).str().c_str(),
           O.kindName().str().c_str());
     update(m, b, s, g, step, coef, finite);

@@ -147,7 +147,7 @@ llvm::Expected<FitResult> Search::run() {
   Kind user = Base.Optimizer.Kind;
   std::vector<Setting> settings = {{DType::F32, true, user, 0},
                                    {DType::BF16, true, user, 1}};
-  if (user == Kind::Sgd || user == Kind::Lomo)
+  if (user != Kind::AdaLomo) // bf16 weights updated in f32, rounded once
     settings.push_back({DType::BF16, false, user, 2});
   for (Kind alt : Base.AllowOptimizers) {
     if (alt == user)

@@ -12,7 +12,8 @@
 // launch whatever they hold). Products are rounded before they are added,
 // never fused into an FMA, so f32/f64 weights equal the `optimizer` pass's
 // sgd ops (and the CPU's) bit for bit; f16/bf16 compute in float and round
-// once, as the CPU's widened kernels do.
+// once, as the CPU's widened kernels do (a narrow weight's momentum buffer
+// and AdamW moments are f32 state).
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/Launch.h"
@@ -128,21 +129,31 @@ Error sgdUpdate(const KernelContext &ctx) {
   return dispatch<cpu::FloatTypes>(ctx, state, SgdApply{ctx});
 }
 
-/// The fused optimizer updates' operands after the gradient: `scalars`
-/// scalars of the state's type, then the `enabled` flag.
+/// The fused optimizer updates' slots and operands after the gradient: the
+/// weight of the gradient's type, the moments of the same or (for a
+/// bf16/f16 weight) f32, `scalars` scalars of the moments' type, then the
+/// `enabled` flag.
 Error checkFused(const KernelContext &ctx, size_t slots, unsigned scalars) {
   if (ctx.Outputs.size() != slots)
     return ctx.unsupported("needs its " + llvm::Twine(slots) +
                            " state slots as the outputs");
-  for (const TensorView &out : ctx.Outputs)
-    if (!out.present() || out.type() != ctx.Inputs[0].type())
-      return ctx.unsupported("gradient " + ctx.Inputs[0].type().str() +
-                             " does not match the state " + out.type().str());
+  const TensorView &w = ctx.Outputs[0];
+  if (!w.present() || w.type() != ctx.Inputs[0].type())
+    return ctx.unsupported("gradient " + ctx.Inputs[0].type().str() +
+                           " does not match the state " + w.type().str());
+  DType moments = ctx.Outputs[1].Type;
+  if (moments != w.Type &&
+      !(moments == DType::F32 && widened(w.Type) == DType::F32))
+    return ctx.unsupported("moments of type " + dtypeName(moments) +
+                           " for a weight of type " + dtypeName(w.Type));
+  for (const TensorView &out : ctx.Outputs.drop_front())
+    if (!out.present() || out.type() != TensorType(moments, w.Shape))
+      return ctx.unsupported("state " + out.type().str() +
+                             " does not match the weight " + w.type().str());
   for (unsigned i = 1; i <= scalars && ctx.hasInput(i); ++i)
-    if (ctx.Inputs[i].numElements() != 1 ||
-        ctx.Inputs[i].Type != ctx.Outputs[0].Type)
+    if (ctx.Inputs[i].numElements() != 1 || ctx.Inputs[i].Type != moments)
       return ctx.unsupported("operand " + llvm::Twine(i) +
-                             " must be a scalar of the state's type");
+                             " must be a scalar of the moments' type");
   if (ctx.hasInput(scalars + 1) &&
       (ctx.Inputs[scalars + 1].Type != DType::Bool ||
        ctx.Inputs[scalars + 1].numElements() != 1))
@@ -152,11 +163,12 @@ Error checkFused(const KernelContext &ctx, size_t slots, unsigned scalars) {
 
 /// kernels/cpu's momentumUpdate: the operations the primitive ops would do,
 /// each product rounded on its own.
-template <typename T> struct MomentumBody {
+template <typename T, typename M = T> struct MomentumBody {
   using C = typename Elem<T>::Compute;
-  T *W, *Buf;
+  T *W;
+  M *Buf;
   const T *G;
-  const T *Scale;      // null: unscaled
+  const M *Scale;      // null: unscaled
   const Bool *Enabled; // null: always
   C Lr, Wd, Mu;
   bool Nesterov;
@@ -178,19 +190,25 @@ template <typename T> struct MomentumBody {
 
 struct MomentumApply {
   const KernelContext &Ctx;
-  template <typename T> Error apply() const {
+  template <typename T, typename M> Error run() const {
     using C = typename Elem<T>::Compute;
-    MomentumBody<T> body{Ctx.Outputs[0].as<T>(),
-                         Ctx.Outputs[1].as<T>(),
-                         Ctx.Inputs[0].as<T>(),
-                         Ctx.hasInput(1) ? Ctx.Inputs[1].as<T>() : nullptr,
-                         Ctx.hasInput(2) ? Ctx.Inputs[2].as<Bool>() : nullptr,
-                         static_cast<C>(Ctx.attrFloat("lr", 0.0)),
-                         static_cast<C>(Ctx.attrFloat("weight_decay", 0.0)),
-                         static_cast<C>(Ctx.attrFloat("momentum", 0.0)),
-                         Ctx.attrInt("nesterov", 0) != 0};
+    MomentumBody<T, M> body{Ctx.Outputs[0].as<T>(),
+                            Ctx.Outputs[1].as<M>(),
+                            Ctx.Inputs[0].as<T>(),
+                            Ctx.hasInput(1) ? Ctx.Inputs[1].as<M>() : nullptr,
+                            Ctx.hasInput(2) ? Ctx.Inputs[2].as<Bool>()
+                                            : nullptr,
+                            static_cast<C>(Ctx.attrFloat("lr", 0.0)),
+                            static_cast<C>(Ctx.attrFloat("weight_decay", 0.0)),
+                            static_cast<C>(Ctx.attrFloat("momentum", 0.0)),
+                            Ctx.attrInt("nesterov", 0) != 0};
     forEach(Ctx, Ctx.Outputs[0].numElements(), body);
     return Error::success();
+  }
+  template <typename T> Error apply() const {
+    if (Ctx.Outputs[1].Type != Ctx.Outputs[0].Type) // f32 for a narrow weight
+      return run<T, float>();
+    return run<T, T>();
   }
 };
 
@@ -204,11 +222,13 @@ Error momentumUpdate(const KernelContext &ctx) {
 }
 
 /// kernels/cpu's adamwUpdate, each product rounded on its own.
-template <typename T> struct AdamWBody {
+template <typename T, typename S = T> struct AdamWBody {
   using C = typename Elem<T>::Compute;
-  T *W, *M, *V;
-  const T *G, *StepSize, *SqrtBc2;
-  const T *Scale;      // null: unscaled
+  T *W;
+  S *M, *V;
+  const T *G;
+  const S *StepSize, *SqrtBc2;
+  const S *Scale;      // null: unscaled
   const Bool *Enabled; // null: always
   C Decay, B1, C1, B2, C2, Eps;
   bool Decays;
@@ -234,23 +254,29 @@ template <typename T> struct AdamWBody {
 struct AdamWApply {
   const KernelContext &Ctx;
   template <typename T> Error apply() const {
+    if (Ctx.Outputs[1].Type != Ctx.Outputs[0].Type) // f32 for a narrow weight
+      return run<T, float>();
+    return run<T, T>();
+  }
+  template <typename T, typename S> Error run() const {
     using C = typename Elem<T>::Compute;
     C decay = static_cast<C>(Ctx.attrFloat("decay", 1.0));
-    AdamWBody<T> body{Ctx.Outputs[0].as<T>(),
-                      Ctx.Outputs[1].as<T>(),
-                      Ctx.Outputs[2].as<T>(),
-                      Ctx.Inputs[0].as<T>(),
-                      Ctx.Inputs[1].as<T>(),
-                      Ctx.Inputs[2].as<T>(),
-                      Ctx.hasInput(3) ? Ctx.Inputs[3].as<T>() : nullptr,
-                      Ctx.hasInput(4) ? Ctx.Inputs[4].as<Bool>() : nullptr,
-                      decay,
-                      static_cast<C>(Ctx.attrFloat("beta1", 0.9)),
-                      static_cast<C>(Ctx.attrFloat("one_minus_beta1", 0.1)),
-                      static_cast<C>(Ctx.attrFloat("beta2", 0.999)),
-                      static_cast<C>(Ctx.attrFloat("one_minus_beta2", 0.001)),
-                      static_cast<C>(Ctx.attrFloat("eps", 1e-8)),
-                      decay != C(1)};
+    AdamWBody<T, S> body{
+        Ctx.Outputs[0].as<T>(),
+        Ctx.Outputs[1].as<S>(),
+        Ctx.Outputs[2].as<S>(),
+        Ctx.Inputs[0].as<T>(),
+        Ctx.Inputs[1].as<S>(),
+        Ctx.Inputs[2].as<S>(),
+        Ctx.hasInput(3) ? Ctx.Inputs[3].as<S>() : nullptr,
+        Ctx.hasInput(4) ? Ctx.Inputs[4].as<Bool>() : nullptr,
+        decay,
+        static_cast<C>(Ctx.attrFloat("beta1", 0.9)),
+        static_cast<C>(Ctx.attrFloat("one_minus_beta1", 0.1)),
+        static_cast<C>(Ctx.attrFloat("beta2", 0.999)),
+        static_cast<C>(Ctx.attrFloat("one_minus_beta2", 0.001)),
+        static_cast<C>(Ctx.attrFloat("eps", 1e-8)),
+        decay != C(1)};
     forEach(Ctx, Ctx.Outputs[0].numElements(), body);
     return Error::success();
   }

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "CudaKernelTestUtil.h"
 
+#include <optional>
+
 using namespace headroom;
 using namespace headroom::cudatest;
 
@@ -271,16 +273,20 @@ TEST(CudaUpdate, SgdUpdateErrors) {
 }
 
 /// MomentumUpdate on (w, buf); `enabled` < 0: no flag.
-CudaCase momentum(DType t, bool scaled, double wd, bool nesterov, int enabled) {
+/// `m`: the buffer's (and scale's) type, t's by default (f32 for a bf16/f16
+/// weight without master copies).
+CudaCase momentum(DType t, bool scaled, double wd, bool nesterov, int enabled,
+                  std::optional<DType> m = {}) {
+  DType mt = m.value_or(t);
   CudaCase c;
   c.Op = "MomentumUpdate";
   std::vector<int64_t> shape = {5, 37};
-  Tensor scale(ty(t, {})), on(ty(DType::Bool, {}));
+  Tensor scale(ty(mt, {})), on(ty(DType::Bool, {}));
   scale.setDouble(0, 0.25);
   on.setDouble(0, enabled > 0);
   c.Inputs = {randomTensor(ty(t, shape), 1), scale, on};
   c.Absent = {false, !scaled && enabled < 0, enabled < 0};
-  c.InOut = {randomTensor(ty(t, shape), 2), randomTensor(ty(t, shape), 3)};
+  c.InOut = {randomTensor(ty(t, shape), 2), randomTensor(ty(mt, shape), 3)};
   c.Attrs["lr"] = Attribute::getFloat(0.1);
   c.Attrs["momentum"] = Attribute::getFloat(0.9);
   c.Attrs["nesterov"] = Attribute::getInt(nesterov);
@@ -303,11 +309,13 @@ TEST(CudaUpdate, MomentumUpdate) {
 }
 
 /// AdamWUpdate on (w, m, v); `enabled` < 0: no flag.
-CudaCase adamw(DType t, bool scaled, bool decay, int enabled) {
+CudaCase adamw(DType t, bool scaled, bool decay, int enabled,
+               std::optional<DType> m = {}) {
+  DType mt = m.value_or(t);
   CudaCase c;
   c.Op = "AdamWUpdate";
   std::vector<int64_t> shape = {3, 301};
-  Tensor stepSize(ty(t, {})), sqrtBc2(ty(t, {})), scale(ty(t, {})),
+  Tensor stepSize(ty(mt, {})), sqrtBc2(ty(mt, {})), scale(ty(mt, {})),
       on(ty(DType::Bool, {}));
   stepSize.setDouble(0, 0.01);
   sqrtBc2.setDouble(0, 0.0447);
@@ -316,8 +324,8 @@ CudaCase adamw(DType t, bool scaled, bool decay, int enabled) {
   c.Inputs = {randomTensor(ty(t, shape), 1), stepSize, sqrtBc2, scale, on};
   c.Absent = {false, false, false, !scaled && enabled < 0, enabled < 0};
   // The second moment is non-negative.
-  c.InOut = {randomTensor(ty(t, shape), 2), randomTensor(ty(t, shape), 3),
-             randomTensor(ty(t, shape), 4, 0.0, 0.01)};
+  c.InOut = {randomTensor(ty(t, shape), 2), randomTensor(ty(mt, shape), 3),
+             randomTensor(ty(mt, shape), 4, 0.0, 0.01)};
   if (decay)
     c.Attrs["decay"] = Attribute::getFloat(1.0 - 1e-3 * 0.01);
   c.Attrs["beta1"] = Attribute::getFloat(0.9);
@@ -338,6 +346,26 @@ TEST(CudaUpdate, AdamWUpdate) {
               << name(t) << scaled << decay << enabled;
 }
 
+/// bf16/f16 weights without master copies: f32 moments and scalars, the
+/// update computed in f32 and the weight rounded once, as the CPU's
+/// widened kernel does (the same bits).
+TEST(CudaUpdate, NarrowWeightsWithF32Moments) {
+  for (DType t : {DType::BF16, DType::F16})
+    for (bool scaled : {false, true})
+      for (int enabled : {-1, 0, 1}) {
+        EXPECT_EQ(
+            compareCudaWithCpu(adamw(t, scaled, true, enabled, DType::F32)), "")
+            << name(t) << scaled << enabled;
+        EXPECT_EQ(compareCudaWithCpu(
+                      momentum(t, scaled, 0.01, true, enabled, DType::F32)),
+                  "")
+            << name(t) << scaled << enabled;
+      }
+  CudaCase f64Moments = adamw(DType::BF16, false, false, -1, DType::F64);
+  EXPECT_NE(cudaError(f64Moments).find("moments of type f64"),
+            std::string::npos);
+}
+
 TEST(CudaUpdate, FusedUpdateErrors) {
   CudaCase slots = adamw(DType::F32, false, false, -1);
   slots.InOut.pop_back();
@@ -345,7 +373,7 @@ TEST(CudaUpdate, FusedUpdateErrors) {
             std::string::npos);
   CudaCase moment = momentum(DType::F32, false, 0, false, -1);
   moment.InOut[1] = randomTensor(ty(DType::F32, {5, 36}), 3);
-  EXPECT_NE(cudaError(moment).find("does not match the state"),
+  EXPECT_NE(cudaError(moment).find("does not match the weight"),
             std::string::npos);
   CudaCase step = adamw(DType::F32, false, false, -1);
   step.Inputs[1] = randomTensor(ty(DType::F32, {2}), 5);
