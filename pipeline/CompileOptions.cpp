@@ -41,7 +41,7 @@ static const FlagInfo kFlags[] = {
      "needed; fp16 scales the loss dynamically; default fp32)"},
     {"master-weights", "fp32|none",
      "With --precision bf16/fp16: keep f32 master weights (default) or "
-     "store the parameters in bf16/fp16 (sgd, lomo)"},
+     "store the parameters in bf16/fp16, updated in f32 (all but adalomo)"},
     {"recompute", "none|all|sqrt|selective|every=N|budget=SIZE",
      "Activation recomputation: which saved activations are recomputed in "
      "the backward (default none; budget=SIZE: the fewest recomputed FLOPs "
