@@ -206,8 +206,10 @@ struct MomentumApply {
     return Error::success();
   }
   template <typename T> Error apply() const {
-    if (Ctx.Outputs[1].Type != Ctx.Outputs[0].Type) // f32 for a narrow weight
-      return run<T, float>();
+    if constexpr (std::is_same_v<typename Elem<T>::Compute, float> &&
+                  !std::is_same_v<T, float>)
+      if (Ctx.Outputs[1].Type == DType::F32) // a narrow weight's f32 buffer
+        return run<T, float>();
     return run<T, T>();
   }
 };
@@ -254,8 +256,10 @@ template <typename T, typename S = T> struct AdamWBody {
 struct AdamWApply {
   const KernelContext &Ctx;
   template <typename T> Error apply() const {
-    if (Ctx.Outputs[1].Type != Ctx.Outputs[0].Type) // f32 for a narrow weight
-      return run<T, float>();
+    if constexpr (std::is_same_v<typename Elem<T>::Compute, float> &&
+                  !std::is_same_v<T, float>)
+      if (Ctx.Outputs[1].Type == DType::F32) // a narrow weight's f32 moments
+        return run<T, float>();
     return run<T, T>();
   }
   template <typename T, typename S> Error run() const {
