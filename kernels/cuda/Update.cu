@@ -161,6 +161,17 @@ Error checkFused(const KernelContext &ctx, size_t slots, unsigned scalars) {
   return Error::success();
 }
 
+/// apply.run<T, M>() with M the storage type of the fused update's moments
+/// (Outputs[1]): f32 beside a bf16/f16 weight, else the weight's own.
+template <typename T, typename Apply>
+Error withMoments(const KernelContext &ctx, const Apply &apply) {
+  if constexpr (std::is_same_v<typename Elem<T>::Compute, float> &&
+                !std::is_same_v<T, float>)
+    if (ctx.Outputs[1].Type == DType::F32)
+      return apply.template run<T, float>();
+  return apply.template run<T, T>();
+}
+
 /// kernels/cpu's momentumUpdate: the operations the primitive ops would do,
 /// each product rounded on its own.
 template <typename T, typename M = T> struct MomentumBody {
@@ -206,11 +217,7 @@ struct MomentumApply {
     return Error::success();
   }
   template <typename T> Error apply() const {
-    if constexpr (std::is_same_v<typename Elem<T>::Compute, float> &&
-                  !std::is_same_v<T, float>)
-      if (Ctx.Outputs[1].Type == DType::F32) // a narrow weight's f32 buffer
-        return run<T, float>();
-    return run<T, T>();
+    return withMoments<T>(Ctx, *this);
   }
 };
 
@@ -256,11 +263,7 @@ template <typename T, typename S = T> struct AdamWBody {
 struct AdamWApply {
   const KernelContext &Ctx;
   template <typename T> Error apply() const {
-    if constexpr (std::is_same_v<typename Elem<T>::Compute, float> &&
-                  !std::is_same_v<T, float>)
-      if (Ctx.Outputs[1].Type == DType::F32) // a narrow weight's f32 moments
-        return run<T, float>();
-    return run<T, T>();
+    return withMoments<T>(Ctx, *this);
   }
   template <typename T, typename S> Error run() const {
     using C = typename Elem<T>::Compute;

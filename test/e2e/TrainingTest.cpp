@@ -1047,6 +1047,34 @@ double relativeL2(const Tensor &got, const Tensor &want) {
   return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
+/// `got` (widened to f32) against a reference run's weight: relative L2
+/// within `tol`. Under AdamW, whose steps are normalised to about lr, two
+/// runs move a weight whose true gradient is zero by rounding noise of up to
+/// lr a step, possibly in opposite directions: there each element is held
+/// to 2 steps lr instead -- a tensor that starts at zero (`initial`), and
+/// the key part of GPT's c_attn.bias, elements 32..63 (softmax ignores a
+/// shift of a row).
+void expectWeightNear(Tensor got, const Tensor &want, const Tensor *initial,
+                      const std::string &what, bool adamw, double lr,
+                      int64_t steps, double tol) {
+  if (adamw && initial &&
+      llvm::all_of(llvm::seq<int64_t>(0, initial->numElements()),
+                   [&](int64_t i) { return initial->getDouble(i) == 0; })) {
+    for (int64_t i = 0; i < want.numElements(); ++i)
+      EXPECT_NEAR(got.getDouble(i), want.getDouble(i), 2 * steps * lr)
+          << what << "[" << i << "]";
+    return;
+  }
+  if (adamw && llvm::StringRef(what).startswith("gpt ") &&
+      llvm::StringRef(what).endswith("attn.c_attn.bias"))
+    for (int64_t i = 32; i < 64; ++i) {
+      EXPECT_NEAR(got.getDouble(i), want.getDouble(i), 2 * steps * lr)
+          << what << "[" << i << "]";
+      got.setDouble(i, want.getDouble(i));
+    }
+  EXPECT_LE(relativeL2(got, want), tol) << what;
+}
+
 TEST_P(Bf16MatchesAutocast, LossesAndWeights) {
   auto [model, config] = GetParam();
   Reference ref = loadReference(model);
@@ -1091,34 +1119,10 @@ TEST_P(Bf16MatchesAutocast, LossesAndWeights) {
     auto got = trainer->executor().readState(name);
     ASSERT_TRUE(static_cast<bool>(got)) << name;
     EXPECT_EQ(got->type(), w.type()) << name; // master weights stay f32
-    // A tensor that starts at zero has no scale for a relative error; under
-    // AdamW (whose steps are normalised to about lr) its elements are held
-    // to 2 steps lr instead: each run moves it at most steps * lr, possibly
-    // in opposite directions where the gradient is noise.
     auto init = full0.find(name);
-    bool zeroStart =
-        init != full0.end() &&
-        llvm::all_of(llvm::seq<int64_t>(0, init->second.numElements()),
-                     [&](int64_t i) { return init->second.getDouble(i) == 0; });
-    if (adamw && zeroStart) {
-      for (int64_t i = 0; i < w.numElements(); ++i)
-        EXPECT_NEAR(got->getDouble(i), w.getDouble(i),
-                    2 * steps * o.Optimizer.Lr)
-            << model << " " << name << "[" << i << "]";
-      continue;
-    }
-    // The key part of GPT's c_attn.bias has a zero true gradient (the file
-    // comment): AdamW turns rounding noise into steps of up to lr there.
-    Tensor checked = *got;
-    if (adamw && std::string(model) == "gpt" &&
-        llvm::StringRef(name).endswith("attn.c_attn.bias"))
-      for (int64_t i = 32; i < 64; ++i) {
-        EXPECT_NEAR(got->getDouble(i), w.getDouble(i),
-                    2 * steps * o.Optimizer.Lr)
-            << name << "[" << i << "]";
-        checked.setDouble(i, w.getDouble(i));
-      }
-    EXPECT_LE(relativeL2(checked, w), 2e-2) << model << " " << name;
+    expectWeightNear(*got, w, init == full0.end() ? nullptr : &init->second,
+                     std::string(model) + " " + name, adamw, o.Optimizer.Lr,
+                     steps, 2e-2);
   }
 }
 
@@ -1340,6 +1344,53 @@ TEST(OnNan, SkipLeavesEveryWeightUnchanged) {
 
 namespace {
 
+/// `model` compiled from training flags as the command line takes them
+/// (`adjust` sets what no flag does) and trained `steps` steps over its
+/// data in order; each step's loss is appended to `losses`.
+std::unique_ptr<Trainer>
+trainFromFlags(const std::string &model, const std::string &flags,
+               int64_t steps, std::vector<double> &losses, uint64_t seed = 0,
+               llvm::function_ref<void(CompileOptions &)> adjust = {}) {
+  auto data = takeOrFail(loadDataset(modelPath(model + ".train.npz")));
+  CompileOptions o =
+      takeOrFail(compileOptionsFromFlags(takeOrFail(splitFlags(flags))));
+  if (adjust)
+    adjust(o);
+  auto t = takeOrFail(compileTrainer(modelPath(model + ".onnx"), o, seed));
+  std::vector<int64_t> order = identityOrder(data.Samples);
+  for (int64_t s = 0; t && s < steps; ++s)
+    losses.push_back(takeOrFail(t->step(data, order, s * t->batch())).Loss);
+  return t;
+}
+
+/// Every state of `a` equals `b`'s, bit for bit (`b` may have more: a norm
+/// pass's clip.scale and step.finite).
+void expectSameStates(Trainer &a, Trainer &b, const std::string &what) {
+  for (const PlanState &s : a.executor().plan().States)
+    EXPECT_TRUE(*a.executor().readState(s.Name) ==
+                *b.executor().readState(s.Name))
+        << what << ": " << s.Name;
+}
+
+/// The per-step losses of `config` in <model>.ref.fp16.json
+/// (test/models/make_fp16_references.py).
+std::vector<double> torchLosses(const std::string &model, const char *config) {
+  std::vector<double> out;
+  auto buf = llvm::MemoryBuffer::getFile(modelPath(model + ".ref.fp16.json"));
+  EXPECT_TRUE(static_cast<bool>(buf)) << model;
+  if (!buf)
+    return out;
+  auto json = llvm::json::parse((*buf)->getBuffer());
+  EXPECT_TRUE(static_cast<bool>(json)) << llvm::toString(json.takeError());
+  const llvm::json::Object *ref =
+      json ? json->getAsObject()->getObject(config) : nullptr;
+  EXPECT_NE(ref, nullptr) << model << " " << config;
+  if (ref)
+    for (const llvm::json::Value &v : *ref->getArray("losses"))
+      out.push_back(*v.getAsNumber());
+  return out;
+}
+
 /// The rematerialize pass changes where values are computed, never what:
 /// with every value eligible (min_bytes 0; the default skips the test
 /// models' small ones), training gives the same losses and weights bit for
@@ -1362,20 +1413,15 @@ TEST(Rematerialize, SameBitsAndNoHigherPeak) {
   useCudaEmulator();
   for (const Case &c : cases) {
     std::string model = c.Model;
-    auto data = takeOrFail(loadDataset(modelPath(model + ".train.npz")));
-    std::vector<int64_t> order = identityOrder(data.Samples);
     std::string what = model + " " + c.Target + " recompute " + c.Recompute;
+    std::string flags = std::string("--batch 4 --optimizer ") + c.Optimizer +
+                        " --recompute " + c.Recompute;
     auto train = [&](uint64_t minBytes, std::vector<double> &losses) {
-      CompileOptions o = takeOrFail(compileOptionsFromFlags(
-          takeOrFail(splitFlags(std::string("--batch 4 --optimizer ") +
-                                c.Optimizer + " --recompute " + c.Recompute))));
-      o.Precision = c.Precision;
-      o.Target = c.Target;
-      o.RematerializeMinBytes = minBytes;
-      auto t = takeOrFail(compileTrainer(modelPath(model + ".onnx"), o, 5));
-      for (int64_t s = 0; t && s < 3; ++s)
-        losses.push_back(takeOrFail(t->step(data, order, s * 4)).Loss);
-      return t;
+      return trainFromFlags(model, flags, 3, losses, 5, [&](CompileOptions &o) {
+        o.Precision = c.Precision;
+        o.Target = c.Target;
+        o.RematerializeMinBytes = minBytes;
+      });
     };
     std::vector<double> withLosses, withoutLosses;
     auto with = train(0, withLosses);
@@ -1397,14 +1443,7 @@ TEST(Rematerialize, SameBitsAndNoHigherPeak) {
     };
     EXPECT_EQ(copies(p), copies(q)) << what;
     EXPECT_EQ(withLosses, withoutLosses) << what;
-    for (const PlanState &s : q.States) {
-      auto a = takeOrFail(with->executor().readState(s.Name));
-      auto b = takeOrFail(without->executor().readState(s.Name));
-      ASSERT_EQ(a.bytes().size(), b.bytes().size()) << what << s.Name;
-      EXPECT_TRUE(
-          std::equal(a.bytes().begin(), a.bytes().end(), b.bytes().begin()))
-          << what << ": " << s.Name;
-    }
+    expectSameStates(*with, *without, what);
   }
 }
 
@@ -1423,47 +1462,27 @@ namespace {
 TEST(MixedPrecision, Fp16WithoutMasterWeightsMatchesTorch) {
   for (const char *model : {"mlp", "gpt", "llama"}) {
     std::string name = model;
-    auto buf = llvm::MemoryBuffer::getFile(modelPath(name + ".ref.fp16.json"));
-    ASSERT_TRUE(static_cast<bool>(buf)) << name;
-    auto json = llvm::json::parse((*buf)->getBuffer());
-    ASSERT_TRUE(static_cast<bool>(json)) << llvm::toString(json.takeError());
-    const llvm::json::Object *ref =
-        json->getAsObject()->getObject("sgd_fp16none");
-    ASSERT_NE(ref, nullptr) << name;
-    const llvm::json::Array &losses = *ref->getArray("losses");
-    auto data = takeOrFail(loadDataset(modelPath(name + ".train.npz")));
-    std::vector<int64_t> order = identityOrder(data.Samples);
-    auto train = [&](enum OptimizerOptions::Kind kind,
-                     std::vector<double> &got) {
-      CompileOptions o = takeOrFail(compileOptionsFromFlags(
-          takeOrFail(splitFlags("--batch 8 --precision fp16 --master-weights "
-                                "none --lr 0.05 --disable-dropout"))));
-      o.Optimizer.Kind = kind;
-      auto t = takeOrFail(compileTrainer(modelPath(name + ".onnx"), o));
-      for (size_t s = 0; t && s < losses.size(); ++s)
-        got.push_back(takeOrFail(t->step(data, order, int64_t(s) * 8)).Loss);
-      return t;
-    };
+    std::vector<double> want = torchLosses(name, "sgd_fp16none");
+    ASSERT_FALSE(want.empty()) << name;
+    std::string flags = "--batch 8 --precision fp16 --master-weights none "
+                        "--lr 0.05 --disable-dropout --optimizer ";
     std::vector<double> sgdLosses, lomoLosses;
-    auto sgd = train(OptimizerOptions::Kind::Sgd, sgdLosses);
-    auto lomo = train(OptimizerOptions::Kind::Lomo, lomoLosses);
+    auto sgd = trainFromFlags(name, flags + "sgd", want.size(), sgdLosses);
+    auto lomo = trainFromFlags(name, flags + "lomo", want.size(), lomoLosses);
     ASSERT_TRUE(sgd && lomo) << name;
-    for (size_t s = 0; s < losses.size(); ++s) {
-      double want = *losses[s].getAsNumber();
-      EXPECT_NEAR(sgdLosses[s], want, 3e-3 * std::fabs(want))
+    for (size_t s = 0; s < want.size(); ++s)
+      EXPECT_NEAR(sgdLosses[s], want[s], 3e-3 * std::fabs(want[s]))
           << name << " step " << s;
-    }
     EXPECT_EQ(sgdLosses, lomoLosses) << name;
-    auto want =
+    expectSameStates(*sgd, *lomo, name + ": lomo is not sgd");
+    auto weights =
         takeOrFail(readArrays(modelPath(name + ".ref.sgd_fp16none.npz")));
-    for (const auto &[param, w] : want) {
+    for (const auto &[param, w] : weights) {
       auto got = sgd->executor().readState(param);
       ASSERT_TRUE(static_cast<bool>(got)) << name << " " << param;
       EXPECT_EQ(got->type().dtype(), DType::F16) << name << " " << param;
       EXPECT_LE(relativeL2(got->convertedTo(DType::F32), w), 5e-3)
           << name << " " << param;
-      EXPECT_TRUE(*got == *lomo->executor().readState(param))
-          << name << " " << param << ": lomo is not sgd";
     }
   }
 }
@@ -1484,24 +1503,15 @@ TEST(FuseUpdate, SameWeightsAsTheUnfusedOptimizer) {
           "--optimizer momentum --nesterov --clip-grad-norm 0.5",
           "--optimizer sgd --clip-grad-norm 1",
           "--optimizer adamw --precision fp16 --clip-grad-norm 1"}) {
-      std::string name = model, what = name + " " + flags;
-      auto data = takeOrFail(loadDataset(modelPath(name + ".train.npz")));
-      std::vector<int64_t> order = identityOrder(data.Samples);
-      auto train = [&](bool fuse) {
-        CompileOptions o = takeOrFail(compileOptionsFromFlags(
-            takeOrFail(splitFlags(std::string("--batch 8 ") + flags +
-                                  (fuse ? " --fuse-update" : "")))));
-        auto t = takeOrFail(compileTrainer(modelPath(name + ".onnx"), o, 3));
-        for (int64_t s = 0; t && s < 3; ++s)
-          EXPECT_TRUE(static_cast<bool>(t->step(data, order, s * 8))) << what;
-        return t;
-      };
-      auto fused = train(true), unfused = train(false);
+      std::string what = std::string(model) + " " + flags;
+      std::string base = std::string("--batch 8 ") + flags;
+      std::vector<double> fusedLosses, unfusedLosses;
+      auto fused =
+          trainFromFlags(model, base + " --fuse-update", 3, fusedLosses, 3);
+      auto unfused = trainFromFlags(model, base, 3, unfusedLosses, 3);
       ASSERT_TRUE(fused && unfused) << what;
-      for (const PlanState &s : unfused->executor().plan().States)
-        EXPECT_TRUE(*fused->executor().readState(s.Name) ==
-                    *unfused->executor().readState(s.Name))
-            << what << ": " << s.Name;
+      EXPECT_EQ(fusedLosses, unfusedLosses) << what;
+      expectSameStates(*unfused, *fused, what);
       const MemoryReport &f = fused->executor().plan().Report,
                          &u = unfused->executor().plan().Report;
       if (llvm::StringRef(flags).contains("clip")) {
@@ -1526,83 +1536,39 @@ namespace {
 TEST(MixedPrecision, AdamWWithoutMasterWeightsMatchesTorch) {
   for (const char *model : {"mlp", "gpt", "llama"}) {
     std::string name = model;
-    auto buf = llvm::MemoryBuffer::getFile(modelPath(name + ".ref.fp16.json"));
-    ASSERT_TRUE(static_cast<bool>(buf)) << name;
-    auto json = llvm::json::parse((*buf)->getBuffer());
-    ASSERT_TRUE(static_cast<bool>(json)) << llvm::toString(json.takeError());
-    const llvm::json::Object *ref =
-        json->getAsObject()->getObject("adamw_bf16none");
-    ASSERT_NE(ref, nullptr) << name;
-    const llvm::json::Array &losses = *ref->getArray("losses");
-    auto data = takeOrFail(loadDataset(modelPath(name + ".train.npz")));
-    std::vector<int64_t> order = identityOrder(data.Samples);
-    auto train = [&](const char *extra, std::vector<double> &got) {
-      CompileOptions o = takeOrFail(compileOptionsFromFlags(takeOrFail(
-          splitFlags(std::string("--batch 8 --precision bf16 --master-weights "
-                                 "none --optimizer adamw --lr 1e-3 "
-                                 "--weight-decay 0.01 --disable-dropout ") +
-                     extra))));
-      auto t = takeOrFail(compileTrainer(modelPath(name + ".onnx"), o));
-      for (size_t s = 0; t && s < losses.size(); ++s)
-        got.push_back(takeOrFail(t->step(data, order, int64_t(s) * 8)).Loss);
-      return t;
-    };
-    std::vector<double> got, fusedLosses;
-    auto adamw = train("", got);
-    auto fused = train("--fuse-update", fusedLosses);
-    ASSERT_TRUE(adamw && fused) << name;
-    for (size_t s = 0; s < losses.size(); ++s) {
-      double want = *losses[s].getAsNumber();
-      EXPECT_NEAR(got[s], want, 3e-3 * std::fabs(want))
+    std::vector<double> want = torchLosses(name, "adamw_bf16none");
+    ASSERT_FALSE(want.empty()) << name;
+    std::string flags = "--batch 8 --precision bf16 --master-weights none "
+                        "--optimizer adamw --lr 1e-3 --weight-decay 0.01 "
+                        "--disable-dropout";
+    std::vector<double> got, fusedLosses, none;
+    auto adamw = trainFromFlags(name, flags, want.size(), got);
+    auto fused = trainFromFlags(name, flags + " --fuse-update", want.size(),
+                                fusedLosses);
+    // The initial weights: a plain step's state before it runs.
+    auto start = trainFromFlags(name, "--batch 8", 0, none);
+    ASSERT_TRUE(adamw && fused && start) << name;
+    for (size_t s = 0; s < want.size(); ++s)
+      EXPECT_NEAR(got[s], want[s], 3e-3 * std::fabs(want[s]))
           << name << " step " << s;
-    }
     EXPECT_EQ(got, fusedLosses) << name;
+    expectSameStates(*adamw, *fused, name + " --fuse-update");
     for (const PlanState &s : adamw->executor().plan().States) {
       llvm::StringRef n = s.Name;
       if (n.endswith(".exp_avg") || n.endswith(".exp_avg_sq")) {
         EXPECT_EQ(s.Type.dtype(), DType::F32) << name << " " << s.Name;
       }
-      EXPECT_TRUE(*adamw->executor().readState(s.Name) ==
-                  *fused->executor().readState(s.Name))
-          << name << " " << s.Name;
     }
-    auto want =
+    auto weights =
         takeOrFail(readArrays(modelPath(name + ".ref.adamw_bf16none.npz")));
-    // The initial weights: a plain step's state before it runs.
-    CompileOptions plain;
-    plain.Import.Batch = 8;
-    auto start = takeOrFail(compileTrainer(modelPath(name + ".onnx"), plain));
-    ASSERT_TRUE(start) << name;
-    std::map<std::string, Tensor> initial;
-    for (const PlanState &st : start->executor().plan().States)
-      initial[st.Name] = *start->executor().readState(st.Name);
-    for (const auto &[param, w] : want) {
+    for (const auto &[param, w] : weights) {
       auto got = adamw->executor().readState(param);
-      ASSERT_TRUE(static_cast<bool>(got)) << name << " " << param;
+      auto initial = start->executor().readState(param);
+      ASSERT_TRUE(got && initial) << name << " " << param;
       EXPECT_EQ(got->type().dtype(), DType::BF16) << name << " " << param;
-      Tensor wide = got->convertedTo(DType::F32);
-      auto init = initial.find(param);
-      bool zeroStart =
-          init != initial.end() &&
-          llvm::all_of(
-              llvm::seq<int64_t>(0, init->second.numElements()),
-              [&](int64_t i) { return init->second.getDouble(i) == 0; });
-      if (zeroStart) {
-        for (int64_t i = 0; i < w.numElements(); ++i)
-          EXPECT_NEAR(wide.getDouble(i), w.getDouble(i), 2 * 4 * 1e-3)
-              << name << " " << param << "[" << i << "]";
-        continue;
-      }
-      // The key part of GPT's c_attn.bias has a zero true gradient
-      // (Bf16MatchesAutocast): AdamW turns rounding noise into steps of up
-      // to lr there.
-      if (name == "gpt" && llvm::StringRef(param).endswith("attn.c_attn.bias"))
-        for (int64_t i = 32; i < 64; ++i) {
-          EXPECT_NEAR(wide.getDouble(i), w.getDouble(i), 2 * 4 * 1e-3)
-              << param << "[" << i << "]";
-          wide.setDouble(i, w.getDouble(i));
-        }
-      EXPECT_LE(relativeL2(wide, w), 2e-2) << name << " " << param;
+      expectWeightNear(got->convertedTo(DType::F32), w, &*initial,
+                       name + " " + param, /*adamw=*/true, 1e-3, want.size(),
+                       2e-2);
     }
   }
 }

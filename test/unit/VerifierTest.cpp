@@ -118,6 +118,24 @@ TEST(VerifierTest, RejectsBrokenInvariants) {
                         "  AdamWUpdate(@w, @m, @v, %g, %g, %g)\n"
                         "  return %g\n}\n"),
             "in @f, node 0 ('AdamWUpdate'): operand 1 must be a f32 scalar");
+  // A bf16 weight's moments may be f32 (no master weights), not f64, and its
+  // fused update's scalars are then f32.
+  EXPECT_EQ(
+      verifyError("state @w : bf16[3] param\nstate @m : f64[3] optimizer\n"
+                  "func @f(%g: bf16[3]) {\n  MomentumUpdate(@w, @m, %g)\n"
+                  "  return %g\n}\n"),
+      "in @f, node 0 ('MomentumUpdate'): updates @m of type f64[3] with "
+      "bf16[3]");
+  EXPECT_EQ(
+      verifyError("state @w : bf16[3] param\nstate @m : f32[3] optimizer\n"
+                  "func @f(%g: bf16[3], %s: bf16[]) {\n"
+                  "  MomentumUpdate(@w, @m, %g, %s)\n  return %g\n}\n"),
+      "in @f, node 0 ('MomentumUpdate'): operand 1 must be a f32 scalar");
+  EXPECT_EQ(
+      verifyError("state @w : bf16[3] param\nstate @m : f32[3] optimizer\n"
+                  "func @f(%g: bf16[3], %s: f32[]) {\n"
+                  "  MomentumUpdate(@w, @m, %g, %s)\n  return %g\n}\n"),
+      "");
   EXPECT_EQ(verifyError("state @w : f32[3] param\nstate @m : f32[3] optimizer\n"
                         "func @f(%g: f32[3]) {\n  Assign(@w, @m, %g)\n"
                         "  return %g\n}\n"),
