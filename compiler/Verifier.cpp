@@ -3,6 +3,7 @@
 
 #include "compiler/AttentionShape.h"
 #include "compiler/MatMulShape.h"
+#include "compiler/StateQuantization.h"
 
 #include "llvm/ADT/SmallPtrSet.h"
 
@@ -33,6 +34,7 @@ private:
   llvm::Error verifyNode(const Node &n);
   llvm::Error verifyMatrixProduct(const Node &n);
   llvm::Error verifyAttention(const Node &n);
+  llvm::Error verify8bitStates(const Node &n);
   llvm::Error fail(const Node &n, const llvm::Twine &msg) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "in @%s, %s: %s", n.parent()->name().c_str(),
@@ -42,6 +44,29 @@ private:
   llvm::SmallPtrSet<const StateSlot *, 32> States;
 };
 } // namespace
+
+/// AdamW8bitUpdate's slots: an f32/bf16/f16 weight of the gradient's type,
+/// u8 moments of its shape, f32 absmaxes of one element per kStateBlock.
+llvm::Error Verifier::verify8bitStates(const Node &n) {
+  const TensorType &w = n.state()->type();
+  if (w.dtype() != DType::F32 && w.dtype() != DType::BF16 &&
+      w.dtype() != DType::F16)
+    return fail(n, "8-bit moments need an f32, bf16 or f16 weight, not " +
+                       w.str());
+  if (n.operand(0)->type() != w)
+    return fail(n, "updates @" + n.state()->name() + " of type " + w.str() +
+                       " with " + n.operand(0)->type().str());
+  TensorType codes(DType::U8, w.shape()),
+      absmax(DType::F32, {stateBlocks(w.numElements())});
+  for (unsigned i = 1; i < 5; ++i) {
+    const TensorType &want = i < 3 ? codes : absmax;
+    if (n.states()[i]->type() != want)
+      return fail(n, "state @" + n.states()[i]->name() + " is " +
+                         n.states()[i]->type().str() + ", expected " +
+                         want.str());
+  }
+  return llvm::Error::success();
+}
 
 llvm::Error Verifier::verifyNode(const Node &n) {
   const OpInfo &info = *n.info();
@@ -77,7 +102,8 @@ llvm::Error Verifier::verifyNode(const Node &n) {
   if (!wantsState && n.state())
     return fail(n, "may not refer to state @" + n.state()->name() +
                        " (only Read and update ops do)");
-  unsigned wantStates = n.is(OpKind::AdamWUpdate)      ? 3
+  unsigned wantStates = n.is(OpKind::AdamW8bitUpdate)  ? 5
+                        : n.is(OpKind::AdamWUpdate)    ? 3
                         : n.is(OpKind::MomentumUpdate) ? 2
                                                        : wantsState;
   if (n.states().size() != wantStates)
@@ -100,14 +126,17 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                        n.state()->name() + " of type " +
                        n.state()->type().str());
 
-  bool optimizerUpdate = n.is(OpKind::SgdUpdate) ||
-                         n.is(OpKind::MomentumUpdate) ||
-                         n.is(OpKind::AdamWUpdate);
+  bool optimizerUpdate =
+      n.is(OpKind::SgdUpdate) || n.is(OpKind::MomentumUpdate) ||
+      n.is(OpKind::AdamWUpdate) || n.is(OpKind::AdamW8bitUpdate);
   // The gradient has the weight's type; the moments (a MomentumUpdate's or
   // AdamWUpdate's further slots) too, or f32 for a bf16/f16 weight.
   DType weight = n.state() ? n.state()->type().dtype() : DType::F32;
   bool narrowWeight = weight == DType::BF16 || weight == DType::F16;
-  if (optimizerUpdate || n.is(OpKind::Accumulate))
+  if (n.is(OpKind::AdamW8bitUpdate)) {
+    if (auto e = verify8bitStates(n))
+      return e;
+  } else if (optimizerUpdate || n.is(OpKind::Accumulate))
     for (const StateSlot *s : n.states()) {
       bool f32Moment =
           s != n.state() && narrowWeight &&
@@ -120,7 +149,8 @@ llvm::Error Verifier::verifyNode(const Node &n) {
     // Scalars of the moments' type (AdamW's step size and bias correction,
     // then the gradient's scale; SgdUpdate's: the weight's), then the
     // `enabled` flag.
-    unsigned scalars = n.is(OpKind::AdamWUpdate) ? 3 : 1;
+    unsigned scalars =
+        n.is(OpKind::AdamWUpdate) || n.is(OpKind::AdamW8bitUpdate) ? 3 : 1;
     DType t = n.states().back()->type().dtype();
     for (unsigned i = 1; i < n.numOperands(); ++i) {
       Value *v = n.operand(i);

@@ -8,6 +8,10 @@
 //             %sqrt_bc2): w *= 1 - lr wd;  m = b1 m + (1-b1) g;
 //             v = b2 v + (1-b2) g^2;
 //             w -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+//             state=int8: AdamW8bitUpdate(@w, @w.exp_avg, @w.exp_avg_sq,
+//             @w.exp_avg.absmax, @w.exp_avg_sq.absmax, ...) for parameters
+//             of >= 4096 elements, the moments u8 codes with an f32 absmax
+//             per 256 (bitsandbytes' AdamW8bit)
 //   lomo      SgdUpdate(@w, %g): sgd's arithmetic in one in-place op
 //   adalomo   Adafactor's factored second moment (row and column means of
 //             g^2 + eps1 for matrices, the full g^2 + eps1 for vectors) with
@@ -41,6 +45,7 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Optimizer.h"
 
+#include "compiler/StateQuantization.h"
 #include "compiler/UpdateAnalysis.h"
 
 #include "passes/Passes.h"
@@ -50,6 +55,7 @@
 #include "llvm/ADT/SmallVector.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <limits>
 #include <map>
@@ -353,7 +359,11 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
   // A narrow weight's momentum and AdamW moments (and their scalars) are
   // f32: the update computes in f32 and rounds the weight once.
   bool narrow = t == DType::BF16 || t == DType::F16;
-  DType mt = narrow ? DType::F32 : t;
+  // 8-bit moments compute in f32 whatever the weight (f32, bf16 or f16).
+  DType mt = narrow || (O.Int8State && O.Kind == OptimizerOptions::Kind::AdamW &&
+                        s->type().numElements() >= O.Int8MinElements)
+                 ? DType::F32
+                 : t;
   auto moment = [&](const char *suffix) {
     return slot(m, s->name() + "." + suffix, TensorType(mt, s->type().shape()));
   };
@@ -396,8 +406,22 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
     a["beta2"] = Attribute::getFloat(O.Beta2);
     a["one_minus_beta2"] = Attribute::getFloat(1.0 - O.Beta2);
     a["eps"] = Attribute::getFloat(O.Eps);
-    return fused("AdamWUpdate", {g, stepSize, sqrtBc2}, a,
-                 {moment("exp_avg"), moment("exp_avg_sq")});
+    int64_t n = s->type().numElements();
+    if (!O.Int8State || n < O.Int8MinElements)
+      return fused("AdamWUpdate", {g, stepSize, sqrtBc2}, a,
+                   {moment("exp_avg"), moment("exp_avg_sq")});
+    // bitsandbytes' layout: codes of the weight's shape, an absmax per block.
+    auto codes = [&](const char *suffix) {
+      return slot(m, s->name() + "." + suffix,
+                  TensorType(DType::U8, s->type().shape()));
+    };
+    auto absmax = [&](const char *suffix) {
+      return slot(m, s->name() + "." + suffix,
+                  TensorType(DType::F32, {stateBlocks(n)}));
+    };
+    return fused("AdamW8bitUpdate", {g, stepSize, sqrtBc2}, a,
+                 {codes("exp_avg"), codes("exp_avg_sq"),
+                  absmax("exp_avg.absmax"), absmax("exp_avg_sq.absmax")});
   }
   if (O.Kind == OptimizerOptions::Kind::Momentum) {
     AttributeMap a = lrAndDecay();
@@ -541,6 +565,13 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
           "narrow weights",
           s->name().c_str(), dtypeName(pt).str().c_str(),
           O.kindName().str().c_str());
+    if (O.Int8State && pt == DType::F64 &&
+        s->type().numElements() >= O.Int8MinElements)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "optimizer: @%s is f64: 8-bit optimizer state quantizes the moments "
+          "of f32, bf16 and f16 weights",
+          s->name().c_str());
     update(m, b, s, g, step, coef, finite);
   }
   for (Node *n : grads)
@@ -575,6 +606,15 @@ Value *Optimizer::scaleValue(Builder &b, StateSlot *offset) {
 }
 
 llvm::Expected<bool> Optimizer::run(Module &m) {
+  if (O.Int8State && O.Kind != OptimizerOptions::Kind::AdamW)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "optimizer: 8-bit state (state=int8) quantizes adamw's moments; %s "
+        "has %s",
+        O.kindName().str().c_str(),
+        O.Kind == OptimizerOptions::Kind::Momentum
+            ? "one buffer, kept in full precision: use adamw"
+            : "no moments to quantize");
   // The norm pass adds functions: walk the ones there are now.
   std::vector<Function *> functions;
   for (const auto &f : m.functions())
@@ -676,6 +716,8 @@ std::string headroom::optimizerOptionsText(const OptimizerOptions &o) {
     s += " skip_nonfinite=1";
   if (o.FuseUpdate)
     s += " fuse_update=1";
+  if (o.Int8State)
+    s += " state=int8 state_min=" + std::to_string(o.Int8MinElements);
   return s;
 }
 
@@ -714,6 +756,10 @@ headroom::parseOptimizerOptions(llvm::StringRef text) {
       if (value != "0" && value != "1")
         return bad("0 or 1");
       o.FuseUpdate = value == "1";
+    } else if (key == "state") {
+      if (value != "int8" && value != "full")
+        return bad("full or int8");
+      o.Int8State = value == "int8";
     } else if (key == "nesterov") {
       if (value != "0" && value != "1")
         return bad("0 or 1");
@@ -732,6 +778,10 @@ headroom::parseOptimizerOptions(llvm::StringRef text) {
       o.Beta2 = d;
     } else if (key == "eps") {
       o.Eps = d;
+    } else if (key == "state_min") {
+      if (d < 0 || d != std::floor(d))
+        return bad("a whole number of elements");
+      o.Int8MinElements = int64_t(d);
     } else if (key == "clip_grad_norm") {
       o.ClipGradNorm = d;
     } else if (key == "eps1") {
@@ -748,7 +798,7 @@ headroom::parseOptimizerOptions(llvm::StringRef text) {
           "optimizer: unknown option '%s' (kind, lr, momentum, nesterov, "
           "weight_decay, beta1, beta2, eps, clip_grad_norm, eps1, eps2, "
           "clip_threshold, decay_rate, loss_scale, skip_nonfinite, "
-          "fuse_update)",
+          "fuse_update, state, state_min)",
           key.c_str());
     }
   }

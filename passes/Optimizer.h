@@ -48,6 +48,15 @@ struct OptimizerOptions {
   /// norm, the loss scale's overflow check -- comes from a norm-only pass
   /// before the first update, so no gradient outlives its update.
   bool FuseUpdate = false;
+  /// adamw's moments stored as bitsandbytes' block-wise 8-bit optimizers
+  /// store them (`--optimizer-state int8`): u8 codes of its dynamic maps and
+  /// an f32 absmax per 256 elements (compiler/StateQuantization.h), for
+  /// parameters of at least Int8MinElements; smaller ones keep full moments.
+  /// An approximation of AdamW, as bitsandbytes' AdamW8bit is.
+  bool Int8State = false;
+  /// With Int8State: the fewest elements a parameter's moments are quantized
+  /// at (bitsandbytes' min_8bit_size).
+  int64_t Int8MinElements = 4096;
 
   /// Updates fused into the backward, one parameter at a time (lomo,
   /// adalomo, or FuseUpdate): no gradient outlives its update.

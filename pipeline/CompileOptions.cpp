@@ -31,6 +31,10 @@ static const FlagInfo kFlags[] = {
      "sgd, momentum, adamw: update each parameter in the backward as soon as "
      "its gradient is complete, as lomo does (clipping and fp16's overflow "
      "check by a norm pass first)"},
+    {"optimizer-state", "full|int8[,min=N]",
+     "adamw's moments: full precision (default; f32 beside bf16/fp16 "
+     "weights) or int8, bitsandbytes' block-wise 8-bit state for parameters "
+     "of N+ elements (default 4096; an approximation of AdamW)"},
     {"accum", "K",
      "Gradient accumulation: split each step's --batch into K micro-batches"},
     {"schedule", "auto|always|never",
@@ -210,6 +214,23 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
         "--fuse-update is for sgd, momentum and adamw: %s updates in the "
         "backward already",
         opt.kindName().str().c_str());
+  if (has("optimizer-state")) {
+    auto [v, min] = get("optimizer-state").split(',');
+    if ((v != "full" && v != "int8") || (v == "full" && !min.empty()) ||
+        (!min.empty() && (!min.consume_front("min=") ||
+                          min.getAsInteger(10, opt.Int8MinElements) ||
+                          opt.Int8MinElements < 0)))
+      return flagError("optimizer-state", get("optimizer-state"),
+                       "full, int8 or int8,min=N");
+    opt.Int8State = v == "int8";
+    if (opt.Int8State && opt.Kind != K::AdamW)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--optimizer-state int8 quantizes adamw's moments; %s has %s",
+          opt.kindName().str().c_str(),
+          opt.Kind == K::Momentum ? "one buffer, kept in full precision"
+                                  : "no moments to quantize");
+  }
   if (has("betas")) {
     auto [b1, b2] = get("betas").split(',');
     if (b1.trim().getAsDouble(opt.Beta1) || b2.trim().getAsDouble(opt.Beta2) ||
@@ -424,6 +445,9 @@ std::string CompileOptions::flags() const {
       add("clip-grad-norm", shortestDecimal(o.ClipGradNorm));
     if (o.FuseUpdate)
       add("fuse-update", "");
+    if (o.Int8State)
+      add("optimizer-state",
+          "int8,min=" + std::to_string(o.Int8MinElements));
   }
   if (Precision != DType::F32) {
     add("precision", Precision == DType::BF16 ? "bf16" : "fp16");

@@ -11,6 +11,7 @@
 #include "runtime/PlanFile.h"
 
 #include "compiler/OpInfo.h"
+#include "compiler/StateQuantization.h"
 #include "runtime/ModelIO.h"
 #include "runtime/plan.pb.h"
 
@@ -455,19 +456,32 @@ llvm::Error PlanReader::checkCall(const PlanFunction &f,
   if (c.State < 0 || size_t(c.State) >= P.States.size())
     return fail("state " + llvm::Twine(c.State) + " is out of range (" +
                 llvm::Twine(P.States.size()) + " states)");
-  size_t moreStates = c.Kind == OpKind::AdamWUpdate      ? 2
+  size_t moreStates = c.Kind == OpKind::AdamW8bitUpdate  ? 4
+                      : c.Kind == OpKind::AdamWUpdate    ? 2
                       : c.Kind == OpKind::MomentumUpdate ? 1
                                                          : 0;
   if (c.MoreStates.size() != moreStates)
     return fail("names " + llvm::Twine(c.MoreStates.size() + 1) +
                 " state slots, the op writes " + llvm::Twine(moreStates + 1));
-  for (int s : c.MoreStates)
+  const TensorType &state = P.States[c.State].Type;
+  // The moments: the weight's type, f32 beside a bf16/f16 weight, or the
+  // 8-bit layout (u8 codes, then f32 absmaxes; compiler/StateQuantization.h).
+  auto momentFits = [&](size_t k, const TensorType &t) {
+    if (c.Kind == OpKind::AdamW8bitUpdate)
+      return k < 2 ? t == TensorType(DType::U8, state.shape())
+                   : t == TensorType(DType::F32,
+                                     {stateBlocks(state.numElements())});
+    bool narrow = state.dtype() == DType::BF16 || state.dtype() == DType::F16;
+    return t == state ||
+           (narrow && t == TensorType(DType::F32, state.shape()));
+  };
+  for (size_t k = 0; k < c.MoreStates.size(); ++k) {
+    int s = c.MoreStates[k];
     if (s < 0 || size_t(s) >= P.States.size() || s == c.State ||
-        llvm::count(c.MoreStates, s) != 1 ||
-        P.States[s].Type != P.States[c.State].Type)
+        llvm::count(c.MoreStates, s) != 1 || !momentFits(k, P.States[s].Type))
       return fail("state " + llvm::Twine(s) +
                   " is out of range, repeated or of another type");
-  const TensorType &state = P.States[c.State].Type;
+  }
   // Read and Assign copy the slot's bytes; ParamGrad copies its input's.
   int value = c.Kind == OpKind::Read ? c.Outputs[0] : c.Inputs[0];
   if (value < 0)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 using namespace headroom;
 
@@ -80,6 +81,30 @@ static AttentionCounts countAttention(const Plan &plan) {
       best = c;
   }
   return best;
+}
+
+/// Parameters whose AdamW moments are 8-bit (AdamW8bitUpdate), the bytes of
+/// their codes and absmaxes, and the full-precision bytes those replace.
+struct Int8State {
+  unsigned Parameters = 0;
+  uint64_t Bytes = 0, FullBytes = 0;
+};
+
+static Int8State countInt8State(const Plan &plan) {
+  Int8State s;
+  std::set<int> seen; // an update appears once per function that runs it
+  for (const PlanFunction &f : plan.Functions)
+    for (const KernelCall &call : f.Calls) {
+      if (call.Kind != OpKind::AdamW8bitUpdate ||
+          !seen.insert(call.State).second)
+        continue;
+      ++s.Parameters;
+      for (int k : call.MoreStates)
+        s.Bytes += plan.States[k].Type.sizeInBytes();
+      s.FullBytes += 2 * plan.States[call.State].Type.numElements() *
+                     uint64_t(sizeof(float));
+    }
+  return s;
 }
 
 /// The timeline's categories, as the report names a value's.
@@ -172,6 +197,13 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
       os << "; " << n << "x " << why;
     os << "\n";
   }
+  Int8State int8 = countInt8State(plan);
+  if (int8.Parameters)
+    os << "  optimizer state: 8-bit moments for " << int8.Parameters
+       << " parameters (" << formatBytes(int8.Bytes) << " for "
+       << formatBytes(int8.FullBytes)
+       << " in f32; bitsandbytes' block-wise quantization, an approximation "
+          "of AdamW)\n";
   printPeakValues(r, os);
   os << "  (activations, gradients and temporaries are at the schedule "
         "position where transient memory peaks; \"most live at once\" is "
@@ -242,6 +274,12 @@ llvm::json::Value headroom::reportJson(const Plan &plan) {
       llvm::json::Object{{"fused", int64_t(attention.Fused)},
                          {"unfused", int64_t(attention.Unfused)},
                          {"declined", std::move(declined)}};
+  Int8State int8 = countInt8State(plan);
+  root["int8_optimizer_state"] =
+      llvm::json::Object{{"parameters", int64_t(int8.Parameters)},
+                         {"bytes", int64_t(int8.Bytes)},
+                         {"f32_bytes", int64_t(int8.FullBytes)},
+                         {"approximate", int8.Parameters > 0}};
   return llvm::json::Value(std::move(root));
 }
 

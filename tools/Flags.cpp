@@ -66,7 +66,8 @@ static cl::OptionCategory &groupOf(llvm::StringRef name) {
   static const char *const memory[] = {
       "accum",          "schedule",        "precision",
       "master-weights", "recompute",       "recompute-keep",
-      "memory-budget",  "allow-optimizer", "attention"};
+      "memory-budget",  "allow-optimizer", "attention",
+      "fuse-update",    "optimizer-state"};
   if (llvm::is_contained(optimizer, name))
     return optimizerFlags();
   if (llvm::is_contained(memory, name))
@@ -123,6 +124,7 @@ static const std::pair<const char *, const char *> kSynonyms[] = {
     {"grad-accum", "accum"},
     {"accumulate", "accum"},
     {"max-grad-norm", "clip-grad-norm"},
+    {"optim-bits", "optimizer-state"},
     {"max_grad_norm", "clip-grad-norm"},
     {"clip-grad", "clip-grad-norm"},
     {"weight_decay", "weight-decay"},

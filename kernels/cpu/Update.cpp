@@ -11,6 +11,9 @@
 //               m = beta1 * m + one_minus_beta1 * d; v = beta2 * v +
 //               one_minus_beta2 * d * d; w -= step_size * m / (sqrt(v) /
 //               sqrt_bc2 + eps)
+//   AdamW8bitUpdate  AdamWUpdate with bitsandbytes' block-wise 8-bit
+//               moments (kernels/cpu/Blockwise8bit.h), on (w, m, v,
+//               m_absmax, v_absmax)
 //   Accumulate  acc += scale * g   (acc = scale * g when first = 1)
 // The optimizer updates skip the step when `enabled` is false. They round
 // as torch.optim's ops do (one rounding per operation, in its order), so
@@ -19,11 +22,13 @@
 // independent: the loops split across the kernel threads.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/cpu/Blockwise8bit.h"
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/Parallel.h"
 
 #include "llvm/ADT/STLExtras.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace headroom;
@@ -194,6 +199,83 @@ llvm::Error adamwUpdateKernel(const KernelContext &ctx) {
   return HR_DISPATCH_FLOAT(ctx, ctx.Outputs[0].Type, adamwUpdate, ctx);
 }
 
+/// AdamW8bitUpdate(g, step_size, sqrt_bc2, scale?, enabled?) on an f32
+/// weight (a bf16/f16 one arrives widened) with u8 moments of its shape and
+/// one f32 absmax per kStateBlock elements of each: blocks split across the
+/// kernel threads.
+llvm::Error adamw8bitUpdateKernel(const KernelContext &ctx) {
+  if (ctx.Outputs.size() != 5 ||
+      llvm::any_of(ctx.Outputs,
+                   [](const TensorView &o) { return !o.present(); }))
+    return ctx.unsupported("needs its 5 state slots as the outputs");
+  const TensorView &w = ctx.Outputs[0];
+  if (w.Type != DType::F32 || ctx.Inputs[0].type() != w.type())
+    return ctx.unsupported("needs an f32 weight (bf16 and f16 are widened) "
+                           "and a gradient of its type");
+  int64_t n = w.numElements(), blocks = stateBlocks(n);
+  for (int i : {1, 2})
+    if (ctx.Outputs[i].type() != TensorType(DType::U8, w.Shape))
+      return ctx.unsupported("moment " + ctx.Outputs[i].type().str() +
+                             " is not u8 of the weight's shape");
+  for (int i : {3, 4})
+    if (ctx.Outputs[i].type() != TensorType(DType::F32, {blocks}))
+      return ctx.unsupported("absmax " + ctx.Outputs[i].type().str() +
+                             " is not f32[" + llvm::Twine(blocks) + "]");
+  if (!ctx.hasInput(1) || !ctx.hasInput(2))
+    return ctx.unsupported("needs the step size and sqrt_bc2");
+  for (unsigned i = 1; i <= 3 && ctx.hasInput(i); ++i)
+    if (ctx.Inputs[i].numElements() != 1 || ctx.Inputs[i].Type != DType::F32)
+      return ctx.unsupported("operand " + llvm::Twine(i) +
+                             " must be an f32 scalar");
+  if (ctx.hasInput(4)) {
+    const TensorView &flag = ctx.Inputs[4];
+    if (flag.Type != DType::Bool || flag.numElements() != 1)
+      return ctx.unsupported("enabled must be a bool scalar");
+    if (!*flag.as<uint8_t>())
+      return llvm::Error::success(); // a skipped step
+  }
+  float decay = static_cast<float>(ctx.attrFloat("decay", 1.0));
+  AdamWStep step{decay,
+                 static_cast<float>(ctx.attrFloat("beta1", 0.9)),
+                 static_cast<float>(ctx.attrFloat("one_minus_beta1", 0.1)),
+                 static_cast<float>(ctx.attrFloat("beta2", 0.999)),
+                 static_cast<float>(ctx.attrFloat("one_minus_beta2", 0.001)),
+                 static_cast<float>(ctx.attrFloat("eps", 1e-8)),
+                 *ctx.Inputs[1].as<float>(),
+                 *ctx.Inputs[2].as<float>(),
+                 ctx.hasInput(3) ? *ctx.Inputs[3].as<float>() : 1.0f,
+                 decay != 1.0f,
+                 ctx.hasInput(3)};
+  const float *g = ctx.Inputs[0].as<float>();
+  float *wt = w.as<float>();
+  uint8_t *mc = ctx.Outputs[1].as<uint8_t>(), *vc = ctx.Outputs[2].as<uint8_t>();
+  float *ma = ctx.Outputs[3].as<float>(), *va = ctx.Outputs[4].as<float>();
+  parallelFor(blocks, 1, [&](int64_t begin, int64_t end) {
+    float m[kStateBlock], v[kStateBlock];
+    for (int64_t blk = begin; blk < end; ++blk) {
+      int64_t first = blk * kStateBlock,
+              len = std::min(kStateBlock, n - first);
+      float mMax = 0.0f, vMax = 0.0f;
+      for (int64_t j = 0; j < len; ++j) {
+        int64_t i = first + j;
+        float d = step.grad(g[i]);
+        m[j] = step.firstMoment(kSignedDynamicMap[mc[i]] * ma[blk], d);
+        v[j] = step.secondMoment(kUnsignedDynamicMap[vc[i]] * va[blk], d);
+        mMax = std::max(mMax, std::fabs(m[j]));
+        vMax = std::max(vMax, std::fabs(v[j]));
+        wt[i] = step.weight(wt[i], m[j], v[j]);
+      }
+      for (int64_t j = 0; j < len; ++j) {
+        mc[first + j] = quantizeSigned(kSignedDynamicMap, m[j], mMax);
+        vc[first + j] = quantizeUnsigned(kUnsignedDynamicMap, v[j], vMax);
+      }
+      ma[blk] = mMax;
+      va[blk] = vMax;
+    }
+  });
+  return llvm::Error::success();
+}
+
 llvm::Error accumulateKernel(const KernelContext &ctx) {
   if (auto e = checkState(ctx))
     return e;
@@ -206,5 +288,7 @@ void headroom::cpu::registerUpdateKernels() {
   registerKernel("SgdUpdate", sgdUpdateKernel, FloatSupport::F32F64);
   registerKernel("MomentumUpdate", momentumUpdateKernel, FloatSupport::F32F64);
   registerKernel("AdamWUpdate", adamwUpdateKernel, FloatSupport::F32F64);
+  registerKernel("AdamW8bitUpdate", adamw8bitUpdateKernel,
+                 FloatSupport::F32F64);
   registerKernel("Accumulate", accumulateKernel, FloatSupport::F32F64);
 }

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "KernelTestUtil.h"
 
+#include "kernels/cpu/Blockwise8bit.h"
 #include "kernels/cpu/Parallel.h"
 
 #include <cmath>
@@ -270,5 +271,206 @@ TEST(UpdateKernel, ErrorsNameTheProblem) {
                       {TensorView{DType::I32, four, wi.data()}}),
             "Accumulate: element type i32 is not supported");
 }
+
+/// The 8-bit state of kernels/cpu/Blockwise8bit.h.
+
+TEST(Blockwise8bit, EveryCodeQuantizesToItself) {
+  for (int i = 0; i < 256; ++i) {
+    EXPECT_EQ(kSignedDynamicMap[nearestCode<true>(kSignedDynamicMap,
+                                                  kSignedDynamicMap[i])],
+              kSignedDynamicMap[i])
+        << i;
+    EXPECT_EQ(kUnsignedDynamicMap[nearestCode<false>(kUnsignedDynamicMap,
+                                                     kUnsignedDynamicMap[i])],
+              kUnsignedDynamicMap[i])
+        << i;
+  }
+  // Sorted, from about -1 (signed) or 0 (unsigned) to 1.
+  for (int i = 1; i < 256; ++i) {
+    EXPECT_LE(kSignedDynamicMap[i - 1], kSignedDynamicMap[i]);
+    EXPECT_LE(kUnsignedDynamicMap[i - 1], kUnsignedDynamicMap[i]);
+  }
+  EXPECT_EQ(kSignedDynamicMap[255], 1.0f);
+  EXPECT_EQ(kSignedDynamicMap[127], 0.0f);
+  EXPECT_EQ(kUnsignedDynamicMap[0], 0.0f);
+  EXPECT_EQ(kUnsignedDynamicMap[255], 1.0f);
+}
+
+TEST(Blockwise8bit, CodesAreTheNearestAndKeepTheSign) {
+  // Values spread over the maps' decades, both signs.
+  std::vector<float> xs = randomFloats(4000, 31);
+  for (size_t k = 0; k < xs.size(); ++k)
+    xs[k] *= std::pow(10.0f, -float(k % 7));
+  xs.push_back(-1e-9f); // nearer 0 than any negative code
+  xs.push_back(-0.0f);
+  for (float x : xs) {
+    uint8_t c = nearestCode<true>(kSignedDynamicMap, x);
+    for (int j = 0; j < 256; ++j)
+      ASSERT_LE(std::fabs(x - kSignedDynamicMap[c]),
+                std::fabs(x - kSignedDynamicMap[j]))
+          << x << " -> code " << int(c) << ", but code " << j << " is nearer";
+    // The first moment's code keeps the value's sign: a negative value
+    // nearest 0 takes the smallest negative code instead.
+    uint8_t q = quantizeSigned(kSignedDynamicMap, x, 1.0f);
+    EXPECT_EQ(std::signbit(kSignedDynamicMap[q]), std::signbit(x)) << x;
+    EXPECT_LE(std::abs(int(q) - int(c)), 1) << x;
+    float u = std::fabs(x);
+    uint8_t cu = nearestCode<false>(kUnsignedDynamicMap, u);
+    for (int j = 0; j < 256; ++j)
+      ASSERT_LE(std::fabs(u - kUnsignedDynamicMap[cu]),
+                std::fabs(u - kUnsignedDynamicMap[j]))
+          << u;
+  }
+}
+
+/// The state of an 8-bit AdamW: codes and an absmax per block.
+struct State8bit {
+  std::vector<uint8_t> M, V;
+  std::vector<float> MAbs, VAbs;
+  std::vector<int64_t> Codes, Blocks; // the views' shapes
+  explicit State8bit(int64_t n)
+      : M(n, 127), V(n, 0), MAbs(stateBlocks(n), 0.0f),
+        VAbs(stateBlocks(n), 0.0f), Codes{n}, Blocks{stateBlocks(n)} {}
+  /// The moments the codes stand for.
+  float m(int64_t i) const {
+    return kSignedDynamicMap[M[i]] * MAbs[i / kStateBlock];
+  }
+  float v(int64_t i) const {
+    return kUnsignedDynamicMap[V[i]] * VAbs[i / kStateBlock];
+  }
+  std::vector<TensorView> views(TensorView w) {
+    return {w, TensorView{DType::U8, Codes, M.data()},
+            TensorView{DType::U8, Codes, V.data()},
+            TensorView{DType::F32, Blocks, MAbs.data()},
+            TensorView{DType::F32, Blocks, VAbs.data()}};
+  }
+};
+
+TEST(UpdateKernel, AdamW8bitUpdateIsAdamWOnTheDequantizedMoments) {
+  // Several blocks and a partial last one, across the kernel's threads.
+  for (int64_t n : {int64_t(1000), 40 * kStateBlock + 3}) {
+    for (bool scaled : {false, true}) {
+      std::vector<int64_t> shape = {n};
+      std::vector<float> w = randomFloats(n, 41);
+      State8bit q(n);
+      float scale = scaled ? 0.37f : 1.0f;
+      for (int step = 1; step <= 4; ++step) {
+        std::vector<float> g = randomFloats(n, 42 + step);
+        if (step == 2) // a block of zeros: absmax 0 stays exact
+          std::fill(g.begin(), g.begin() + kStateBlock, 0.0f);
+        // What AdamWUpdate computes from the same moments, in f32.
+        std::vector<float> wantW = w, m(n), v(n);
+        for (int64_t i = 0; i < n; ++i) {
+          m[i] = q.m(i);
+          v[i] = q.v(i);
+        }
+        adamwReference(wantW, m, v, g, scale, 1e-3, 0.01, step);
+        std::vector<float> bc = biasCorrections(1e-3, step);
+        std::vector<float> stepSize = {bc[0]}, sqrtBc2 = {bc[1]}, s = {scale};
+        std::vector<TensorView> ins = {view(g, shape), view(stepSize, {}),
+                                       view(sqrtBc2, {})};
+        if (scaled)
+          ins.push_back(view(s, {}));
+        ASSERT_EQ(runKernel("AdamW8bitUpdate", ins, q.views(view(w, shape)),
+                            adamwAttrs(1e-3, 0.01)),
+                  "");
+        // The weight from the unquantized moments: AdamW's bits.
+        ASSERT_EQ(w, wantW) << "step " << step;
+        for (int64_t b = 0; b < stateBlocks(n); ++b) {
+          float mMax = 0, vMax = 0;
+          for (int64_t i = b * kStateBlock;
+               i < std::min(n, (b + 1) * kStateBlock); ++i) {
+            mMax = std::max(mMax, std::fabs(m[i]));
+            vMax = std::max(vMax, v[i]);
+          }
+          ASSERT_EQ(q.MAbs[b], mMax) << "block " << b;
+          ASSERT_EQ(q.VAbs[b], vMax) << "block " << b;
+        }
+        // Each stored moment is the nearest code to the f32 one (the first
+        // keeping its sign).
+        for (int64_t i = 0; i < n; ++i) {
+          float mAbs = q.MAbs[i / kStateBlock], vAbs = q.VAbs[i / kStateBlock];
+          if (vAbs == 0) {
+            ASSERT_EQ(q.m(i), 0.0f);
+            ASSERT_EQ(q.v(i), 0.0f);
+            continue;
+          }
+          ASSERT_EQ(q.M[i], quantizeSigned(kSignedDynamicMap, m[i], mAbs));
+          ASSERT_EQ(q.V[i], quantizeUnsigned(kUnsignedDynamicMap, v[i], vAbs));
+          // The codes are dense near 1: the largest element is kept within
+          // 1% of its block's absmax.
+          if (std::fabs(m[i]) == mAbs) {
+            ASSERT_NEAR(q.m(i), m[i], 0.01f * mAbs) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(UpdateKernel, AdamW8bitUpdateWidensBf16Weights) {
+  int64_t n = 600;
+  std::vector<int64_t> shape = {n};
+  std::vector<float> w32 = randomFloats(n, 51), g32 = randomFloats(n, 52);
+  std::vector<uint16_t> w(n), g(n);
+  for (int64_t i = 0; i < n; ++i) {
+    w[i] = floatToBf16(w32[i]);
+    g[i] = floatToBf16(g32[i]);
+    w32[i] = bf16ToFloat(w[i]);
+    g32[i] = bf16ToFloat(g[i]);
+  }
+  State8bit a(n), b(n);
+  std::vector<float> bc = biasCorrections(1e-3, 1);
+  std::vector<float> stepSize = {bc[0]}, sqrtBc2 = {bc[1]};
+  // Through cpu::runKernel, which widens the bf16 operands for the kernel.
+  std::vector<TensorView> ins = {TensorView{DType::BF16, shape, g.data()},
+                                 view(stepSize, {}), view(sqrtBc2, {})},
+                          outs =
+                              a.views(TensorView{DType::BF16, shape, w.data()});
+  AttributeMap attrs = adamwAttrs(1e-3, 0.01);
+  KernelContext ctx{"AdamW8bitUpdate", ins, outs, attrs, 0};
+  llvm::Error e = cpu::runKernel(ctx);
+  ASSERT_EQ(e ? llvm::toString(std::move(e)) : "", "");
+  ASSERT_EQ(runKernel("AdamW8bitUpdate",
+                      {view(g32, shape), view(stepSize, {}), view(sqrtBc2, {})},
+                      b.views(view(w32, shape)), adamwAttrs(1e-3, 0.01)),
+            "");
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(w[i], floatToBf16(w32[i])) << i; // computed in f32, rounded once
+  EXPECT_EQ(a.M, b.M);
+  EXPECT_EQ(a.V, b.V);
+  EXPECT_EQ(a.MAbs, b.MAbs);
+}
+
+TEST(UpdateKernel, AdamW8bitUpdateChecksItsState) {
+  std::vector<float> w(300), g(300), one = {1.0f};
+  State8bit q(300);
+  std::vector<int64_t> shape = {300};
+  uint8_t off = 0;
+  TensorView flag{DType::Bool, {}, &off};
+  std::vector<uint8_t> m0 = q.M;
+  std::vector<float> g0(300, 1.0f), w0 = w;
+  ASSERT_EQ(runKernel("AdamW8bitUpdate",
+                      {view(g0, shape), view(one, {}), view(one, {}),
+                       view(one, {}), flag},
+                      q.views(view(w, shape)), adamwAttrs(1e-3, 0.01)),
+            "");
+  EXPECT_EQ(w, w0); // a skipped step
+  EXPECT_EQ(q.M, m0);
+  std::vector<TensorView> bad = q.views(view(w, shape));
+  std::vector<int64_t> oneBlock = {1};
+  bad[3] = TensorView{DType::F32, oneBlock, q.MAbs.data()};
+  EXPECT_EQ(runKernel("AdamW8bitUpdate",
+                      {view(g, shape), view(one, {}), view(one, {})}, bad,
+                      adamwAttrs(1e-3, 0)),
+            "AdamW8bitUpdate: absmax f32[1] is not f32[2]");
+  bad = q.views(view(w, shape));
+  bad.pop_back();
+  EXPECT_EQ(runKernel("AdamW8bitUpdate",
+                      {view(g, shape), view(one, {}), view(one, {})}, bad,
+                      adamwAttrs(1e-3, 0)),
+            "AdamW8bitUpdate: needs its 5 state slots as the outputs");
+}
+
 
 } // namespace
