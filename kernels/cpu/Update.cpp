@@ -261,8 +261,10 @@ llvm::Error adamw8bitUpdateKernel(const KernelContext &ctx) {
         float d = step.grad(g[i]);
         m[j] = step.firstMoment(kSignedDynamicMap[mc[i]] * ma[blk], d);
         v[j] = step.secondMoment(kUnsignedDynamicMap[vc[i]] * va[blk], d);
-        mMax = std::max(mMax, std::fabs(m[j]));
-        vMax = std::max(vMax, std::fabs(v[j]));
+        // A NaN moment makes its block's absmax NaN, as the GPU's r.max.
+        float am = std::fabs(m[j]), av = std::fabs(v[j]);
+        mMax = am > mMax || am != am ? am : mMax;
+        vMax = av > vMax || av != av ? av : vMax;
         wt[i] = step.weight(wt[i], m[j], v[j]);
       }
       for (int64_t j = 0; j < len; ++j) {

@@ -6,6 +6,9 @@
 //                   `enabled` (operand 2) is false
 //   MomentumUpdate  on (w, buf), torch.optim.SGD with momentum
 //   AdamWUpdate     on (w, m, v), torch.optim.AdamW
+//   AdamW8bitUpdate on (w, m, v, m_absmax, v_absmax): 8-bit moments
+//                   (kernels/cpu/Blockwise8bit.h), a thread block per block
+//                   of 256 elements with the maps in shared memory
 //   Accumulate      acc += scale * g   (acc = scale * g when first = 1)
 // The scale, enabled and step-size operands live on the device, so every thread
 // reads them there instead of the host deciding (a CUDA graph replays the
@@ -16,6 +19,7 @@
 // and AdamW moments are f32 state).
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/cpu/Blockwise8bit.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
 
@@ -299,6 +303,154 @@ Error adamwUpdate(const KernelContext &ctx) {
   return dispatch<cpu::FloatTypes>(ctx, ctx.Outputs[0].Type, AdamWApply{ctx});
 }
 
+#if defined(__CUDACC__)
+// The dynamic maps where device code reads them (copied into each block's
+// shared memory first).
+__constant__ float kSignedMapDevice[256] = {HR_SIGNED_DYNAMIC_MAP};
+__constant__ float kUnsignedMapDevice[256] = {HR_UNSIGNED_DYNAMIC_MAP};
+#endif
+
+HR_HD inline float signedMapAt(int64_t j) {
+#if HR_ON_DEVICE
+  return kSignedMapDevice[j];
+#else
+  return kSignedDynamicMap[j];
+#endif
+}
+HR_HD inline float unsignedMapAt(int64_t j) {
+#if HR_ON_DEVICE
+  return kUnsignedMapDevice[j];
+#else
+  return kUnsignedDynamicMap[j];
+#endif
+}
+
+/// Shared memory of an 8-bit update's block: the two maps, then the block's
+/// new moments.
+constexpr int64_t k8bitSharedBytes = 4 * kStateBlock * int64_t(sizeof(float));
+
+/// kernels/cpu's adamw8bitUpdate for one block of kStateBlock elements: the
+/// moments dequantized and updated (kept in shared memory), the weight
+/// written, the block's new absmaxes taken, the codes stored against them.
+template <typename T> struct AdamW8bitBody {
+  T *W;
+  const T *G;
+  uint8_t *MCodes, *VCodes;
+  float *MAbs, *VAbs;
+  const float *StepSize, *SqrtBc2;
+  const float *Scale;  // null: unscaled
+  const Bool *Enabled; // null: always
+  AdamWStep Step;      // StepSize, SqrtBc2 and Scale read on the device
+  int64_t N;
+
+  HR_HD void operator()(int64_t tile, const Row &r,
+                        unsigned char *shared) const {
+    if (Enabled && !Enabled->Value)
+      return; // a skipped step (the whole grid returns alike)
+    float *sm = reinterpret_cast<float *>(shared), *um = sm + kStateBlock,
+          *m = um + kStateBlock, *v = m + kStateBlock;
+    r.each(kStateBlock, [&](int64_t j) {
+      sm[j] = signedMapAt(j);
+      um[j] = unsignedMapAt(j);
+    });
+    AdamWStep s = Step;
+    s.StepSize = *StepSize;
+    s.SqrtBc2 = *SqrtBc2;
+    if (Scale)
+      s.Scale = *Scale;
+    int64_t first = tile * kStateBlock;
+    int64_t len = N - first < kStateBlock ? N - first : kStateBlock;
+    float mOld = MAbs[tile], vOld = VAbs[tile];
+    r.each(len, [&](int64_t j) {
+      int64_t i = first + j;
+      float d = s.grad(float(ld(G, i)));
+      m[j] = s.firstMoment(sm[MCodes[i]] * mOld, d);
+      v[j] = s.secondMoment(um[VCodes[i]] * vOld, d);
+      st(W, i, s.weight(float(ld(W, i)), m[j], v[j]));
+    });
+    float mMax = r.max<float>(len, [&](int64_t j) { return std::fabs(m[j]); });
+    float vMax = r.max<float>(len, [&](int64_t j) { return std::fabs(v[j]); });
+    r.each(len, [&](int64_t j) {
+      MCodes[first + j] = quantizeSigned(sm, m[j], mMax);
+      VCodes[first + j] = quantizeUnsigned(um, v[j], vMax);
+    });
+    // Every thread read the old absmaxes before the first each ended.
+    MAbs[tile] = mMax;
+    VAbs[tile] = vMax;
+  }
+};
+
+struct AdamW8bitApply {
+  const KernelContext &Ctx;
+  template <typename T> Error apply() const {
+    if constexpr (!std::is_same_v<typename Elem<T>::Compute, float>) {
+      return Ctx.unsupported("8-bit moments need an f32, bf16 or f16 weight");
+    } else {
+      float decay = static_cast<float>(Ctx.attrFloat("decay", 1.0));
+      AdamWStep step{decay,
+                     static_cast<float>(Ctx.attrFloat("beta1", 0.9)),
+                     static_cast<float>(Ctx.attrFloat("one_minus_beta1", 0.1)),
+                     static_cast<float>(Ctx.attrFloat("beta2", 0.999)),
+                     static_cast<float>(
+                         Ctx.attrFloat("one_minus_beta2", 0.001)),
+                     static_cast<float>(Ctx.attrFloat("eps", 1e-8)),
+                     0.0f,
+                     1.0f,
+                     1.0f,
+                     decay != 1.0f,
+                     Ctx.hasInput(3)};
+      int64_t n = Ctx.Outputs[0].numElements();
+      AdamW8bitBody<T> body{
+          Ctx.Outputs[0].as<T>(),
+          Ctx.Inputs[0].as<T>(),
+          Ctx.Outputs[1].as<uint8_t>(),
+          Ctx.Outputs[2].as<uint8_t>(),
+          Ctx.Outputs[3].as<float>(),
+          Ctx.Outputs[4].as<float>(),
+          Ctx.Inputs[1].as<float>(),
+          Ctx.Inputs[2].as<float>(),
+          Ctx.hasInput(3) ? Ctx.Inputs[3].as<float>() : nullptr,
+          Ctx.hasInput(4) ? Ctx.Inputs[4].as<Bool>() : nullptr,
+          step,
+          n};
+      forEachTile(Ctx, stateBlocks(n), k8bitSharedBytes, body);
+      return Error::success();
+    }
+  }
+};
+
+/// AdamW8bitUpdate(g, step_size, sqrt_bc2, scale?, enabled?) {AdamWUpdate's
+/// attributes} -> (w, m codes, v codes, m absmax, v absmax, in place).
+Error adamw8bitUpdate(const KernelContext &ctx) {
+  if (ctx.Outputs.size() != 5)
+    return ctx.unsupported("needs its 5 state slots as the outputs");
+  const TensorView &w = ctx.Outputs[0];
+  if (!w.present() || w.type() != ctx.Inputs[0].type())
+    return ctx.unsupported("gradient " + ctx.Inputs[0].type().str() +
+                           " does not match the state " + w.type().str());
+  int64_t blocks = stateBlocks(w.numElements());
+  for (int i : {1, 2})
+    if (!ctx.Outputs[i].present() ||
+        ctx.Outputs[i].type() != TensorType(DType::U8, w.Shape))
+      return ctx.unsupported("moment " + ctx.Outputs[i].type().str() +
+                             " is not u8 of the weight's shape");
+  for (int i : {3, 4})
+    if (!ctx.Outputs[i].present() ||
+        ctx.Outputs[i].type() != TensorType(DType::F32, {blocks}))
+      return ctx.unsupported("absmax " + ctx.Outputs[i].type().str() +
+                             " is not f32[" + llvm::Twine(blocks) + "]");
+  if (!ctx.hasInput(1) || !ctx.hasInput(2))
+    return ctx.unsupported("needs the step size and sqrt_bc2");
+  for (unsigned i = 1; i <= 3 && ctx.hasInput(i); ++i)
+    if (ctx.Inputs[i].numElements() != 1 || ctx.Inputs[i].Type != DType::F32)
+      return ctx.unsupported("operand " + llvm::Twine(i) +
+                             " must be an f32 scalar");
+  if (ctx.hasInput(4) && (ctx.Inputs[4].Type != DType::Bool ||
+                          ctx.Inputs[4].numElements() != 1))
+    return ctx.unsupported("enabled must be a bool scalar");
+  return dispatch<cpu::FloatTypes>(ctx, w.Type, AdamW8bitApply{ctx});
+}
+
 template <typename T> struct AccumulateBody {
   using C = typename Elem<T>::Compute;
   T *Acc;
@@ -339,5 +491,6 @@ void cuda::registerUpdateKernels() {
   registerKernel("SgdUpdate", sgdUpdate);
   registerKernel("MomentumUpdate", momentumUpdate);
   registerKernel("AdamWUpdate", adamwUpdate);
+  registerKernel("AdamW8bitUpdate", adamw8bitUpdate);
   registerKernel("Accumulate", accumulate);
 }

@@ -18,18 +18,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "..", "kernels", "cpu", "DynamicMap.h")
 
 
-def table(name, values):
-    lines = [f"inline constexpr float {name}[256] = {{"]
+def values(macro, codes):
+    """The codes as a macro's comma-separated hex floats (one list for the
+    host's constexpr array and the device's __constant__ copy)."""
+    lines = [f"#define {macro}"]
     row = []
-    for v in values:
+    for v in codes:
         mantissa, exponent = float(v).hex().split("p")
         mantissa = mantissa.rstrip("0").rstrip(".")
         row.append(f"{mantissa}p{exponent}f")
         if len(row) == 4:
-            lines.append("    " + ", ".join(row) + ",")
+            lines.append("  " + ", ".join(row) + ",")
             row = []
-    lines.append("};")
-    return "\n".join(lines)
+    width = max(len(line) for line in lines) + 1
+    return " \\\n".join(line.ljust(width) if i + 1 < len(lines) else line
+                        for i, line in enumerate(lines)).rstrip(",")
 
 
 def main():
@@ -43,17 +46,24 @@ def main():
 // create_dynamic_map(signed=False), the 256 codes (sorted, each a float32)
 // that its 8-bit optimizers quantize the first and second moment to,
 // relative to each block's absolute maximum (Dettmers et al. 2022, "8-bit
-// Optimizers via Block-wise Quantization"). Do not edit; regenerate.
+// Optimizers via Block-wise Quantization"). The macros hold the values for
+// the host's arrays below and kernels/cuda's __constant__ copies. Do not
+// edit; regenerate.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_KERNELS_CPU_DYNAMICMAP_H
 #define HEADROOM_KERNELS_CPU_DYNAMICMAP_H
 
+// clang-format off
+{values("HR_SIGNED_DYNAMIC_MAP", signed)}
+
+{values("HR_UNSIGNED_DYNAMIC_MAP", unsigned)}
+// clang-format on
+
 namespace headroom {{
 
-{table("kSignedDynamicMap", signed)}
-
-{table("kUnsignedDynamicMap", unsigned)}
+inline constexpr float kSignedDynamicMap[256] = {{HR_SIGNED_DYNAMIC_MAP}};
+inline constexpr float kUnsignedDynamicMap[256] = {{HR_UNSIGNED_DYNAMIC_MAP}};
 
 }} // namespace headroom
 

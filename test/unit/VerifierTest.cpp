@@ -136,6 +136,22 @@ TEST(VerifierTest, RejectsBrokenInvariants) {
                   "func @f(%g: bf16[3], %s: f32[]) {\n"
                   "  MomentumUpdate(@w, @m, %g, %s)\n  return %g\n}\n"),
       "");
+  // 8-bit moments: u8 codes of the weight's shape, an f32 absmax per 256.
+  auto int8Module = [](int blocks, const std::string &grad) {
+    return "state @w : bf16[300] param\nstate @m : u8[300] optimizer\n"
+           "state @v : u8[300] optimizer\nstate @ma : f32[2] optimizer\n"
+           "state @va : f32[" +
+           std::to_string(blocks) + "] optimizer\nfunc @f(%g: " + grad +
+           "[300], %s: f32[]) {\n  AdamW8bitUpdate(@w, @m, @v, @ma, @va, %g, "
+           "%s, %s)\n  return %g\n}\n";
+  };
+  EXPECT_EQ(verifyError(int8Module(2, "bf16").c_str()), "");
+  EXPECT_EQ(verifyError(int8Module(3, "bf16").c_str()),
+            "in @f, node 0 ('AdamW8bitUpdate'): state @va is f32[3], "
+            "expected f32[2]");
+  EXPECT_EQ(verifyError(int8Module(2, "f32").c_str()),
+            "in @f, node 0 ('AdamW8bitUpdate'): updates @w of type bf16[300] "
+            "with f32[300]");
   EXPECT_EQ(verifyError("state @w : f32[3] param\nstate @m : f32[3] optimizer\n"
                         "func @f(%g: f32[3]) {\n  Assign(@w, @m, %g)\n"
                         "  return %g\n}\n"),

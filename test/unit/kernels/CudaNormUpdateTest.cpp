@@ -7,6 +7,9 @@
 //===----------------------------------------------------------------------===//
 #include "CudaKernelTestUtil.h"
 
+#include "compiler/StateQuantization.h"
+
+#include <cmath>
 #include <optional>
 
 using namespace headroom;
@@ -364,6 +367,44 @@ TEST(CudaUpdate, NarrowWeightsWithF32Moments) {
   CudaCase f64Moments = adamw(DType::BF16, false, false, -1, DType::F64);
   EXPECT_NE(cudaError(f64Moments).find("moments of type f64"),
             std::string::npos);
+}
+
+/// AdamW8bitUpdate on (w, m codes, v codes, m absmax, v absmax): 903
+/// elements, four blocks, the last partial; random codes and absmaxes.
+CudaCase adamw8bit(DType t, bool scaled, int enabled) {
+  CudaCase c = adamw(t, scaled, true, enabled, DType::F32);
+  c.Op = "AdamW8bitUpdate";
+  int64_t n = 3 * 301, blocks = stateBlocks(n);
+  std::vector<int64_t> shape = {3, 301};
+  Tensor mc(ty(DType::U8, shape)), vc(ty(DType::U8, shape));
+  Tensor mc0 = randomTensor(ty(DType::F32, shape), 5, 0.0, 255.99),
+         vc0 = randomTensor(ty(DType::F32, shape), 6, 0.0, 255.99);
+  for (int64_t i = 0; i < n; ++i) {
+    mc.setDouble(i, std::floor(mc0.getDouble(i)));
+    vc.setDouble(i, std::floor(vc0.getDouble(i)));
+  }
+  c.InOut = {c.InOut[0], mc, vc,
+             randomTensor(ty(DType::F32, {blocks}), 7, 0.01, 0.1),
+             randomTensor(ty(DType::F32, {blocks}), 8, 1e-4, 1e-3)};
+  return c;
+}
+
+/// The same codes, absmaxes and weights as the CPU's (kernels/cpu/
+/// Blockwise8bit.h is one definition for both), for f32 weights and for
+/// bf16/f16 ones computed in f32 and rounded once.
+TEST(CudaUpdate, AdamW8bitUpdate) {
+  for (DType t : {DType::F32, DType::BF16, DType::F16})
+    for (bool scaled : {false, true})
+      for (int enabled : {-1, 0, 1})
+        EXPECT_EQ(compareCudaWithCpu(adamw8bit(t, scaled, enabled)), "")
+            << name(t) << scaled << enabled;
+  CudaCase absmax = adamw8bit(DType::F32, false, -1);
+  absmax.InOut[4] = randomTensor(ty(DType::F32, {3}), 9);
+  EXPECT_NE(cudaError(absmax).find("absmax f32[3] is not f32[4]"),
+            std::string::npos);
+  CudaCase f64 = adamw8bit(DType::F64, false, -1);
+  EXPECT_NE(cudaError(f64).find("f32, bf16 or f16 weight"), std::string::npos)
+      << cudaError(f64);
 }
 
 TEST(CudaUpdate, FusedUpdateErrors) {
