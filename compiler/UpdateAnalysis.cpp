@@ -46,8 +46,7 @@ UpdateAnalysis::UpdateAnalysis(const Function &f) {
             Gradients.insert(n->result(i));
     if (n->is(OpKind::ParamGrad) || n->is(OpKind::SgdUpdate) ||
         n->is(OpKind::MomentumUpdate) || n->is(OpKind::AdamWUpdate) ||
-        n->is(OpKind::AdamW8bitUpdate) ||
-        n->is(OpKind::Accumulate))
+        n->is(OpKind::AdamW8bitUpdate) || n->is(OpKind::Accumulate))
       Gradients.insert(n->operand(0));
     // The sum in an accumulator is the gradient the last micro-step updates
     // from.

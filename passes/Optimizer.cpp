@@ -360,10 +360,11 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
   // f32: the update computes in f32 and rounds the weight once.
   bool narrow = t == DType::BF16 || t == DType::F16;
   // 8-bit moments compute in f32 whatever the weight (f32, bf16 or f16).
-  DType mt = narrow || (O.Int8State && O.Kind == OptimizerOptions::Kind::AdamW &&
-                        s->type().numElements() >= O.Int8MinElements)
-                 ? DType::F32
-                 : t;
+  DType mt =
+      narrow || (O.Int8State && O.Kind == OptimizerOptions::Kind::AdamW &&
+                 s->type().numElements() >= O.Int8MinElements)
+          ? DType::F32
+          : t;
   auto moment = [&](const char *suffix) {
     return slot(m, s->name() + "." + suffix, TensorType(mt, s->type().shape()));
   };

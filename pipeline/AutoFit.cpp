@@ -22,6 +22,7 @@ struct Setting {
   bool Master;
   Kind Optimizer;
   int Rank;
+  bool Int8State = false;
 };
 
 std::string settingLabel(const CompileOptions &o) {
@@ -31,6 +32,10 @@ std::string settingLabel(const CompileOptions &o) {
   if (o.Precision != DType::F32)
     s += o.MasterWeights ? " (master fp32)" : " (no master weights)";
   s += ", " + o.Optimizer.kindName().str();
+  if (o.Optimizer.Int8State)
+    s += " (8-bit state)";
+  if (o.Optimizer.FuseUpdate)
+    s += ", --fuse-update";
   if (o.Accumulate > 1)
     s += ", --accum " + std::to_string(o.Accumulate);
   return s;
@@ -51,9 +56,16 @@ private:
   llvm::Expected<const FitCandidate *> bestRecompute(const CompileOptions &o,
                                                      int rank);
 
+  /// The fewest extra FLOPs that fit at these settings and K: unfused, then
+  /// (when clipping needs it) with --fuse-update's norm pass; null if none.
+  llvm::Expected<const FitCandidate *> bestAt(CompileOptions o, int rank);
+
   llvm::StringRef Model;
   CompileOptions Base;
   unsigned Blocks = 0;
+  /// The setting's plain step (K = 1, nothing recomputed, unfused): what
+  /// ExtraFlops is counted from.
+  uint64_t PlainFlops = 0;
   // Deques: candidates are pointed to while more are added.
   std::deque<FitCandidate> Tried;
   std::deque<Compiled> Compiles; // parallel to Tried
@@ -73,6 +85,7 @@ Search::tryCompile(CompileOptions o, int rank, const std::string &recompute) {
   f.PeakBytes = r.PeakBytes();
   f.RecomputeFlops = r.RecomputeFlops;
   f.StepFlops = r.StepFlops;
+  f.ExtraFlops = r.StepFlops > PlainFlops ? r.StepFlops - PlainFlops : 0;
   f.Fits = f.PeakBytes <= Base.MemoryBudget;
   Tried.push_back(std::move(f));
   Compiles.push_back(std::move(*c));
@@ -83,7 +96,7 @@ llvm::Expected<const FitCandidate *>
 Search::bestRecompute(const CompileOptions &o, int rank) {
   const FitCandidate *best = nullptr;
   auto consider = [&](const FitCandidate *c) {
-    if (c->Fits && (!best || c->RecomputeFlops < best->RecomputeFlops))
+    if (c->Fits && (!best || c->ExtraFlops < best->ExtraFlops))
       best = c;
   };
   auto with = [&](Policy p, unsigned n, std::vector<unsigned> keep,
@@ -133,6 +146,28 @@ Search::bestRecompute(const CompileOptions &o, int rank) {
   return best;
 }
 
+llvm::Expected<const FitCandidate *> Search::bestAt(CompileOptions o,
+                                                    int rank) {
+  auto unfused = bestRecompute(o, rank);
+  if (!unfused || *unfused)
+    return unfused;
+  // Clipping needs every gradient before the first update, so unfused ones
+  // live to the end of the backward; --fuse-update frees each at its update
+  // and pays a norm pass (exact, the same weights).
+  bool fusable = o.Optimizer.Kind == Kind::Sgd ||
+                 o.Optimizer.Kind == Kind::Momentum ||
+                 o.Optimizer.Kind == Kind::AdamW;
+  if (!fusable || o.Optimizer.FuseUpdate || o.Optimizer.ClipGradNorm <= 0)
+    return nullptr;
+  o.Optimizer.FuseUpdate = true;
+  auto none = tryCompile(o, rank, "none");
+  if (!none)
+    return none.takeError();
+  if ((*none)->Fits)
+    return *none;
+  return bestRecompute(o, rank);
+}
+
 llvm::Expected<FitResult> Search::run() {
   // The repeated blocks, for the block chain.
   {
@@ -149,13 +184,16 @@ llvm::Expected<FitResult> Search::run() {
                                    {DType::BF16, true, user, 1}};
   if (user != Kind::AdaLomo) // bf16 weights updated in f32, rounded once
     settings.push_back({DType::BF16, false, user, 2});
+  // bitsandbytes' 8-bit moments: an approximation, after every exact mix.
+  if (user == Kind::AdamW && !Base.Optimizer.Int8State)
+    settings.push_back({DType::BF16, false, user, 3, true});
   for (Kind alt : Base.AllowOptimizers) {
     if (alt == user)
       continue;
-    settings.push_back({DType::F32, true, alt, 3});
-    settings.push_back({DType::BF16, true, alt, 4});
+    settings.push_back({DType::F32, true, alt, 4});
+    settings.push_back({DType::BF16, true, alt, 5});
     if (alt == Kind::Lomo)
-      settings.push_back({DType::BF16, false, alt, 5});
+      settings.push_back({DType::BF16, false, alt, 6});
   }
   std::stable_sort(
       settings.begin(), settings.end(),
@@ -176,10 +214,13 @@ llvm::Expected<FitResult> Search::run() {
     o.MasterWeights = s.Master;
     o.Optimizer.Kind = s.Optimizer;
     o.Optimizer.LossScale = false;
+    o.Optimizer.Int8State |= s.Int8State;
     if (s.Optimizer != user) { // the new optimizer's defaults
       o.Optimizer.Lr = s.Optimizer == Kind::AdaLomo ? 1e-3 : Base.Optimizer.Lr;
       o.Optimizer.WeightDecay = 0;
+      o.Optimizer.FuseUpdate = false;
     }
+    PlainFlops = 0;
     const FitCandidate *best = nullptr;
     for (unsigned k : accums) {
       o.Accumulate = k;
@@ -187,20 +228,24 @@ llvm::Expected<FitResult> Search::run() {
       auto none = tryCompile(o, s.Rank, "none");
       if (!none)
         return none.takeError();
+      if (!PlainFlops) {
+        PlainFlops = (*none)->StepFlops;
+        Tried.back().ExtraFlops = 0;
+      }
       // State alone (more with accumulators) over the budget: no K helps.
       const MemoryReport &r = Compiles.back().ThePlan.Report;
       if (r.StateBytes() + r.StatePadding > Base.MemoryBudget)
         break;
       const FitCandidate *here = (*none)->Fits ? *none : nullptr;
       if (!here) {
-        auto rc = bestRecompute(o, s.Rank);
+        auto rc = bestAt(o, s.Rank);
         if (!rc)
           return rc.takeError();
         here = *rc;
       }
-      if (here && (!best || here->RecomputeFlops < best->RecomputeFlops))
+      if (here && (!best || here->ExtraFlops < best->ExtraFlops))
         best = here;
-      if (best && best->RecomputeFlops == 0)
+      if (best && best->ExtraFlops == 0)
         break; // fewer FLOPs are impossible, more micro-steps only cost
     }
     if (best)
@@ -216,6 +261,7 @@ llvm::Expected<FitResult> Search::run() {
     o.Precision = s.Precision;
     o.MasterWeights = s.Master;
     o.Optimizer.Kind = s.Optimizer;
+    o.Optimizer.Int8State |= s.Int8State;
     for (unsigned k : {accums.front(), accums.back()}) {
       o.Accumulate = k;
       for (Policy p : {Policy::Every, Policy::All, Policy::Sqrt}) {
@@ -252,10 +298,12 @@ llvm::Expected<FitResult> Search::run() {
       winner->Label + " fits in " + formatBytes(winner->PeakBytes) +
       (winner->Rank == 0   ? ", with the user's precision and optimizer"
        : winner->Rank <= 2 ? ": no exact technique fits"
+       : winner->Rank == 3 ? ": nothing fits without approximating AdamW's "
+                             "moments in 8 bits"
                            : ": no technique with the user's "
                              "optimizer fits") +
-      (winner->RecomputeFlops ? ", at the fewest recomputed FLOPs of its kind"
-                              : ", recomputing nothing");
+      (winner->ExtraFlops ? ", at the fewest extra FLOPs of its kind"
+                          : ", recomputing nothing");
   // Fused attention is exact (up to rounding) and on in every candidate.
   unsigned fused = 0;
   for (const PlanFunction &f : out.Best.ThePlan.Functions)
@@ -274,10 +322,8 @@ llvm::Expected<FitResult> Search::run() {
       return x.Fits;
     if (!x.Fits)
       return x.PeakBytes < y.PeakBytes;
-    return std::make_tuple(a != w, x.Rank, x.RecomputeFlops,
-                           x.Options.Accumulate) <
-           std::make_tuple(b != w, y.Rank, y.RecomputeFlops,
-                           y.Options.Accumulate);
+    return std::make_tuple(a != w, x.Rank, x.ExtraFlops, x.Options.Accumulate) <
+           std::make_tuple(b != w, y.Rank, y.ExtraFlops, y.Options.Accumulate);
   });
   for (size_t i : order)
     out.Tried.push_back(Tried[i]);

@@ -25,10 +25,15 @@ struct FitCandidate {
   /// --recompute every=1".
   std::string Label;
   CompileOptions Options;
-  /// 0 exact; 1 bf16; 2 bf16 without master weights; 3, 4, 5: the same with
-  /// another optimizer.
+  /// 0 exact; 1 bf16; 2 bf16 without master weights; 3 that with adamw's
+  /// moments in 8 bits (an approximation); 4, 5, 6: 0-2 with another
+  /// optimizer.
   int Rank = 0;
   uint64_t PeakBytes = 0, RecomputeFlops = 0, StepFlops = 0;
+  /// What the candidate costs over its setting's plain step: recomputed
+  /// FLOPs, plus --fuse-update's norm pass (a forward and backward) when it
+  /// has one.
+  uint64_t ExtraFlops = 0;
   bool Fits = false;
 };
 

@@ -446,8 +446,7 @@ std::string CompileOptions::flags() const {
     if (o.FuseUpdate)
       add("fuse-update", "");
     if (o.Int8State)
-      add("optimizer-state",
-          "int8,min=" + std::to_string(o.Int8MinElements));
+      add("optimizer-state", "int8,min=" + std::to_string(o.Int8MinElements));
   }
   if (Precision != DType::F32) {
     add("precision", Precision == DType::BF16 ? "bf16" : "fp16");

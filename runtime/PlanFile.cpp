@@ -472,8 +472,7 @@ llvm::Error PlanReader::checkCall(const PlanFunction &f,
                    : t == TensorType(DType::F32,
                                      {stateBlocks(state.numElements())});
     bool narrow = state.dtype() == DType::BF16 || state.dtype() == DType::F16;
-    return t == state ||
-           (narrow && t == TensorType(DType::F32, state.shape()));
+    return t == state || (narrow && t == TensorType(DType::F32, state.shape()));
   };
   for (size_t k = 0; k < c.MoreStates.size(); ++k) {
     int s = c.MoreStates[k];

@@ -64,10 +64,9 @@ static cl::OptionCategory &groupOf(llvm::StringRef name) {
       "optimizer", "lr",  "momentum",       "nesterov",        "weight-decay",
       "betas",     "eps", "clip-grad-norm", "disable-dropout", "on-nan"};
   static const char *const memory[] = {
-      "accum",          "schedule",        "precision",
-      "master-weights", "recompute",       "recompute-keep",
-      "memory-budget",  "allow-optimizer", "attention",
-      "fuse-update",    "optimizer-state"};
+      "accum",     "schedule",       "precision",      "master-weights",
+      "recompute", "recompute-keep", "memory-budget",  "allow-optimizer",
+      "attention", "fuse-update",    "optimizer-state"};
   if (llvm::is_contained(optimizer, name))
     return optimizerFlags();
   if (llvm::is_contained(memory, name))

@@ -486,10 +486,9 @@ static int runAutoFitReport(const CompileOptions &options) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   auto extra = [](const FitCandidate &c) {
-    return c.StepFlops > c.RecomputeFlops
-               ? 100.0 * double(c.RecomputeFlops) /
-                     double(c.StepFlops - c.RecomputeFlops)
-               : 0.0;
+    return c.StepFlops > c.ExtraFlops ? 100.0 * double(c.ExtraFlops) /
+                                            double(c.StepFlops - c.ExtraFlops)
+                                      : 0.0;
   };
   if (Json) {
     llvm::json::Array rows;
@@ -500,6 +499,8 @@ static int runAutoFitReport(const CompileOptions &options) {
                              {"rank", c.Rank},
                              {"peak_bytes", int64_t(c.PeakBytes)},
                              {"recompute_flops", int64_t(c.RecomputeFlops)},
+                             {"extra_flops", int64_t(c.ExtraFlops)},
+                             {"approximate", c.Options.Optimizer.Int8State},
                              {"micro_steps", int64_t(c.Options.Accumulate)},
                              {"fits", c.Fits}});
     llvm::json::Object root{
@@ -533,7 +534,8 @@ static int runAutoFitReport(const CompileOptions &options) {
         formatBytes(c.PeakBytes).c_str(), extra(c), c.Rank);
   }
   llvm::outs() << "  (rank: 0 exact techniques, 1 bf16, 2 bf16 without master "
-                  "weights, 3-5 the same with another optimizer)\n"
+                  "weights, 3 that with 8-bit AdamW state (approximate), 4-6 "
+                  "0-2 with another optimizer)\n"
                << "  chosen: " << fit->Why << "\n\n";
   return printReport(fit->Best.ThePlan,
                      reportTitle(options) + ", " + fit->Tried.front().Label);

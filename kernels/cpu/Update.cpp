@@ -248,13 +248,13 @@ llvm::Error adamw8bitUpdateKernel(const KernelContext &ctx) {
                  ctx.hasInput(3)};
   const float *g = ctx.Inputs[0].as<float>();
   float *wt = w.as<float>();
-  uint8_t *mc = ctx.Outputs[1].as<uint8_t>(), *vc = ctx.Outputs[2].as<uint8_t>();
+  uint8_t *mc = ctx.Outputs[1].as<uint8_t>(),
+          *vc = ctx.Outputs[2].as<uint8_t>();
   float *ma = ctx.Outputs[3].as<float>(), *va = ctx.Outputs[4].as<float>();
   parallelFor(blocks, 1, [&](int64_t begin, int64_t end) {
     float m[kStateBlock], v[kStateBlock];
     for (int64_t blk = begin; blk < end; ++blk) {
-      int64_t first = blk * kStateBlock,
-              len = std::min(kStateBlock, n - first);
+      int64_t first = blk * kStateBlock, len = std::min(kStateBlock, n - first);
       float mMax = 0.0f, vMax = 0.0f;
       for (int64_t j = 0; j < len; ++j) {
         int64_t i = first + j;

@@ -387,18 +387,18 @@ struct AdamW8bitApply {
       return Ctx.unsupported("8-bit moments need an f32, bf16 or f16 weight");
     } else {
       float decay = static_cast<float>(Ctx.attrFloat("decay", 1.0));
-      AdamWStep step{decay,
-                     static_cast<float>(Ctx.attrFloat("beta1", 0.9)),
-                     static_cast<float>(Ctx.attrFloat("one_minus_beta1", 0.1)),
-                     static_cast<float>(Ctx.attrFloat("beta2", 0.999)),
-                     static_cast<float>(
-                         Ctx.attrFloat("one_minus_beta2", 0.001)),
-                     static_cast<float>(Ctx.attrFloat("eps", 1e-8)),
-                     0.0f,
-                     1.0f,
-                     1.0f,
-                     decay != 1.0f,
-                     Ctx.hasInput(3)};
+      AdamWStep step{
+          decay,
+          static_cast<float>(Ctx.attrFloat("beta1", 0.9)),
+          static_cast<float>(Ctx.attrFloat("one_minus_beta1", 0.1)),
+          static_cast<float>(Ctx.attrFloat("beta2", 0.999)),
+          static_cast<float>(Ctx.attrFloat("one_minus_beta2", 0.001)),
+          static_cast<float>(Ctx.attrFloat("eps", 1e-8)),
+          0.0f,
+          1.0f,
+          1.0f,
+          decay != 1.0f,
+          Ctx.hasInput(3)};
       int64_t n = Ctx.Outputs[0].numElements();
       AdamW8bitBody<T> body{
           Ctx.Outputs[0].as<T>(),
@@ -445,8 +445,8 @@ Error adamw8bitUpdate(const KernelContext &ctx) {
     if (ctx.Inputs[i].numElements() != 1 || ctx.Inputs[i].Type != DType::F32)
       return ctx.unsupported("operand " + llvm::Twine(i) +
                              " must be an f32 scalar");
-  if (ctx.hasInput(4) && (ctx.Inputs[4].Type != DType::Bool ||
-                          ctx.Inputs[4].numElements() != 1))
+  if (ctx.hasInput(4) &&
+      (ctx.Inputs[4].Type != DType::Bool || ctx.Inputs[4].numElements() != 1))
     return ctx.unsupported("enabled must be a bool scalar");
   return dispatch<cpu::FloatTypes>(ctx, w.Type, AdamW8bitApply{ctx});
 }

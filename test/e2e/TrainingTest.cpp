@@ -1627,8 +1627,8 @@ TEST(OptimizerState, Int8MatchesBitsandbytes) {
       // GPT-2's key bias (c_attn.bias[32, 64)) has a zero gradient up to
       // rounding, which AdamW normalizes into whole steps of either sign:
       // as in expectWeightNear, those move by at most lr a step.
-      bool keyBias = name == "gpt" && llvm::StringRef(param).endswith(
-                                          "attn.c_attn.bias");
+      bool keyBias =
+          name == "gpt" && llvm::StringRef(param).endswith("attn.c_attn.bias");
       for (int64_t i = 0; i < w.numElements(); ++i) {
         double d = std::fabs(mine->getDouble(i) - w.getDouble(i));
         if (keyBias && i >= 32 && i < 64) {

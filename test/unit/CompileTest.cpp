@@ -316,11 +316,12 @@ TEST(AutoFitTest, PicksTheCheapestFit) {
 }
 
 /// With an optimizer allowed, a budget only a fused optimizer meets is met
-/// by it: a wide, shallow model whose AdamW state alone exceeds the budget.
+/// by it: a model whose AdamW state alone, even in 8 bits, exceeds the
+/// budget.
 TEST(AutoFitTest, ChangesTheOptimizerOnlyWhenAllowed) {
   ZooConfig z;
   z.Arch = "llama";
-  z.Layers = 2, z.DModel = 128, z.Heads = 4, z.Ffn = 256, z.Vocab = 2000;
+  z.Layers = 6, z.DModel = 256, z.Heads = 4, z.Ffn = 1024, z.Vocab = 1000;
   z.Seq = 8;
   z.Weights = ZooConfig::Weights::None;
   std::string path = testing::TempDir() + "/autofit_llama.onnx";
@@ -332,7 +333,26 @@ TEST(AutoFitTest, ChangesTheOptimizerOnlyWhenAllowed) {
                                  "--master-weights none --recompute every=1"))
           .Report.PeakBytes();
   ASSERT_LT(lean, adamwState);
-  o.MemoryBudget = adamwState - 1; // AdamW's state alone does not fit
+  // AdamW's f32 moments do not fit beside bf16 weights: 8-bit ones do, an
+  // approximation ranked after every exact mix.
+  uint64_t bf16State =
+      compilePlan(path, fromText("--batch 2 --optimizer adamw --precision "
+                                 "bf16 --master-weights none"))
+          .Report.StateBytes();
+  ASSERT_LT(bf16State, adamwState);
+  o.MemoryBudget = bf16State - 1;
+  auto int8 = takeOrFail(autoFit(path, o));
+  EXPECT_TRUE(int8.Tried.front().Options.Optimizer.Int8State);
+  EXPECT_EQ(int8.Tried.front().Rank, 3);
+  EXPECT_NE(int8.Why.find("8 bits"), std::string::npos) << int8.Why;
+  // Below 8-bit AdamW's state, only another optimizer fits.
+  uint64_t int8State =
+      compilePlan(path, fromText("--batch 2 --optimizer adamw --precision "
+                                 "bf16 --master-weights none "
+                                 "--optimizer-state int8"))
+          .Report.StateBytes();
+  ASSERT_LT(lean, int8State);
+  o.MemoryBudget = int8State - 1;
   std::string error = errorOf(autoFit(path, o));
   EXPECT_NE(error.find("nothing fits"), std::string::npos) << error;
   o.AllowOptimizers = {OptimizerOptions::Kind::Lomo};
@@ -340,7 +360,39 @@ TEST(AutoFitTest, ChangesTheOptimizerOnlyWhenAllowed) {
   ASSERT_FALSE(fit.Tried.empty());
   EXPECT_EQ(fit.Tried.front().Options.Optimizer.Kind,
             OptimizerOptions::Kind::Lomo);
-  EXPECT_GE(fit.Tried.front().Rank, 3);
+  EXPECT_GE(fit.Tried.front().Rank, 4);
+  EXPECT_LE(fit.Best.ThePlan.Report.PeakBytes(), o.MemoryBudget);
+}
+
+/// Clipping keeps every gradient to the end of the backward; when nothing
+/// else fits, auto-fit frees each at its update with --fuse-update (exact,
+/// the same weights) and counts its norm pass as extra FLOPs.
+TEST(AutoFitTest, FusesUpdatesWhenClippingKeepsGradients) {
+  ZooConfig z;
+  z.Arch = "llama";
+  z.Layers = 6, z.DModel = 256, z.Heads = 4, z.Ffn = 1024, z.Vocab = 1000;
+  z.Seq = 8;
+  z.Weights = ZooConfig::Weights::None;
+  std::string path = testing::TempDir() + "/autofit_fuse.onnx";
+  ASSERT_TRUE(static_cast<bool>(writeZooModel(z, path)));
+  const char *base = "--batch 2 --optimizer adamw --clip-grad-norm 1 "
+                     "--precision bf16 --master-weights none";
+  uint64_t fused =
+      compilePlan(path, fromText(std::string(base) + " --fuse-update"))
+          .Report.PeakBytes();
+  uint64_t unfused =
+      compilePlan(path, fromText(std::string(base) + " --recompute every=1"))
+          .Report.PeakBytes();
+  ASSERT_LT(fused, unfused);
+  CompileOptions o = fromText("--batch 2 --optimizer adamw --clip-grad-norm 1");
+  o.MemoryBudget = fused;
+  auto fit = takeOrFail(autoFit(path, o));
+  const FitCandidate &winner = fit.Tried.front();
+  EXPECT_TRUE(winner.Options.Optimizer.FuseUpdate) << winner.Label;
+  EXPECT_FALSE(winner.Options.Optimizer.Int8State) << winner.Label;
+  EXPECT_EQ(winner.Rank, 2);
+  // The norm pass: about one more forward and backward.
+  EXPECT_GT(winner.ExtraFlops, winner.StepFlops / 3);
   EXPECT_LE(fit.Best.ThePlan.Report.PeakBytes(), o.MemoryBudget);
 }
 

@@ -472,5 +472,4 @@ TEST(UpdateKernel, AdamW8bitUpdateChecksItsState) {
             "AdamW8bitUpdate: needs its 5 state slots as the outputs");
 }
 
-
 } // namespace
