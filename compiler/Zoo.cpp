@@ -92,8 +92,10 @@ llvm::Optional<int64_t> checkedParameterCount(const ZooConfig &c) {
                       {d}});
     outer = elements({{v, d}, {s, d}, {2, d}});
   } else {
-    // Two RMSNorms, q/k/v/o, gate/up/down; embedding, final norm, lm_head.
-    block = elements({{2, d}, {4, d, d}, {3, d, f}});
+    // Two RMSNorms, q/o, k/v (kv heads of d / heads), gate/up/down;
+    // embedding, final norm, lm_head.
+    int64_t kv = c.Heads > 0 ? d / c.Heads * c.kvHeads() : 0;
+    block = elements({{2, d}, {2, d, d}, {2, d, kv}, {3, d, f}});
     outer = elements({{v, d}, {d}, {d, v}});
   }
   if (!block || !outer)
@@ -311,14 +313,32 @@ std::string causalMask(GraphBuilder &b, int64_t seq) {
               {intAttr("to", onnx::TensorProto::BOOL)});
 }
 
-/// [b, s, d] -> [b, h, s, hd] (perm 0,2,1,3) or [b, h, hd, s] (0,2,3,1).
+/// [b, s, heads hd] -> [b, heads, s, hd] (perm 0,2,1,3) or [b, heads, hd,
+/// s] (0,2,3,1); `heads` 0 means c.Heads.
 std::string splitHeads(GraphBuilder &b, const ZooConfig &c,
                        const std::string &x, llvm::ArrayRef<int64_t> perm,
-                       const std::string &scope) {
-  std::string r =
-      b.op("Reshape", {x, b.i64s({0, c.Seq, c.Heads, c.DModel / c.Heads})},
-           scope + "/Reshape");
+                       const std::string &scope, int64_t heads = 0) {
+  std::string r = b.op(
+      "Reshape",
+      {x, b.i64s({0, c.Seq, heads ? heads : c.Heads, c.DModel / c.Heads})},
+      scope + "/Reshape");
   return b.op("Transpose", {r}, scope + "/Transpose", {intsAttr("perm", perm)});
+}
+
+/// transformers' repeat_kv: [b, kv, s, hd] -> [b, heads, s, hd], each kv
+/// head shared by heads / kv query heads (Unsqueeze, Expand, Reshape, as
+/// torch.onnx.export writes `x[:, :, None].expand(...).reshape(...)`).
+std::string repeatKv(GraphBuilder &b, const ZooConfig &c, const std::string &x,
+                     const std::string &scope) {
+  int64_t kv = c.kvHeads(), hd = c.DModel / c.Heads;
+  if (kv == c.Heads)
+    return x;
+  std::string u =
+      b.op("Unsqueeze", {x, b.i64s({2})}, scope + "/repeat_kv/Unsqueeze");
+  std::string e = b.op("Expand", {u, b.i64s({1, 1, c.Heads / kv, 1, 1})},
+                       scope + "/repeat_kv/Expand");
+  return b.op("Reshape", {e, b.i64s({0, c.Heads, c.Seq, hd})},
+              scope + "/repeat_kv/Reshape");
 }
 
 /// softmax(causal(q kT / sqrt(hd))) v with the heads merged back: [b, s, d].
@@ -501,15 +521,18 @@ std::string llamaBlock(GraphBuilder &b, const ZooConfig &c,
   std::string s = "/model/layers." + std::to_string(i);
   int64_t d = c.DModel, f = c.Ffn;
   std::string h = rmsNorm(b, c, x, p + ".input_layernorm", s + "/input_norm");
-  auto heads = [&](const char *which) {
+  auto heads = [&](const char *which, int64_t n) {
     std::string proj = std::string(which) + "_proj";
-    std::string y = linear(b, h, p + ".self_attn." + proj, d, d, false,
-                           s + "/self_attn/" + proj);
-    return splitHeads(b, c, y, {0, 2, 1, 3}, s + "/self_attn/" + which);
+    std::string y = linear(b, h, p + ".self_attn." + proj, d,
+                           d / c.Heads * n, false, s + "/self_attn/" + proj);
+    return splitHeads(b, c, y, {0, 2, 1, 3}, s + "/self_attn/" + which, n);
   };
-  std::string q = heads("q"), k = heads("k"), v = heads("v");
+  std::string q = heads("q", c.Heads), k = heads("k", c.kvHeads()),
+              v = heads("v", c.kvHeads());
   q = applyRotary(b, c, q, rope, s + "/self_attn/q_rope");
   k = applyRotary(b, c, k, rope, s + "/self_attn/k_rope");
+  k = repeatKv(b, c, k, s + "/self_attn/k");
+  v = repeatKv(b, c, v, s + "/self_attn/v");
   std::string kt = b.op("Transpose", {k}, s + "/self_attn/kT",
                         {intsAttr("perm", {0, 1, 3, 2})});
   std::string a = attention(b, c, q, kt, v, mask, s + "/self_attn");
@@ -658,6 +681,12 @@ llvm::Error headroom::validateZooConfig(const ZooConfig &c) {
   if (c.DModel % c.Heads)
     return err("--d-model " + llvm::Twine(c.DModel) +
                " is not divisible by --heads " + llvm::Twine(c.Heads));
+  if (c.KvHeads < 0 || (c.KvHeads && c.Arch != "llama"))
+    return err("--kv-heads " + llvm::Twine(c.KvHeads) +
+               ": grouped-query heads are llama's (a positive count)");
+  if (c.Heads % c.kvHeads())
+    return err("--heads " + llvm::Twine(c.Heads) +
+               " is not divisible by --kv-heads " + llvm::Twine(c.kvHeads()));
   int64_t hd = c.DModel / c.Heads;
   if (c.Arch == "llama" && hd % 2)
     return err("llama needs an even head dimension for its rotary "

@@ -31,6 +31,11 @@ struct ZooConfig {
 
   std::string Arch; // gpt2 | llama
   int64_t Layers = 0, DModel = 0, Heads = 0, Ffn = 0, Vocab = 0, Seq = 0;
+  /// llama's key/value heads (grouped-query attention, as Llama 3 and
+  /// Mistral): 0 means Heads. k_proj and v_proj map to KvHeads heads, each
+  /// shared by Heads / KvHeads query heads (transformers' repeat_kv).
+  int64_t KvHeads = 0;
+  int64_t kvHeads() const { return KvHeads ? KvHeads : Heads; }
   Weights Weights = Weights::Random;
   /// Seeds the N(0, 0.02) draw of matrices and embeddings.
   uint64_t Seed = 0;
@@ -40,7 +45,8 @@ struct ZooConfig {
 /// LLaMA-7B at sequence length 512. Fails for an unknown architecture.
 llvm::Expected<ZooConfig> defaultZooConfig(llvm::StringRef arch);
 
-/// Checks sizes (positive, d_model divisible by heads, an even head dimension
+/// Checks sizes (positive, d_model divisible by heads, heads by kv heads
+/// (llama only), an even head dimension
 /// for llama's rotary embedding, a size that fits in 64 bits and, for random
 /// weights, in one protobuf).
 llvm::Error validateZooConfig(const ZooConfig &config);

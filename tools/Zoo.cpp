@@ -2,8 +2,8 @@
 //
 // Writes a reference architecture as an ONNX training graph (compiler/Zoo.h):
 //
-//   headroom zoo gpt2|llama [--layers N --d-model N --heads N --ffn N
-//                --vocab N --seq N] [--weights random|none] [--seed S]
+//   headroom zoo gpt2|llama [--layers N --d-model N --heads N --kv-heads N
+//                --ffn N --vocab N --seq N] [--weights random|none] [--seed S]
 //                -o OUT.onnx
 //
 // Sizes default to the architecture's (GPT-2 small, LLaMA-7B). Prints one
@@ -39,6 +39,11 @@ static cl::opt<int64_t> DModel("d-model",
 static cl::opt<int64_t> Heads("heads",
                               cl::desc("Attention heads (gpt2 12, llama 32)"),
                               cl::sub(ZooCmd), cl::cat(modelFlags()));
+static cl::opt<int64_t>
+    KvHeads("kv-heads",
+            cl::desc("llama: key/value heads, each shared by heads / "
+                     "kv-heads query heads (default: --heads)"),
+            cl::sub(ZooCmd), cl::cat(modelFlags()));
 static cl::opt<int64_t> Ffn("ffn",
                             cl::desc("MLP hidden size (gpt2 3072, llama "
                                      "11008)"),
@@ -71,7 +76,8 @@ static llvm::Expected<ZooConfig> configFromFlags() {
   std::pair<cl::opt<int64_t> *, int64_t *> sizes[] = {
       {&Layers, &config->Layers}, {&DModel, &config->DModel},
       {&Heads, &config->Heads},   {&Ffn, &config->Ffn},
-      {&Vocab, &config->Vocab},   {&Seq, &config->Seq}};
+      {&Vocab, &config->Vocab},   {&Seq, &config->Seq},
+      {&KvHeads, &config->KvHeads}};
   for (auto [flag, field] : sizes)
     if (flag->getNumOccurrences())
       *field = *flag;

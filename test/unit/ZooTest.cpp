@@ -41,7 +41,9 @@ int64_t expectedParameters(const ZooConfig &c) {
     return c.Vocab * d + c.Seq * d + 2 * d +
            c.Layers *
                (4 * d + 3 * d * d + 3 * d + d * d + d + d * f + f + f * d + d);
-  return 2 * c.Vocab * d + d + c.Layers * (2 * d + 4 * d * d + 3 * d * f);
+  int64_t kv = d / c.Heads * c.kvHeads(); // k_proj, v_proj outputs
+  return 2 * c.Vocab * d + d +
+         c.Layers * (2 * d + 2 * d * d + 2 * d * kv + 3 * d * f);
 }
 
 std::string tempPath(const std::string &name) {
@@ -187,6 +189,54 @@ TEST_P(ZooArch, TrainingLowersTheLoss) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ZooArch, ::testing::Values("gpt2", "llama"));
+
+/// Grouped-query heads (--kv-heads): k_proj and v_proj are [d, d / heads *
+/// kv], repeated to every query head as transformers' repeat_kv; the
+/// fuse-attention pass shares them without the copies, and the losses are
+/// the unfused attention's.
+TEST(ZooTest, GroupedQueryHeads) {
+  ZooConfig c = smallConfig("llama");
+  c.Heads = 4, c.KvHeads = 2;
+  std::string path = tempPath("gqa.onnx");
+  auto summary = takeOrFail(writeZooModel(c, path));
+  EXPECT_EQ(summary.Parameters, expectedParameters(c));
+  EXPECT_EQ(summary.OpCounts["Expand"], 2 * c.Layers);
+  auto m = importBatch(path, 2);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(stateElements(*m), expectedParameters(c));
+  ASSERT_NE(m->lookupState("model.layers.0.self_attn.k_proj.weight"), nullptr);
+  EXPECT_EQ(
+      m->lookupState("model.layers.0.self_attn.k_proj.weight")->type().shape(),
+      llvm::ArrayRef<int64_t>({32, 16}));
+  Dataset data = randomTokens(c, 8);
+  std::vector<int64_t> order(data.Samples);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<double> losses[2];
+  for (bool fused : {true, false}) {
+    CompileOptions o;
+    o.Import.Batch = 4;
+    o.Optimizer.Kind = OptimizerOptions::Kind::AdamW;
+    o.Optimizer.Lr = 1e-2;
+    o.DisableDropout = true;
+    o.FuseAttention = fused;
+    auto trainer = takeOrFail(compileTrainer(path, o));
+    ASSERT_TRUE(trainer);
+    unsigned attentions = 0;
+    for (const PlanFunction &f : trainer->executor().plan().Functions)
+      for (const KernelCall &k : f.Calls)
+        attentions += k.Kind == OpKind::FusedAttention;
+    EXPECT_EQ(attentions > 0, fused);
+    for (int64_t s = 0; s < 20; ++s)
+      losses[fused].push_back(
+          takeOrFail(trainer->step(data, order, (s % 2) * 4)).Loss);
+  }
+  for (size_t s = 0; s < losses[0].size(); ++s)
+    EXPECT_NEAR(losses[1][s], losses[0][s], 1e-4 * losses[0][s]) << s;
+  EXPECT_LT(losses[1].back(), 0.75 * losses[1].front());
+  c.KvHeads = 3;
+  EXPECT_EQ(errorOf(validateZooConfig(c)),
+            "--heads 4 is not divisible by --kv-heads 3");
+}
 
 TEST(ZooTest, DefaultsAreGpt2SmallAndLlama7B) {
   auto gpt2 = takeOrFail(defaultZooConfig("gpt2"));
