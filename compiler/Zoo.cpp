@@ -318,10 +318,10 @@ std::string causalMask(GraphBuilder &b, int64_t seq) {
 std::string splitHeads(GraphBuilder &b, const ZooConfig &c,
                        const std::string &x, llvm::ArrayRef<int64_t> perm,
                        const std::string &scope, int64_t heads = 0) {
-  std::string r = b.op(
-      "Reshape",
-      {x, b.i64s({0, c.Seq, heads ? heads : c.Heads, c.DModel / c.Heads})},
-      scope + "/Reshape");
+  std::string r =
+      b.op("Reshape",
+           {x, b.i64s({0, c.Seq, heads ? heads : c.Heads, c.DModel / c.Heads})},
+           scope + "/Reshape");
   return b.op("Transpose", {r}, scope + "/Transpose", {intsAttr("perm", perm)});
 }
 
@@ -523,8 +523,8 @@ std::string llamaBlock(GraphBuilder &b, const ZooConfig &c,
   std::string h = rmsNorm(b, c, x, p + ".input_layernorm", s + "/input_norm");
   auto heads = [&](const char *which, int64_t n) {
     std::string proj = std::string(which) + "_proj";
-    std::string y = linear(b, h, p + ".self_attn." + proj, d,
-                           d / c.Heads * n, false, s + "/self_attn/" + proj);
+    std::string y = linear(b, h, p + ".self_attn." + proj, d, d / c.Heads * n,
+                           false, s + "/self_attn/" + proj);
     return splitHeads(b, c, y, {0, 2, 1, 3}, s + "/self_attn/" + which, n);
   };
   std::string q = heads("q", c.Heads), k = heads("k", c.kvHeads()),

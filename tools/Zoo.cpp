@@ -74,9 +74,9 @@ static llvm::Expected<ZooConfig> configFromFlags() {
   if (!config)
     return config.takeError();
   std::pair<cl::opt<int64_t> *, int64_t *> sizes[] = {
-      {&Layers, &config->Layers}, {&DModel, &config->DModel},
-      {&Heads, &config->Heads},   {&Ffn, &config->Ffn},
-      {&Vocab, &config->Vocab},   {&Seq, &config->Seq},
+      {&Layers, &config->Layers},  {&DModel, &config->DModel},
+      {&Heads, &config->Heads},    {&Ffn, &config->Ffn},
+      {&Vocab, &config->Vocab},    {&Seq, &config->Seq},
       {&KvHeads, &config->KvHeads}};
   for (auto [flag, field] : sizes)
     if (flag->getNumOccurrences())
