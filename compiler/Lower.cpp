@@ -385,6 +385,18 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
       }
     }
     describePeak(fl, peak, r);
+    r.LossPosition = fl.LossPos;
+    r.UpdatePositions.clear();
+    for (size_t pos = 0; pos < fl.Calls.size(); ++pos) {
+      const Node &n = *fl.Calls[pos];
+      bool update = n.is(OpKind::SgdUpdate) || n.is(OpKind::MomentumUpdate) ||
+                    n.is(OpKind::AdamWUpdate) ||
+                    n.is(OpKind::AdamW8bitUpdate) ||
+                    (n.is(OpKind::Assign) &&
+                     n.state()->kind() == StateKind::Param);
+      if (update)
+        r.UpdatePositions.push_back(int64_t(pos));
+    }
   }
   for (const PlanFunction &pf : plan.Functions)
     for (const KernelCall &c : pf.Calls)

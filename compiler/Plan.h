@@ -127,6 +127,11 @@ struct MemoryReport {
   std::string PeakOp, PeakLoc;
   std::vector<PeakValue> PeakValues;
   static constexpr size_t kPeakValues = 10;
+  /// The timeline's phases: where its function computes the loss (the
+  /// forward ends there; -1: no loss) and where it updates parameters (the
+  /// optimizer's update ops and Assigns to parameters).
+  int64_t LossPosition = -1;
+  std::vector<int64_t> UpdatePositions;
   uint64_t transientAtPeak() const {
     return Activations + Gradients + Temporaries + Recomputed;
   }

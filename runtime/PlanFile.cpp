@@ -137,6 +137,9 @@ static void toProto(const MemoryReport &r, pb::MemoryReport &p) {
   p.set_peak_position(r.PeakPosition);
   p.set_peak_op(r.PeakOp);
   p.set_peak_loc(r.PeakLoc);
+  p.set_loss_position(r.LossPosition);
+  for (int64_t u : r.UpdatePositions)
+    p.add_update_positions(u);
   for (const PeakValue &v : r.PeakValues) {
     pb::PeakValue *pv = p.add_peak_values();
     pv->set_name(v.Name);
@@ -720,6 +723,9 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
   r.PeakPosition = pr.peak_position();
   r.PeakOp = pr.peak_op();
   r.PeakLoc = pr.peak_loc();
+  r.LossPosition = pr.loss_position();
+  r.UpdatePositions.assign(pr.update_positions().begin(),
+                           pr.update_positions().end());
   for (const pb::PeakValue &v : pr.peak_values())
     r.PeakValues.push_back({v.name(), v.op(), v.loc(), v.bytes(),
                             int(std::min<uint32_t>(v.category(), 3))});

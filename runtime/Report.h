@@ -1,8 +1,9 @@
 //===- Report.h - Rendering a plan's memory report ------------------------===//
 //
 // Every figure comes from Plan::Report (compiler/Plan.h); these functions only
-// format it: a table for people, JSON for tools, an SVG of memory over the
-// schedule.
+// format it: a table for people, JSON for tools, SVGs of memory over the
+// schedule and of the recomputation frontier, and one HTML page of it all
+// (runtime/ReportHtml.cpp).
 //
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_RUNTIME_REPORT_H
@@ -45,6 +46,31 @@ void printSweepJson(llvm::ArrayRef<SweepPoint> points, llvm::raw_ostream &os);
 /// Peak over extra FLOPs, each policy a dot, the frontier joined.
 void printSweepSvg(llvm::ArrayRef<SweepPoint> points, llvm::StringRef title,
                    llvm::raw_ostream &os);
+
+/// One candidate of an auto-fit search, as the page shows it.
+struct PageCandidate {
+  std::string Label;
+  uint64_t PeakBytes = 0, ExtraFlops = 0, StepFlops = 0;
+  int Rank = 0;
+  bool Fits = false, Approximate = false;
+};
+
+/// What `report --html` shows (runtime/ReportHtml.cpp): the plan's peak by
+/// part against the budget, its timeline and what lives at its peak; with
+/// auto-fit, every candidate (the chosen one first) and why; with
+/// `--recompute sweep`, the frontier (and no plan).
+struct ReportPage {
+  std::string Title;
+  const Plan *ThePlan = nullptr;
+  uint64_t BudgetBytes = 0; // 0: none given
+  std::vector<PageCandidate> Candidates;
+  std::string Why;
+  std::vector<SweepPoint> Sweep;
+};
+
+/// One self-contained HTML page: inline SVG and CSS, no script, nothing
+/// fetched; byte counts also in data-bytes attributes.
+void printReportHtml(const ReportPage &page, llvm::raw_ostream &os);
 
 } // namespace headroom
 

@@ -429,6 +429,14 @@ static cl::opt<std::string> Svg("svg",
                                 cl::value_desc("FILE"), cl::sub(ReportCmd),
                                 cl::cat(outputFlags()));
 
+static cl::opt<std::string>
+    Html("html",
+         cl::desc("Also write one self-contained HTML page of the report: "
+                  "the peak by part against the budget, memory over the step, "
+                  "what lives at the peak, auto-fit's candidates, the "
+                  "recomputation frontier"),
+         cl::value_desc("FILE"), cl::sub(ReportCmd), cl::cat(outputFlags()));
+
 static std::string reportTitle(const CompileOptions &o) {
   std::string title = (llvm::sys::path::filename(Model) + ", batch " +
                        llvm::Twine(o.Import.Batch))
@@ -452,13 +460,30 @@ static int writeSvg(llvm::function_ref<void(llvm::raw_ostream &)> draw) {
   return 0;
 }
 
-static int printReport(const Plan &plan, llvm::StringRef title) {
+/// With --html, writes the page (atomically).
+static int writeHtml(const ReportPage &page) {
+  if (Html.empty())
+    return 0;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  printReportHtml(page, os);
+  if (auto e = writeFileAtomically(Html, os.str()))
+    return reportError(std::move(e));
+  return 0;
+}
+
+static int printReport(const Plan &plan, llvm::StringRef title,
+                       ReportPage page = {}) {
   if (Json)
     printReportJson(plan, llvm::outs());
   else
     printReportTable(plan, title, llvm::outs());
-  return writeSvg(
-      [&](llvm::raw_ostream &os) { printReportSvg(plan, title, os); });
+  if (int rc = writeSvg(
+          [&](llvm::raw_ostream &os) { printReportSvg(plan, title, os); }))
+    return rc;
+  page.Title = title.str();
+  page.ThePlan = &plan;
+  return writeHtml(page);
 }
 
 /// Whether the positional model is a plan file (`headroom report x.plan`).
@@ -537,12 +562,22 @@ static int runAutoFitReport(const CompileOptions &options) {
                   "weights, 3 that with 8-bit AdamW state (approximate), 4-6 "
                   "0-2 with another optimizer)\n"
                << "  chosen: " << fit->Why << "\n\n";
+  ReportPage page;
+  page.BudgetBytes = options.MemoryBudget;
+  page.Why = fit->Why;
+  for (const FitCandidate &c : fit->Tried)
+    page.Candidates.push_back({c.Label, c.PeakBytes, c.ExtraFlops, c.StepFlops,
+                               c.Rank, c.Fits,
+                               c.Options.Optimizer.Int8State});
   return printReport(fit->Best.ThePlan,
-                     reportTitle(options) + ", " + fit->Tried.front().Label);
+                     reportTitle(options) + ", " + fit->Tried.front().Label,
+                     std::move(page));
 }
 
 int runReport(const CompileOptions &options) {
   if (auto e = checkWritable("--svg", Svg))
+    return reportError(std::move(e));
+  if (auto e = checkWritable("--html", Html))
     return reportError(std::move(e));
   if (options.MemoryBudget)
     return runAutoFitReport(options);
@@ -555,6 +590,10 @@ int runReport(const CompileOptions &options) {
 /// `headroom report --recompute sweep`: every recomputation candidate of
 /// the step, compiled, as a table (or JSON) and, with --svg, the frontier.
 int runRecomputeSweep(const CompileOptions &options) {
+  for (auto [flag, path] : {std::make_pair("--svg", Svg.getValue()),
+                            std::make_pair("--html", Html.getValue())})
+    if (auto e = checkWritable(flag, path))
+      return reportError(std::move(e));
   auto built = buildStep(Model, options);
   if (!built)
     return reportError(built.takeError());
@@ -570,8 +609,13 @@ int runRecomputeSweep(const CompileOptions &options) {
     printSweepJson(points, llvm::outs());
   else
     printSweepTable(points, title, llvm::outs());
-  return writeSvg(
-      [&](llvm::raw_ostream &os) { printSweepSvg(points, title, os); });
+  if (int rc = writeSvg(
+          [&](llvm::raw_ostream &os) { printSweepSvg(points, title, os); }))
+    return rc;
+  ReportPage page;
+  page.Title = title;
+  page.Sweep = points;
+  return writeHtml(page);
 }
 
 int runCompile(const CompileOptions &options) {
