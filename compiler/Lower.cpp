@@ -389,11 +389,10 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
     r.UpdatePositions.clear();
     for (size_t pos = 0; pos < fl.Calls.size(); ++pos) {
       const Node &n = *fl.Calls[pos];
-      bool update = n.is(OpKind::SgdUpdate) || n.is(OpKind::MomentumUpdate) ||
-                    n.is(OpKind::AdamWUpdate) ||
-                    n.is(OpKind::AdamW8bitUpdate) ||
-                    (n.is(OpKind::Assign) &&
-                     n.state()->kind() == StateKind::Param);
+      bool update =
+          n.is(OpKind::SgdUpdate) || n.is(OpKind::MomentumUpdate) ||
+          n.is(OpKind::AdamWUpdate) || n.is(OpKind::AdamW8bitUpdate) ||
+          (n.is(OpKind::Assign) && n.state()->kind() == StateKind::Param);
       if (update)
         r.UpdatePositions.push_back(int64_t(pos));
     }

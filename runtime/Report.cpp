@@ -342,4 +342,3 @@ void headroom::printSweepJson(llvm::ArrayRef<SweepPoint> points,
   }
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(rows))) << "\n";
 }
-

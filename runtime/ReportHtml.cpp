@@ -63,7 +63,8 @@ std::string num(double v) {
 double niceStep(double range, int target) {
   if (range <= 0)
     return 1;
-  double raw = range / target, mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double raw = range / target,
+         mag = std::pow(10.0, std::floor(std::log10(raw)));
   for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
     if (m * mag >= raw)
       return m * mag;
@@ -141,8 +142,8 @@ public:
             llvm::StringRef attrs = "") {
     OS << "<rect x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\""
        << num(std::max(w, 0.0)) << "\" height=\"" << num(std::max(h, 0.0))
-       << "\" fill=\"" << fill << "\"" << (attrs.empty() ? "" : " ")
-       << attrs << "/>\n";
+       << "\" fill=\"" << fill << "\"" << (attrs.empty() ? "" : " ") << attrs
+       << "/>\n";
   }
   void line(double x1, double y1, double x2, double y2, llvm::StringRef stroke,
             llvm::StringRef attrs = "") {
@@ -181,8 +182,8 @@ const Category kTransient[4] = {{"activations", "#4e79a7"},
                                 {"temporaries", "#f28e2b"},
                                 {"recomputed", "#59a14f"}};
 const char *const kStateColor = "#9e9e9e", *const kForwardShade = "#eef3fa",
-                  *const kUpdateColor = "#2e7d32", *const kBudgetColor =
-                                                         "#c62828";
+                  *const kUpdateColor = "#2e7d32",
+                  *const kBudgetColor = "#c62828";
 
 /// What stays allocated the whole step: state, its padding, workspace.
 uint64_t constantBytes(const MemoryReport &r) {
@@ -192,8 +193,8 @@ uint64_t constantBytes(const MemoryReport &r) {
 /// The timeline: the constant part as a band at the bottom, the transient
 /// part above it on its own scale, the forward shaded, updates ticked, the
 /// peak and (when given) the budget marked.
-void drawTimeline(const MemoryReport &r, llvm::StringRef title,
-                  uint64_t budget, llvm::raw_ostream &os) {
+void drawTimeline(const MemoryReport &r, llvm::StringRef title, uint64_t budget,
+                  llvm::raw_ostream &os) {
   const double W = 960, H = 440, left = 80, right = 24, top = 44;
   const double plotBottom = H - 112, bandH = 46, gap = 8;
   const double pw = W - left - right, base = plotBottom - bandH - gap;
@@ -276,8 +277,8 @@ void drawTimeline(const MemoryReport &r, llvm::StringRef title,
     svg.line(xCall(c), plotBottom, xCall(c), plotBottom + 4, "black");
     svg.text(xCall(c), plotBottom + 17, std::to_string(int64_t(c)), "middle");
   }
-  svg.text(left + pw / 2, plotBottom + 34,
-           "kernel call in the step's schedule", "middle");
+  svg.text(left + pw / 2, plotBottom + 34, "kernel call in the step's schedule",
+           "middle");
   // The planned peak of the transient part, the budget, the peak's call.
   uint64_t peak = r.PeakBytes();
   auto mark = [&](double transient, llvm::StringRef color,
@@ -295,8 +296,8 @@ void drawTimeline(const MemoryReport &r, llvm::StringRef title,
   double peakY = y(double(r.ArenaBytes)),
          budgetY = showBudget ? y(double(budget - constant)) : -1e9;
   bool close = std::fabs(peakY - budgetY) < 16;
-  mark(double(r.ArenaBytes), "black", "planned peak " + formatBytes(peak),
-       peak, close && peakY >= budgetY);
+  mark(double(r.ArenaBytes), "black", "planned peak " + formatBytes(peak), peak,
+       close && peakY >= budgetY);
   if (showBudget)
     mark(double(budget - constant), kBudgetColor,
          "budget " + formatBytes(budget), budget, close && budgetY > peakY);
@@ -321,12 +322,12 @@ void drawTimeline(const MemoryReport &r, llvm::StringRef title,
 /// named.
 void drawSweep(llvm::ArrayRef<SweepPoint> points, llvm::StringRef title,
                llvm::raw_ostream &os) {
-  const double W = 960, H = 500, left = 80, right = 24, top = 44,
-               bottom = 96;
+  const double W = 960, H = 500, left = 80, right = 24, top = 44, bottom = 96;
   const double pw = W - left - right, ph = H - top - bottom;
   auto extra = [](const MemoryReport &r) {
     return r.StepFlops > r.RecomputeFlops
-               ? double(r.RecomputeFlops) / double(r.StepFlops - r.RecomputeFlops)
+               ? double(r.RecomputeFlops) /
+                     double(r.StepFlops - r.RecomputeFlops)
                : 0.0;
   };
   uint64_t most = 1;
@@ -461,19 +462,20 @@ void drawBreakdown(const MemoryReport &r, uint64_t budget,
     if (!p.Bytes)
       continue;
     std::string title = std::string(p.Name) + ": " + formatBytes(p.Bytes);
-    svg.os() << "<rect x=\"" << num(x(at)) << "\" y=\"" << barY
-             << "\" width=\"" << num(x(at + double(p.Bytes)) - x(at))
-             << "\" height=\"" << barH << "\" fill=\"" << p.Color
-             << "\" data-part=\"" << p.Name << "\" data-bytes=\"" << p.Bytes
-             << "\"><title>" << escape(title) << "</title></rect>\n";
+    svg.os() << "<rect x=\"" << num(x(at)) << "\" y=\"" << barY << "\" width=\""
+             << num(x(at + double(p.Bytes)) - x(at)) << "\" height=\"" << barH
+             << "\" fill=\"" << p.Color << "\" data-part=\"" << p.Name
+             << "\" data-bytes=\"" << p.Bytes << "\"><title>" << escape(title)
+             << "</title></rect>\n";
     at += double(p.Bytes);
   }
-  svg.text(x(double(peak)), barY - 8, "peak " + formatBytes(peak), "middle",
-           12, "data-bytes=\"" + std::to_string(peak) + "\"");
+  svg.text(x(double(peak)), barY - 8, "peak " + formatBytes(peak), "middle", 12,
+           "data-bytes=\"" + std::to_string(peak) + "\"");
   if (budget) {
     svg.line(x(double(budget)), barY - 6, x(double(budget)), barY + barH + 6,
-             kBudgetColor, "stroke-width=\"2\" data-bytes=\"" +
-                               std::to_string(budget) + "\"");
+             kBudgetColor,
+             "stroke-width=\"2\" data-bytes=\"" + std::to_string(budget) +
+                 "\"");
     svg.text(x(double(budget)), barY + barH + 20,
              "budget " + formatBytes(budget), "middle", 12,
              std::string("fill=\"") + kBudgetColor + "\"");
@@ -510,11 +512,10 @@ void peakTable(const MemoryReport &r, llvm::raw_ostream &os) {
         "<th>location</th></tr>\n";
   for (const PeakValue &v : r.PeakValues)
     os << "<tr><td class=\"n\" data-bytes=\"" << v.Bytes << "\">"
-       << formatBytes(v.Bytes) << "</td><td>"
-       << kTransient[v.Category & 3].Name << "</td><td><code>"
-       << escape(v.Name.empty() ? "" : "%" + v.Name) << "</code></td><td>"
-       << escape(v.Op) << "</td><td><code>" << escape(v.Loc)
-       << "</code></td></tr>\n";
+       << formatBytes(v.Bytes) << "</td><td>" << kTransient[v.Category & 3].Name
+       << "</td><td><code>" << escape(v.Name.empty() ? "" : "%" + v.Name)
+       << "</code></td><td>" << escape(v.Op) << "</td><td><code>"
+       << escape(v.Loc) << "</code></td></tr>\n";
   os << "</table>\n";
 }
 
@@ -529,16 +530,19 @@ void candidatesTable(const ReportPage &page, llvm::raw_ostream &os) {
         "(red)</th></tr>\n";
   for (size_t i = 0; i < page.Candidates.size(); ++i) {
     const PageCandidate &c = page.Candidates[i];
-    double extra = c.StepFlops > c.ExtraFlops
-                       ? 100.0 * double(c.ExtraFlops) /
-                             double(c.StepFlops - c.ExtraFlops)
-                       : 0.0;
+    double extra =
+        c.StepFlops > c.ExtraFlops
+            ? 100.0 * double(c.ExtraFlops) / double(c.StepFlops - c.ExtraFlops)
+            : 0.0;
     os << "<tr" << (i == 0 ? " class=\"chosen\"" : "") << "><td>"
-       << (i == 0 ? "chosen" : c.Fits ? "fits" : "") << "</td><td>"
-       << escape(c.Label) << (c.Approximate ? " (approximate)" : "")
-       << "</td><td class=\"n\">" << c.Rank << "</td><td class=\"n\">"
-       << llvm::format("%.1f%%", extra) << "</td><td class=\"n\" data-bytes=\""
-       << c.PeakBytes << "\">" << formatBytes(c.PeakBytes)
+       << (i == 0   ? "chosen"
+           : c.Fits ? "fits"
+                    : "")
+       << "</td><td>" << escape(c.Label)
+       << (c.Approximate ? " (approximate)" : "") << "</td><td class=\"n\">"
+       << c.Rank << "</td><td class=\"n\">" << llvm::format("%.1f%%", extra)
+       << "</td><td class=\"n\" data-bytes=\"" << c.PeakBytes << "\">"
+       << formatBytes(c.PeakBytes)
        << "</td><td><div class=\"bar\"><div class=\"fill\" style=\"width:"
        << llvm::format("%.2f", 100.0 * double(c.PeakBytes) / s)
        << "%;background:" << (c.Fits ? "#4e79a7" : "#bbbbbb")
@@ -596,8 +600,8 @@ void headroom::printReportHtml(const ReportPage &page, llvm::raw_ostream &os) {
     bool over = page.BudgetBytes && peak > page.BudgetBytes;
     os << "<p class=\"verdict" << (over ? " over" : "")
        << "\">Planned peak <b data-bytes=\"" << peak << "\">"
-       << formatBytes(peak) << "</b> on the " << escape(page.ThePlan->TargetName)
-       << " target";
+       << formatBytes(peak) << "</b> on the "
+       << escape(page.ThePlan->TargetName) << " target";
     if (page.BudgetBytes)
       os << (over ? ": over the budget of " : ": fits in the budget of ")
          << "<b data-bytes=\"" << page.BudgetBytes << "\">"

@@ -567,8 +567,7 @@ static int runAutoFitReport(const CompileOptions &options) {
   page.Why = fit->Why;
   for (const FitCandidate &c : fit->Tried)
     page.Candidates.push_back({c.Label, c.PeakBytes, c.ExtraFlops, c.StepFlops,
-                               c.Rank, c.Fits,
-                               c.Options.Optimizer.Int8State});
+                               c.Rank, c.Fits, c.Options.Optimizer.Int8State});
   return printReport(fit->Best.ThePlan,
                      reportTitle(options) + ", " + fit->Tried.front().Label,
                      std::move(page));
