@@ -469,14 +469,14 @@ struct RotaryTables {
 };
 
 /// cos/sin of positions * inv_freq, computed in the graph as
-/// LlamaRotaryEmbedding does (base 10000).
+/// LlamaRotaryEmbedding does (base c.RopeTheta).
 RotaryTables rotaryTables(GraphBuilder &b, const ZooConfig &c) {
   int64_t hd = c.DModel / c.Heads;
   std::string s = "/model/rotary_emb";
   std::string idx =
       b.op("Range", {b.f32(0), b.f32(double(hd)), b.f32(2)}, s + "/Range");
   std::string expo = b.op("Div", {idx, b.f32(double(hd))}, s + "/Div");
-  std::string power = b.op("Pow", {b.f32(10000.0), expo}, s + "/Pow");
+  std::string power = b.op("Pow", {b.f32(c.RopeTheta), expo}, s + "/Pow");
   std::string invFreq = b.op("Reciprocal", {power}, s + "/inv_freq");
   std::string t = b.op("Range", {b.f32(0), b.f32(double(c.Seq)), b.f32(1)},
                        s + "/positions");
@@ -665,7 +665,41 @@ llvm::Expected<ZooConfig> headroom::defaultZooConfig(llvm::StringRef arch) {
     c.Vocab = 32000, c.Seq = 512;
     return c;
   }
-  return err("unknown architecture '" + arch + "': expected gpt2 or llama");
+  struct Preset {
+    const char *Name;
+    int64_t Layers, DModel, Heads, KvHeads, Ffn, Vocab, Seq;
+    double RopeTheta;
+  };
+  // Each model's config.json (Hugging Face), at its context length.
+  static const Preset presets[] = {
+      {"llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096, 10000},
+      {"llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096, 10000},
+      {"llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096, 10000},
+      {"llama-65b", 80, 8192, 64, 64, 22016, 32000, 2048, 10000},
+      {"llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 500000},
+  };
+  for (const Preset &p : presets)
+    if (arch == p.Name) {
+      c.Arch = "llama";
+      c.Layers = p.Layers, c.DModel = p.DModel, c.Heads = p.Heads;
+      c.KvHeads = p.KvHeads, c.Ffn = p.Ffn, c.Vocab = p.Vocab, c.Seq = p.Seq;
+      c.RopeTheta = p.RopeTheta;
+      return c;
+    }
+  return err("unknown architecture '" + arch +
+             "': expected gpt2, llama or a preset (llama2-7b, llama2-13b, "
+             "llama2-70b, llama-65b, llama3.1-8b)");
+}
+
+llvm::ArrayRef<std::pair<const char *, const char *>> headroom::zooPresets() {
+  static const std::pair<const char *, const char *> presets[] = {
+      {"llama2-7b", "Llama-2 7B (seq 4096)"},
+      {"llama2-13b", "Llama-2 13B (seq 4096)"},
+      {"llama2-70b", "Llama-2 70B, 8 key/value heads (seq 4096)"},
+      {"llama-65b", "LLaMA-65B (seq 2048)"},
+      {"llama3.1-8b",
+       "Llama-3.1 8B, 8 key/value heads, rope theta 500000 (seq 8192)"}};
+  return presets;
 }
 
 llvm::Error headroom::validateZooConfig(const ZooConfig &c) {

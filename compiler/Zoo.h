@@ -36,14 +36,22 @@ struct ZooConfig {
   /// shared by Heads / KvHeads query heads (transformers' repeat_kv).
   int64_t KvHeads = 0;
   int64_t kvHeads() const { return KvHeads ? KvHeads : Heads; }
+  /// llama's rotary embedding base (10000; Llama 3: 500000).
+  double RopeTheta = 10000;
   Weights Weights = Weights::Random;
   /// Seeds the N(0, 0.02) draw of matrices and embeddings.
   uint64_t Seed = 0;
 };
 
 /// The architecture's defaults: gpt2 is GPT-2 small (124M), llama is
-/// LLaMA-7B at sequence length 512. Fails for an unknown architecture.
+/// LLaMA-7B at sequence length 512; the presets (zooPresets()) are llama
+/// with a published model's sizes at its context length. Fails for an
+/// unknown name.
 llvm::Expected<ZooConfig> defaultZooConfig(llvm::StringRef arch);
+
+/// The preset names defaultZooConfig takes besides gpt2 and llama, with
+/// what each is: llama2-7b, llama2-13b, llama2-70b, llama-65b, llama3.1-8b.
+llvm::ArrayRef<std::pair<const char *, const char *>> zooPresets();
 
 /// Checks sizes (positive, d_model divisible by heads, heads by kv heads
 /// (llama only), an even head dimension

@@ -2,11 +2,13 @@
 //
 // Writes a reference architecture as an ONNX training graph (compiler/Zoo.h):
 //
-//   headroom zoo gpt2|llama [--layers N --d-model N --heads N --kv-heads N
+//   headroom zoo gpt2|llama|PRESET [--layers N --d-model N --heads N --kv-heads
+//   N
 //                --ffn N --vocab N --seq N] [--weights random|none] [--seed S]
 //                -o OUT.onnx
 //
-// Sizes default to the architecture's (GPT-2 small, LLaMA-7B). Prints one
+// Sizes default to the architecture's (GPT-2 small, LLaMA-7B) or the preset's
+// (llama2-7b, llama2-13b, llama2-70b, llama-65b, llama3.1-8b). Prints one
 // summary line; a mistake prints one `headroom: error:` line and returns 1.
 //
 //===----------------------------------------------------------------------===//
@@ -27,7 +29,9 @@ namespace cl = llvm::cl;
 
 extern cl::SubCommand ZooCmd;
 
-static cl::opt<std::string> Arch(cl::Positional, cl::desc("<gpt2|llama>"),
+static cl::opt<std::string> Arch(cl::Positional,
+                                 cl::desc("<gpt2|llama|llama2-7b|llama2-13b|"
+                                          "llama2-70b|llama-65b|llama3.1-8b>"),
                                  cl::Required, cl::sub(ZooCmd));
 static cl::opt<int64_t> Layers("layers",
                                cl::desc("Transformer blocks (gpt2 12, llama "

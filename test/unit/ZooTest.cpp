@@ -244,7 +244,26 @@ TEST(ZooTest, DefaultsAreGpt2SmallAndLlama7B) {
   auto llama = takeOrFail(defaultZooConfig("llama"));
   EXPECT_EQ(zooParameterCount(llama), 6738415616);
   EXPECT_EQ(errorOf(defaultZooConfig("bert")),
-            "unknown architecture 'bert': expected gpt2 or llama");
+            "unknown architecture 'bert': expected gpt2, llama or a preset "
+            "(llama2-7b, llama2-13b, llama2-70b, llama-65b, llama3.1-8b)");
+}
+
+/// The presets have the published models' parameter counts.
+TEST(ZooTest, PresetsHaveThePublishedSizes) {
+  std::pair<const char *, int64_t> want[] = {{"llama2-7b", 6738415616},
+                                             {"llama2-13b", 13015864320},
+                                             {"llama2-70b", 68976648192},
+                                             {"llama-65b", 65285660672},
+                                             {"llama3.1-8b", 8030261248}};
+  for (auto [name, params] : want) {
+    ZooConfig c = takeOrFail(defaultZooConfig(name));
+    EXPECT_EQ(c.Arch, "llama") << name;
+    EXPECT_EQ(zooParameterCount(c), params) << name;
+    c.Weights = ZooConfig::Weights::None;
+    EXPECT_EQ(errorOf(validateZooConfig(c)), "") << name;
+  }
+  EXPECT_EQ(takeOrFail(defaultZooConfig("llama3.1-8b")).RopeTheta, 500000);
+  EXPECT_EQ(zooPresets().size(), std::size(want));
 }
 
 TEST(ZooTest, Llama7BWithoutWeightsImports) {
