@@ -24,6 +24,28 @@ llvm::StringRef headroom::stateKindName(StateKind k) {
   llvm_unreachable("unknown state kind");
 }
 
+llvm::StringRef headroom::stateInitName(StateInit i) {
+  switch (i) {
+  case StateInit::Model:
+    return "model";
+  case StateInit::Zeros:
+    return "zeros";
+  case StateInit::KaimingUniform:
+    return "kaiming_uniform";
+  }
+  llvm_unreachable("unknown state init");
+}
+
+llvm::Optional<StateInit> headroom::parseStateInit(llvm::StringRef s) {
+  if (s == "model")
+    return StateInit::Model;
+  if (s == "zeros")
+    return StateInit::Zeros;
+  if (s == "kaiming_uniform")
+    return StateInit::KaimingUniform;
+  return llvm::None;
+}
+
 llvm::Optional<StateKind> headroom::parseStateKind(llvm::StringRef s) {
   if (s == "param")
     return StateKind::Param;
@@ -242,8 +264,11 @@ Function *Module::cloneFunction(const Function &f, std::string name) {
 std::unique_ptr<Module> Module::clone() const {
   auto m = std::make_unique<Module>();
   llvm::DenseMap<const StateSlot *, StateSlot *> states;
-  for (const auto &s : States)
-    states[s.get()] = m->addState(s->name(), s->type(), s->kind());
+  for (const auto &s : States) {
+    StateSlot *copy = m->addState(s->name(), s->type(), s->kind());
+    copy->setInit(s->init());
+    states[s.get()] = copy;
+  }
   llvm::DenseMap<const Function *, Function *> functions;
   for (const auto &f : Functions) {
     Function *copy = m->addFunction(f->name());

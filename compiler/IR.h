@@ -49,10 +49,21 @@ enum class StateKind { Param, Frozen, Buffer, Optimizer, Gradient };
 llvm::StringRef stateKindName(StateKind k);
 llvm::Optional<StateKind> parseStateKind(llvm::StringRef s);
 
+/// Where a slot's first value comes from: the model's initializer of its
+/// name (the default; optimizer and gradient state start at zero), zeros, or
+/// drawn from --seed as torch's kaiming_uniform_(a=sqrt(5)) draws a Linear
+/// weight (uniform in +-1/sqrt(fan_in), fan_in the last dimension): what
+/// the lora pass gives its adapters (lora_B zeros, lora_A drawn).
+enum class StateInit { Model, Zeros, KaimingUniform };
+llvm::StringRef stateInitName(StateInit i);
+llvm::Optional<StateInit> parseStateInit(llvm::StringRef s);
+
 class StateSlot {
 public:
   StateSlot(std::string name, TensorType type, StateKind kind)
       : Name(std::move(name)), Type(std::move(type)), Kind(kind) {}
+  StateInit init() const { return Init; }
+  void setInit(StateInit i) { Init = i; }
   const std::string &name() const { return Name; }
   const TensorType &type() const { return Type; }
   /// Changes what the slot holds (mixed precision stores parameters in
@@ -65,6 +76,7 @@ private:
   std::string Name;
   TensorType Type;
   StateKind Kind;
+  StateInit Init = StateInit::Model;
 };
 
 /// An SSA value: a function argument or a node result.

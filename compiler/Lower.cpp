@@ -304,7 +304,7 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
   MemoryReport &r = plan.Report;
   for (const auto &s : m.states()) {
     stateIds[s.get()] = plan.States.size();
-    plan.States.push_back({s->name(), s->type(), s->kind()});
+    plan.States.push_back({s->name(), s->type(), s->kind(), s->init()});
     uint64_t bytes = s->type().sizeInBytes();
     switch (s->kind()) {
     case StateKind::Param:

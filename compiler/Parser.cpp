@@ -431,7 +431,15 @@ llvm::Error Parser::parseState(Module &m) {
     return error(
         "expected a state kind (param, frozen, buffer, optimizer or grad)");
   next();
-  m.addState(name.Text, *type, *kind);
+  StateSlot *slot = m.addState(name.Text, *type, *kind);
+  if (Tk.Kind == Tok::Ident && Tk.Text == "init") {
+    next();
+    auto init = Tk.Kind == Tok::Ident ? parseStateInit(Tk.Text) : llvm::None;
+    if (!init)
+      return error("expected a state init (model, zeros or kaiming_uniform)");
+    next();
+    slot->setInit(*init);
+  }
   return llvm::Error::success();
 }
 

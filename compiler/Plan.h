@@ -33,6 +33,7 @@ struct PlanState {
   std::string Name;
   TensorType Type;
   StateKind Kind;
+  StateInit Init = StateInit::Model;
 };
 
 /// Where a buffer's bytes are.

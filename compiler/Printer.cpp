@@ -147,7 +147,10 @@ void headroom::printModule(const Module &m, llvm::raw_ostream &os) {
     printName(os, '@', s->name());
     os << " : ";
     s->type().print(os);
-    os << ' ' << stateKindName(s->kind()) << '\n';
+    os << ' ' << stateKindName(s->kind());
+    if (s->init() != StateInit::Model)
+      os << " init " << stateInitName(s->init());
+    os << '\n';
   }
   for (const auto &f : m.functions()) {
     if (!m.states().empty() || f != m.functions().front())

@@ -3,6 +3,7 @@
 
 #include "compiler/Attribute.h"
 #include "compiler/ByteSize.h"
+#include "passes/Passes.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -61,6 +62,10 @@ static const FlagInfo kFlags[] = {
     {"on-nan", "stop|skip|continue",
      "A step whose loss is NaN or infinite: stop with an error (default), "
      "skip it (no state changes), or continue"},
+    {"lora", "rank=R,alpha=A,dropout=P,targets=NAME;NAME|all-linear",
+     "Train low-rank adapters beside frozen weights (PEFT's LoRA): the "
+     "targeted modules (e.g. targets=q_proj;v_proj) gain A [R, in] and B "
+     "[out, R] scaled by A/R; every other parameter is frozen"},
     {"disable-dropout", nullptr,
      "Train with every Dropout ratio set to 0 (to reproduce references "
      "computed without dropout)"},
@@ -365,6 +370,23 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
   }
   o.Optimizer.SkipNonFinite = o.OnNan == NanPolicy::Skip;
   o.DisableDropout = sw("disable-dropout");
+  if (has("lora")) {
+    // rank=8,alpha=16,targets=q_proj;v_proj -> the pass's "rank=8 alpha=16
+    // targets=q_proj,v_proj"; checked by the pass's own parser.
+    llvm::SmallVector<llvm::StringRef, 4> items;
+    get("lora").split(items, ',', -1, false);
+    std::vector<std::string> words;
+    for (llvm::StringRef item : items) {
+      std::string w = item.trim().str();
+      std::replace(w.begin(), w.end(), ';', ',');
+      words.push_back(w);
+    }
+    o.Lora = llvm::join(words, " ");
+    if (auto p = createPassByName("lora", o.Lora); !p)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "--lora: %s",
+                                     llvm::toString(p.takeError()).c_str());
+  }
   if (has("attention")) {
     llvm::StringRef a = get("attention");
     if (a != "fused" && a != "unfused")
@@ -479,6 +501,12 @@ std::string CompileOptions::flags() const {
     add("on-nan", OnNan == NanPolicy::Skip ? "skip" : "continue");
   if (DisableDropout)
     add("disable-dropout", "");
+  if (!Lora.empty()) {
+    std::string flag = Lora;
+    std::replace(flag.begin(), flag.end(), ',', ';');
+    std::replace(flag.begin(), flag.end(), ' ', ',');
+    add("lora", flag);
+  }
   if (!FuseAttention)
     add("attention", "unfused");
   add("device", Target);
@@ -487,6 +515,8 @@ std::string CompileOptions::flags() const {
 
 std::string CompileOptions::basePipeline() const {
   std::vector<std::string> passes;
+  if (!Lora.empty())
+    passes.push_back("lora{" + Lora + "}");
   if (DisableDropout)
     passes.push_back("disable-dropout");
   if (Precision != DType::F32)

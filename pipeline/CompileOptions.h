@@ -66,6 +66,9 @@ struct CompileOptions {
   /// Sets every Dropout's ratio to 0 (to reproduce references computed
   /// without dropout; the trained model is then not the one described).
   bool DisableDropout = false;
+  /// LoRA (the `lora` pass's options, "rank=8 alpha=16 dropout=0
+  /// targets=q_proj,v_proj"); empty: every parameter trains.
+  std::string Lora;
   /// Attention as one FusedAttention op (the `fuse-attention` pass; exact up
   /// to rounding, no [seq, seq] tensors); false keeps the graph's own
   /// MatMul/Softmax (`--attention unfused`).

@@ -180,6 +180,7 @@ static void toProto(const Plan &plan, const PlanSource &source,
     for (const auto &[kind, pkind] : kStateKinds)
       if (kind == s.Kind)
         ps->set_kind(pkind);
+    ps->set_init(uint32_t(s.Init));
   }
   assert(plan.Buffers.size() == plan.Placements.size() &&
          "one placement per buffer");
@@ -637,7 +638,9 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
         kind = k;
     if (!kind)
       return invalid(where + ": unknown kind " + llvm::Twine(int(ps.kind())));
-    P.States.push_back({ps.name(), *type, *kind});
+    if (ps.init() > uint32_t(StateInit::KaimingUniform))
+      return invalid(where + ": unknown init " + llvm::Twine(ps.init()));
+    P.States.push_back({ps.name(), *type, *kind, StateInit(ps.init())});
   }
 
   if (p.arena_bytes() > kMaxBytes)

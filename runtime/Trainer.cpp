@@ -3,7 +3,46 @@
 
 #include "runtime/ModelIO.h"
 
+#include <cmath>
+
 using namespace headroom;
+
+/// splitmix64: the n-th draw of a stream, the same on every platform.
+static uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+llvm::Expected<unsigned> headroom::initializeNewState(Executor &exec,
+                                                      uint64_t seed) {
+  unsigned done = 0;
+  for (const PlanState &s : exec.plan().States) {
+    if (s.Init == StateInit::Model)
+      continue;
+    int64_t n = s.Type.numElements();
+    std::vector<double> values(size_t(n), 0.0);
+    if (s.Init == StateInit::KaimingUniform) {
+      // torch.nn.init.kaiming_uniform_(w, a=sqrt(5)): uniform in
+      // +-sqrt(6 / ((1 + a^2) fan_in)) = +-1/sqrt(fan_in).
+      int64_t fanIn = s.Type.rank() ? s.Type.dim(s.Type.rank() - 1) : 1;
+      double bound = 1.0 / std::sqrt(double(std::max<int64_t>(fanIn, 1)));
+      uint64_t stream = seed;
+      for (char c : s.Name) // FNV-1a of the name: one stream per slot
+        stream = (stream ^ uint8_t(c)) * 0x100000001b3ull;
+      for (int64_t i = 0; i < n; ++i) {
+        double u = double(splitmix(stream + uint64_t(i)) >> 11) * 0x1p-53;
+        values[size_t(i)] = (2 * u - 1) * bound;
+      }
+    }
+    Tensor t = Tensor::fromDoubles(s.Type.dtype(), s.Type.shape(), values);
+    if (auto e = exec.writeState(s.Name, t))
+      return std::move(e);
+    ++done;
+  }
+  return done;
+}
 
 llvm::Expected<std::unique_ptr<Trainer>>
 Trainer::create(Plan plan, llvm::StringRef modelPath, uint64_t seed) {
@@ -21,6 +60,10 @@ Trainer::create(Plan plan, llvm::StringRef modelPath, uint64_t seed) {
   auto loaded = loadInitialState(*t->Exec, modelPath);
   if (!loaded)
     return loaded.takeError();
+  auto drawn = initializeNewState(*t->Exec, seed);
+  if (!drawn)
+    return drawn.takeError();
+  *loaded += *drawn;
   unsigned weights = 0;
   for (const PlanState &s : t->Exec->plan().States)
     weights += s.Kind != StateKind::Optimizer && s.Kind != StateKind::Gradient;

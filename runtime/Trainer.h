@@ -14,6 +14,11 @@
 
 namespace headroom {
 
+/// Writes the state slots whose first value is not the model's (StateInit
+/// zeros, or kaiming-uniform drawn from `seed` and the slot's name, the same
+/// on every machine): the lora pass's adapters. Returns how many.
+llvm::Expected<unsigned> initializeNewState(Executor &exec, uint64_t seed);
+
 struct StepResult {
   double Loss = 0;
   llvm::Optional<double> GradNorm; // with clipping

@@ -179,6 +179,16 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
   llvm::StringRef sourceModel = source.ModelPath;
   if (auto e = t.checkData(data))
     return reportError(std::move(e));
+  // The model file holds the frozen base only: saving it would lose what
+  // trained. Merging the adapters into it (and PEFT's adapter files) are
+  // not built yet.
+  if (!Save.empty() &&
+      llvm::any_of(t.executor().plan().States, [](const PlanState &s) {
+        return s.Init != StateInit::Model;
+      }))
+    return reportError("--save with --lora: writing the adapters (merged, or "
+                       "as PEFT's adapter files) is not built yet; "
+                       "--checkpoint DIR keeps them");
   if (CheckpointEvery < 0 || (CheckpointEvery > 0 && CheckpointDir.empty()))
     return reportError(
         "--checkpoint-every N needs --checkpoint DIR and N >= 1");

@@ -1648,4 +1648,57 @@ TEST(OptimizerState, Int8MatchesBitsandbytes) {
   }
 }
 
+/// --lora: the base weights stay bit for bit what they were, the adapters
+/// train (B from zeros, so the first loss is the base model's), the
+/// parameters are the adapters' bytes, and A is drawn from the seed.
+TEST(Lora, TrainsAdaptersBesideFrozenWeights) {
+  const std::string flags = "--batch 8 --optimizer adamw --lr 1e-2 "
+                            "--disable-dropout --lora "
+                            "rank=4,alpha=8,targets=wq;wv";
+  std::vector<double> losses, plain, other;
+  auto lora = trainFromFlags("llama", flags, 4, losses);
+  auto base = trainFromFlags("llama", "--batch 8 --disable-dropout", 1, plain);
+  auto seeded = trainFromFlags("llama", flags, 0, other, /*seed=*/7);
+  ASSERT_TRUE(lora && base && seeded);
+  EXPECT_EQ(losses[0], plain[0]); // B = 0: the base model's loss
+  auto initial = trainFromFlags("llama", flags, 0, other);
+  const Plan &plan = lora->executor().plan();
+  unsigned adapters = 0, frozen = 0;
+  uint64_t adapterBytes = 0;
+  for (const PlanState &s : plan.States) {
+    auto now = lora->executor().readState(s.Name);
+    auto before = initial->executor().readState(s.Name);
+    ASSERT_TRUE(static_cast<bool>(now) && static_cast<bool>(before));
+    if (s.Kind == StateKind::Frozen) {
+      ++frozen;
+      EXPECT_TRUE(*now == *before) << s.Name << " moved";
+      continue;
+    }
+    if (s.Kind != StateKind::Param)
+      continue;
+    ++adapters;
+    adapterBytes += s.Type.sizeInBytes();
+    llvm::StringRef name = s.Name;
+    EXPECT_TRUE(name.endswith(".lora_A.weight") ||
+                name.endswith(".lora_B.weight"))
+        << s.Name;
+    EXPECT_FALSE(*now == *before) << s.Name << " did not train";
+    auto drawn = seeded->executor().readState(s.Name);
+    ASSERT_TRUE(static_cast<bool>(drawn));
+    if (name.endswith(".lora_A.weight")) {
+      // kaiming_uniform_(a=sqrt(5)): within +-1/sqrt(in), seeded.
+      double bound = 1 / std::sqrt(double(s.Type.dim(1)));
+      for (int64_t i = 0; i < before->numElements(); ++i)
+        ASSERT_LE(std::fabs(before->getDouble(i)), bound);
+      EXPECT_FALSE(*drawn == *before) << "another seed draws another A";
+    } else {
+      for (int64_t i = 0; i < before->numElements(); ++i)
+        ASSERT_EQ(before->getDouble(i), 0.0);
+    }
+  }
+  EXPECT_EQ(adapters, 8u); // wq and wv of two layers, A and B each
+  EXPECT_EQ(frozen, 21u);  // every weight of the model
+  EXPECT_EQ(plan.Report.Parameters, adapterBytes);
+}
+
 } // namespace
