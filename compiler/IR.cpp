@@ -215,6 +215,9 @@ StateSlot *Module::lookupState(llvm::StringRef name) const {
 void Module::eraseState(StateSlot *s) {
   auto it = llvm::find_if(States, [&](const auto &p) { return p.get() == s; });
   assert(it != States.end() && "erasing a state slot of another module");
+  llvm::erase_if(Adapters, [&](const LoraAdapter &a) {
+    return a.Base == s || a.A == s || a.B == s;
+  });
   States.erase(it);
 }
 
@@ -268,6 +271,12 @@ std::unique_ptr<Module> Module::clone() const {
     StateSlot *copy = m->addState(s->name(), s->type(), s->kind());
     copy->setInit(s->init());
     states[s.get()] = copy;
+  }
+  for (LoraAdapter a : Adapters) {
+    a.Base = states.lookup(a.Base);
+    a.A = states.lookup(a.A);
+    a.B = states.lookup(a.B);
+    m->addAdapter(a);
   }
   llvm::DenseMap<const Function *, Function *> functions;
   for (const auto &f : Functions) {

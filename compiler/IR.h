@@ -259,10 +259,25 @@ struct DriverStep {
 
 /// The unit of compilation: state slots and functions, both in creation order,
 /// and the driver: the calls one training step makes.
+/// A LoRA adapter the `lora` pass added (passes/Lora.cpp): the frozen base
+/// weight, its trained A [rank, in] and B [out, rank], and what saving it as
+/// PEFT does needs: alpha (the scale is alpha / rank), the dropout, and
+/// whether the base is [out, in] (PyTorch's Linear) or [in, out].
+struct LoraAdapter {
+  StateSlot *Base = nullptr, *A = nullptr, *B = nullptr;
+  double Alpha = 0, Dropout = 0;
+  bool OutIn = true;
+};
+
 class Module {
 public:
   Module() = default;
   Module(const Module &) = delete;
+
+  /// The adapters of `lora` (printed as `lora @W @A @B alpha X dropout P
+  /// out_in|in_out` lines after the states).
+  llvm::ArrayRef<LoraAdapter> adapters() const { return Adapters; }
+  void addAdapter(LoraAdapter a) { Adapters.push_back(a); }
 
   StateSlot *addState(std::string name, TensorType type, StateKind kind);
   StateSlot *lookupState(llvm::StringRef name) const;
@@ -291,6 +306,7 @@ private:
   std::vector<std::unique_ptr<StateSlot>> States;
   std::vector<std::unique_ptr<Function>> Functions;
   std::vector<DriverStep> Driver;
+  std::vector<LoraAdapter> Adapters;
 };
 
 } // namespace headroom

@@ -326,6 +326,9 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
     if (s->kind() == StateKind::Param)
       r.LargestParameter = std::max(r.LargestParameter, bytes);
   }
+  for (const LoraAdapter &a : m.adapters())
+    plan.Adapters.push_back({a.Base->name(), a.A->name(), a.B->name(), a.Alpha,
+                             a.Dropout, a.OutIn});
   if (m.driver().empty() && !m.functions().empty())
     plan.Driver.push_back({m.functions().front()->name(), 1, false});
   for (const DriverStep &d : m.driver())

@@ -77,6 +77,7 @@ private:
   llvm::Error parseState(Module &m);
   llvm::Error parseFunction(Module &m);
   llvm::Error parseDriver(Module &m);
+  llvm::Error parseLora(Module &m);
   llvm::Error parseNode(Function &f, llvm::StringMap<Value *> &values);
   llvm::Expected<TensorType> parseType();
   llvm::Expected<Attribute> parseAttribute();
@@ -669,12 +670,44 @@ llvm::Error Parser::parseDriver(Module &m) {
   return llvm::Error::success();
 }
 
+/// lora @W @A @B alpha X dropout P out_in|in_out
+llvm::Error Parser::parseLora(Module &m) {
+  next(); // 'lora'
+  LoraAdapter a;
+  for (StateSlot **slot : {&a.Base, &a.A, &a.B}) {
+    if (Tk.Kind != Tok::StateId)
+      return error("expected the base, A and B states of a lora adapter");
+    *slot = m.lookupState(Tk.Text);
+    if (!*slot)
+      return error("use of undefined state @" + Tk.Text);
+    next();
+  }
+  for (double *field : {&a.Alpha, &a.Dropout}) {
+    if (!isIdent(field == &a.Alpha ? "alpha" : "dropout"))
+      return error(field == &a.Alpha ? "expected 'alpha'"
+                                     : "expected 'dropout'");
+    next();
+    if ((Tk.Kind != Tok::Int && Tk.Kind != Tok::Float) ||
+        llvm::StringRef(Tk.Text).getAsDouble(*field))
+      return error("expected a number");
+    next();
+  }
+  if (!isIdent("out_in") && !isIdent("in_out"))
+    return error("expected the base's layout, out_in or in_out");
+  a.OutIn = isIdent("out_in");
+  next();
+  m.addAdapter(a);
+  return llvm::Error::success();
+}
+
 llvm::Expected<std::unique_ptr<Module>> Parser::parse() {
   auto m = std::make_unique<Module>();
   while (Tk.Kind != Tok::Eof) {
     llvm::Error e = llvm::Error::success();
     if (isIdent("state"))
       e = parseState(*m);
+    else if (isIdent("lora"))
+      e = parseLora(*m);
     else if (isIdent("func"))
       e = parseFunction(*m);
     else if (isIdent("driver") && m->driver().empty())
@@ -682,7 +715,7 @@ llvm::Expected<std::unique_ptr<Module>> Parser::parse() {
     else if (isIdent("driver"))
       e = error("the module already has a driver");
     else
-      e = error("expected 'state', 'func' or 'driver'");
+      e = error("expected 'state', 'lora', 'func' or 'driver'");
     if (e)
       return e;
   }

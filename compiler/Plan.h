@@ -147,11 +147,20 @@ struct DriverCall {
   bool SameBatch = false;
 };
 
+/// A LoRA adapter (compiler/IR.h LoraAdapter) by its states' names: what
+/// saving the adapters (PEFT's files, or merged into the base) needs.
+struct PlanAdapter {
+  std::string Base, A, B;
+  double Alpha = 0, Dropout = 0;
+  bool OutIn = true;
+};
+
 struct Plan {
   /// The backend the plan was made for (Target::name()) and its alignment.
   std::string TargetName = "cpu";
   uint64_t Alignment = 64;
   std::vector<PlanState> States;
+  std::vector<PlanAdapter> Adapters;
   std::vector<TensorType> Buffers;
   std::vector<Placement> Placements; // one per buffer
   std::vector<PlanFunction> Functions;

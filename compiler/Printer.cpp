@@ -152,6 +152,17 @@ void headroom::printModule(const Module &m, llvm::raw_ostream &os) {
       os << " init " << stateInitName(s->init());
     os << '\n';
   }
+  for (const LoraAdapter &a : m.adapters()) {
+    os << "lora ";
+    printName(os, '@', a.Base->name());
+    os << ' ';
+    printName(os, '@', a.A->name());
+    os << ' ';
+    printName(os, '@', a.B->name());
+    os << " alpha " << shortestDecimal(a.Alpha) << " dropout "
+       << shortestDecimal(a.Dropout) << (a.OutIn ? " out_in" : " in_out")
+       << '\n';
+  }
   for (const auto &f : m.functions()) {
     if (!m.states().empty() || f != m.functions().front())
       os << '\n';

@@ -7,7 +7,8 @@ OUT/<target>/ gets: onnx_import -- the test models and ONNX's node-test
 models; ir_parser -- every chunk of the pass tests' textual IR; npz -- the
 test models' .npz archives and the .npy arrays inside them; plan_file and
 checkpoint -- plans compiled and checkpoints written by HEADROOM (the
-headroom the targets are built with) for the small test models. Standard
+headroom the targets are built with) for the small test models;
+safetensors -- PEFT's adapter file of test/models/llama.lora_init. Standard
 library only; idempotent.
 """
 import glob
@@ -27,7 +28,8 @@ def main():
     headroom, src, out = sys.argv[1], sys.argv[2], sys.argv[3]
     models = os.path.join(src, "test", "models")
     dirs = {t: os.path.join(out, t) for t in
-            ("onnx_import", "ir_parser", "npz", "plan_file", "checkpoint")}
+            ("onnx_import", "ir_parser", "npz", "plan_file", "checkpoint",
+             "safetensors")}
     for d in dirs.values():
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
@@ -56,6 +58,10 @@ def main():
         with zipfile.ZipFile(path) as z:
             for entry in z.namelist():
                 put(dirs["npz"], base + "-" + entry, z.read(entry))
+
+    # PEFT's own adapter file (test/models/make_lora_references.py).
+    shutil.copy(os.path.join(models, "llama.lora_init", "adapter_model.safetensors"),
+                os.path.join(dirs["safetensors"], "peft-llama.safetensors"))
 
     def run(args):
         subprocess.run([headroom] + args, check=True,

@@ -186,6 +186,7 @@ llvm::Expected<bool> Lora::run(Module &m) {
       b = *sb;
       a->setInit(StateInit::KaimingUniform);
       b->setInit(StateInit::Zeros);
+      m.addAdapter({p.W, a, b, O.Alpha, O.Dropout, p.Transposed});
     }
     Node *n = p.N;
     Value *y = n->result(0);

@@ -66,16 +66,21 @@ llvm::Expected<unsigned> headroom::loadInitialState(Executor &exec,
   return loaded;
 }
 
-llvm::Error headroom::saveTrainedModel(const Executor &exec,
-                                       llvm::StringRef modelPath,
-                                       llvm::StringRef outPath) {
+llvm::Error
+headroom::saveTrainedModel(const Executor &exec, llvm::StringRef modelPath,
+                           llvm::StringRef outPath,
+                           const std::map<std::string, Tensor> *overrides) {
   auto model = readModel(modelPath);
   if (!model)
     return model.takeError();
   std::string srcDir = dirOf(modelPath);
   uint64_t total = 0;
   for (auto &init : *model->mutable_graph()->mutable_initializer()) {
-    auto value = exec.readState(init.name());
+    auto found = overrides ? overrides->find(init.name())
+                           : std::map<std::string, Tensor>::const_iterator();
+    auto value = overrides && found != overrides->end()
+                     ? llvm::Expected<Tensor>(found->second)
+                     : exec.readState(init.name());
     if (!value) {
       llvm::consumeError(value.takeError());
       if (isExternal(init)) {

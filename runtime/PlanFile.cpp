@@ -23,6 +23,7 @@
 
 #include <cassert>
 #include <climits>
+#include <cmath>
 
 using namespace headroom;
 namespace pb = headroom::planfile;
@@ -181,6 +182,15 @@ static void toProto(const Plan &plan, const PlanSource &source,
       if (kind == s.Kind)
         ps->set_kind(pkind);
     ps->set_init(uint32_t(s.Init));
+  }
+  for (const PlanAdapter &a : plan.Adapters) {
+    pb::Adapter *pa = p.add_adapters();
+    pa->set_base(a.Base);
+    pa->set_a(a.A);
+    pa->set_b(a.B);
+    pa->set_alpha(a.Alpha);
+    pa->set_dropout(a.Dropout);
+    pa->set_out_in(a.OutIn);
   }
   assert(plan.Buffers.size() == plan.Placements.size() &&
          "one placement per buffer");
@@ -641,6 +651,24 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
     if (ps.init() > uint32_t(StateInit::KaimingUniform))
       return invalid(where + ": unknown init " + llvm::Twine(ps.init()));
     P.States.push_back({ps.name(), *type, *kind, StateInit(ps.init())});
+  }
+  for (const pb::Adapter &pa : p.adapters()) {
+    for (const std::string *name : {&pa.base(), &pa.a(), &pa.b()})
+      if (P.stateIndex(*name) < 0)
+        return invalid("lora adapter of @" + pa.base() + ": no state @" +
+                       *name);
+    const TensorType &w = P.States[P.stateIndex(pa.base())].Type,
+                     &a = P.States[P.stateIndex(pa.a())].Type,
+                     &b = P.States[P.stateIndex(pa.b())].Type;
+    bool shapes = w.rank() == 2 && a.rank() == 2 && b.rank() == 2 &&
+                  a.dim(0) == b.dim(1) &&
+                  a.dim(1) == w.dim(pa.out_in() ? 1 : 0) &&
+                  b.dim(0) == w.dim(pa.out_in() ? 0 : 1);
+    if (!shapes || !std::isfinite(pa.alpha()) || !std::isfinite(pa.dropout()))
+      return invalid("lora adapter of @" + pa.base() + ": " + a.str() +
+                     " and " + b.str() + " do not fit " + w.str());
+    P.Adapters.push_back(
+        {pa.base(), pa.a(), pa.b(), pa.alpha(), pa.dropout(), pa.out_in()});
   }
 
   if (p.arena_bytes() > kMaxBytes)

@@ -38,7 +38,7 @@ llvm::Expected<unsigned> headroom::initializeNewState(Executor &exec,
     }
     Tensor t = Tensor::fromDoubles(s.Type.dtype(), s.Type.shape(), values);
     if (auto e = exec.writeState(s.Name, t))
-      return std::move(e);
+      return e;
     ++done;
   }
   return done;

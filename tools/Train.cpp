@@ -12,6 +12,7 @@
 #include "compiler/Attribute.h"
 #include "pipeline/AutoFit.h"
 #include "pipeline/Compile.h"
+#include "runtime/Adapters.h"
 #include "runtime/Checkpoint.h"
 #include "runtime/Devices.h"
 #include "runtime/ModelIO.h"
@@ -83,6 +84,19 @@ static cl::opt<std::string> Save("save",
                                  cl::desc("Write the trained model (ONNX)"),
                                  cl::value_desc("OUT.onnx"), cl::sub(TrainCmd),
                                  cl::sub(RunCmd), cl::cat(outputFlags()));
+static cl::opt<std::string>
+    SaveAdapter("save-adapter",
+                cl::desc("With --lora: write the trained adapters as PEFT "
+                         "does (adapter_config.json, "
+                         "adapter_model.safetensors)"),
+                cl::value_desc("DIR"), cl::sub(TrainCmd), cl::sub(RunCmd),
+                cl::cat(outputFlags()));
+static cl::opt<std::string>
+    LoraInit("lora-init",
+             cl::desc("With --lora: start the adapters from a PEFT adapter "
+                      "folder (adapter_model.safetensors) instead of --seed"),
+             cl::value_desc("DIR"), cl::sub(TrainCmd), cl::sub(RunCmd),
+             cl::cat(modelFlags()));
 static cl::opt<std::string> Log("log", cl::desc("Write one JSON line per step"),
                                 cl::value_desc("FILE"), cl::sub(TrainCmd),
                                 cl::sub(RunCmd), cl::cat(outputFlags()));
@@ -179,16 +193,14 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
   llvm::StringRef sourceModel = source.ModelPath;
   if (auto e = t.checkData(data))
     return reportError(std::move(e));
-  // The model file holds the frozen base only: saving it would lose what
-  // trained. Merging the adapters into it (and PEFT's adapter files) are
-  // not built yet.
-  if (!Save.empty() &&
-      llvm::any_of(t.executor().plan().States, [](const PlanState &s) {
-        return s.Init != StateInit::Model;
-      }))
-    return reportError("--save with --lora: writing the adapters (merged, or "
-                       "as PEFT's adapter files) is not built yet; "
-                       "--checkpoint DIR keeps them");
+  bool adapters = !t.executor().plan().Adapters.empty();
+  if (!adapters && (!SaveAdapter.empty() || !LoraInit.empty()))
+    return reportError(
+        std::string(SaveAdapter.empty() ? "--lora-init" : "--save-adapter") +
+        " needs a plan with LoRA adapters (--lora)");
+  if (!LoraInit.empty())
+    if (auto e = loadAdapter(t.executor(), LoraInit))
+      return reportError(std::move(e));
   if (CheckpointEvery < 0 || (CheckpointEvery > 0 && CheckpointDir.empty()))
     return reportError(
         "--checkpoint-every N needs --checkpoint DIR and N >= 1");
@@ -325,11 +337,20 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
   if (first == total && !CheckpointDir.empty())
     if (auto e = checkpoint(total))
       return reportError(std::move(e));
-  if (!Save.empty()) {
-    if (auto e = saveTrainedModel(t.executor(), sourceModel, Save))
+  if (!SaveAdapter.empty()) {
+    if (auto e = saveAdapter(t.executor(), SaveAdapter))
       return reportError(std::move(e));
-    llvm::errs() << "saved " << Save << " (final loss "
-                 << llvm::format("%.4f", lastLoss) << ")\n";
+    llvm::errs() << "saved the adapters in " << SaveAdapter << "\n";
+  }
+  if (!Save.empty()) {
+    // With adapters, the model gets each base merged: W + (alpha / r) B A.
+    auto merged = mergedWeights(t.executor());
+    if (!merged)
+      return reportError(merged.takeError());
+    if (auto e = saveTrainedModel(t.executor(), sourceModel, Save, &*merged))
+      return reportError(std::move(e));
+    llvm::errs() << "saved " << Save << (adapters ? " (adapters merged)" : "")
+                 << " (final loss " << llvm::format("%.4f", lastLoss) << ")\n";
   }
   return 0;
 }
@@ -397,6 +418,8 @@ static llvm::Error checkWritable(llvm::StringRef flag, llvm::StringRef path,
 /// Every output of train and run, checked before the first step.
 static llvm::Error checkRunOutputs() {
   if (auto e = checkWritable("--save", Save))
+    return e;
+  if (auto e = checkWritable("--save-adapter", SaveAdapter, /*isDir=*/true))
     return e;
   if (auto e = checkWritable("--log", Log))
     return e;

@@ -22,6 +22,7 @@
 #include "../unit/CompileUtil.h"
 #include "../unit/TestUtil.h"
 #include "kernels/cpu/CpuTarget.h"
+#include "runtime/Adapters.h"
 #include "runtime/ModelIO.h"
 
 #include "llvm/ADT/Sequence.h"
@@ -1699,6 +1700,72 @@ TEST(Lora, TrainsAdaptersBesideFrozenWeights) {
   EXPECT_EQ(adapters, 8u); // wq and wv of two layers, A and B each
   EXPECT_EQ(frozen, 21u);  // every weight of the model
   EXPECT_EQ(plan.Report.Parameters, adapterBytes);
+}
+
+/// --lora against Hugging Face PEFT (test/models/make_lora_references.py:
+/// peft 0.21 on torch 2.15): from PEFT's own initial adapters
+/// (--lora-init test/models/llama.lora_init, written by save_pretrained),
+/// AdamW on the adapters gives PEFT's losses and adapters; saving them
+/// (PEFT's files) and loading them back gives the same tensors; the merged
+/// model computes what the adapted one does.
+TEST(Lora, MatchesPeft) {
+  auto buf = llvm::MemoryBuffer::getFile(modelPath("llama.ref.lora.json"));
+  ASSERT_TRUE(static_cast<bool>(buf));
+  auto json = llvm::json::parse((*buf)->getBuffer());
+  ASSERT_TRUE(static_cast<bool>(json)) << llvm::toString(json.takeError());
+  std::vector<double> want;
+  for (const llvm::json::Value &v : *json->getAsObject()->getArray("losses"))
+    want.push_back(*v.getAsNumber());
+  std::vector<double> got;
+  std::string initDir = modelPath("llama.lora_init");
+  auto lora = trainFromFlags(
+      "llama",
+      "--batch 8 --optimizer adamw --lr 1e-2 --weight-decay 0.01 "
+      "--disable-dropout --lora rank=4,alpha=8,targets=wq;wv",
+      0, got);
+  ASSERT_TRUE(lora);
+  ASSERT_EQ(errorOf(loadAdapter(lora->executor(), initDir)), "");
+  auto data = takeOrFail(loadDataset(modelPath("llama.train.npz")));
+  std::vector<int64_t> order = identityOrder(data.Samples);
+  for (size_t s = 0; s < want.size(); ++s)
+    got.push_back(takeOrFail(lora->step(data, order, s * lora->batch())).Loss);
+  for (size_t s = 0; s < want.size(); ++s)
+    EXPECT_NEAR(got[s], want[s], 1e-5 * std::fabs(want[s])) << "step " << s;
+  auto ref = takeOrFail(readArrays(modelPath("llama.ref.lora.npz")));
+  ASSERT_EQ(ref.size(), 8u);
+  for (const auto &[name, w] : ref) {
+    auto mine = lora->executor().readState(name);
+    ASSERT_TRUE(static_cast<bool>(mine)) << name;
+    EXPECT_LE(relativeL2(*mine, w), 1e-5) << name; // measured <= 1.5e-6
+  }
+  // PEFT's files out and back in: the same tensors.
+  std::string dir = testing::TempDir() + "/lora_saved";
+  ASSERT_EQ(errorOf(saveAdapter(lora->executor(), dir)), "");
+  std::vector<double> none;
+  auto reloaded = trainFromFlags(
+      "llama",
+      "--batch 8 --optimizer adamw --lr 1e-2 --disable-dropout --lora "
+      "rank=4,alpha=8,targets=wq;wv",
+      0, none, /*seed=*/5);
+  ASSERT_EQ(errorOf(loadAdapter(reloaded->executor(), dir)), "");
+  for (const auto &entry : ref)
+    EXPECT_TRUE(*lora->executor().readState(entry.first) ==
+                *reloaded->executor().readState(entry.first))
+        << entry.first;
+  // Merged (W + (alpha / r) B A) into the model: without adapters, the
+  // same loss on a batch.
+  std::string merged = testing::TempDir() + "/lora_merged.onnx";
+  auto weights = takeOrFail(mergedWeights(lora->executor()));
+  EXPECT_EQ(weights.size(), 4u);
+  ASSERT_EQ(errorOf(saveTrainedModel(lora->executor(), modelPath("llama.onnx"),
+                                     merged, &weights)),
+            "");
+  CompileOptions plain = takeOrFail(compileOptionsFromFlags(takeOrFail(
+      splitFlags("--batch 8 --optimizer sgd --lr 1e-30 --disable-dropout"))));
+  auto base = takeOrFail(compileTrainer(merged, plain, 0));
+  double mergedLoss = takeOrFail(base->step(data, order, 0)).Loss;
+  double adaptedLoss = takeOrFail(reloaded->step(data, order, 0)).Loss;
+  EXPECT_NEAR(mergedLoss, adaptedLoss, 1e-5 * adaptedLoss);
 }
 
 } // namespace

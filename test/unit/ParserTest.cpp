@@ -106,7 +106,7 @@ TEST(ParserTest, ErrorsNameTheLocation) {
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%\"x) : f32[2]\n}"),
             "t.hr:2:12: unterminated or malformed quoted name");
   EXPECT_EQ(parseError("bogus"),
-            "t.hr:1:1: expected 'state', 'func' or 'driver'");
+            "t.hr:1:1: expected 'state', 'lora', 'func' or 'driver'");
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%x) : f32[2]\n}"),
             "t.hr:3:1: function @f does not end with 'return'");
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%x) : f32[2] "
