@@ -123,7 +123,8 @@ headroom::readSafetensors(llvm::StringRef bytes, llvm::StringRef what) {
         return bad("tensor '" + key.str() + "' has a bad dimension");
       dims.push_back(*v);
     }
-    auto begin = (*offsets)[0].getAsInteger(), end = (*offsets)[1].getAsInteger();
+    auto begin = (*offsets)[0].getAsInteger(),
+         end = (*offsets)[1].getAsInteger();
     TensorType type(*dtype, dims);
     auto size = type.checkedSizeInBytes();
     if (!begin || !end || *begin < 0 || *end < *begin ||
@@ -163,22 +164,21 @@ llvm::Error headroom::saveAdapter(const Executor &exec, llvm::StringRef dir) {
   llvm::json::Array targetList;
   for (const std::string &t : targets)
     targetList.push_back(t);
-  llvm::json::Object config{
-      {"peft_type", "LORA"},
-      {"task_type", nullptr},
-      {"base_model_name_or_path", nullptr},
-      {"r", rank},
-      {"lora_alpha", first.Alpha},
-      {"lora_dropout", first.Dropout},
-      {"target_modules", std::move(targetList)},
-      {"bias", "none"},
-      {"fan_in_fan_out", inOut},
-      {"inference_mode", true},
-      {"init_lora_weights", true},
-      {"use_rslora", false},
-      {"use_dora", false},
-      {"modules_to_save", nullptr},
-      {"revision", nullptr}};
+  llvm::json::Object config{{"peft_type", "LORA"},
+                            {"task_type", nullptr},
+                            {"base_model_name_or_path", nullptr},
+                            {"r", rank},
+                            {"lora_alpha", first.Alpha},
+                            {"lora_dropout", first.Dropout},
+                            {"target_modules", std::move(targetList)},
+                            {"bias", "none"},
+                            {"fan_in_fan_out", inOut},
+                            {"inference_mode", true},
+                            {"init_lora_weights", true},
+                            {"use_rslora", false},
+                            {"use_dora", false},
+                            {"modules_to_save", nullptr},
+                            {"revision", nullptr}};
   std::string text;
   llvm::raw_string_ostream os(text);
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(config))) << "\n";
@@ -216,8 +216,7 @@ llvm::Error headroom::loadAdapter(Executor &exec, llvm::StringRef dir) {
         return err("--lora-init " + path + ": " + it->first + " is " +
                    it->second.type().str() + ", the adapter is " + want.str() +
                    " (another rank or model?)");
-      if (auto e = exec.writeState(*name,
-                                   it->second.convertedTo(want.dtype())))
+      if (auto e = exec.writeState(*name, it->second.convertedTo(want.dtype())))
         return e;
     }
   return llvm::Error::success();
