@@ -20,7 +20,8 @@
 // is low like the MatMul, a Cast's gradient is the Cast back, so with master
 // weights (the default) parameters stay f32 and their gradients reach the
 // optimizer in f32 while the activations the backward keeps are low. With
-// master=none the parameters themselves are stored low (LOMO's setting):
+// master=none the parameters themselves are stored low (LOMO's setting; the
+// frozen ones too, such as LoRA's base):
 // their Reads are low, their gradients too, and the optimizer updates them
 // in f32 with one rounding (SgdUpdate).
 //
@@ -151,10 +152,12 @@ llvm::Expected<bool> MixedPrecision::run(Module &m) {
         "autodiff), found %zu",
         m.functions().size());
   Function &f = *m.functions()[0];
-  // Without master weights the trained parameters are stored low.
+  // Without master weights the parameters are stored low, the frozen ones
+  // too (LoRA's base, as PEFT and torchtune load it in bf16).
   if (!Master)
     for (const auto &s : m.states())
-      if (s->kind() == StateKind::Param && s->type().dtype() == DType::F32)
+      if ((s->kind() == StateKind::Param || s->kind() == StateKind::Frozen) &&
+          s->type().dtype() == DType::F32)
         s->setType(s->type().withDType(Low));
   std::vector<Node *> nodes;
   for (Node &n : f.nodes())
