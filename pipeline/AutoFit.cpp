@@ -23,7 +23,11 @@ struct Setting {
   Kind Optimizer;
   int Rank;
   bool Int8State = false;
+  bool Lora = false;
 };
+
+/// What `--allow lora` trains: PEFT's usual adapter on every linear layer.
+const char *const kAutoLora = "rank=8 alpha=16 dropout=0 targets=all-linear";
 
 std::string settingLabel(const CompileOptions &o) {
   std::string s = o.Precision == DType::F32    ? "fp32"
@@ -36,6 +40,8 @@ std::string settingLabel(const CompileOptions &o) {
     s += " (8-bit state)";
   if (o.Optimizer.FuseUpdate)
     s += ", --fuse-update";
+  if (!o.Lora.empty())
+    s += ", LoRA (" + o.Lora + ")";
   if (o.Accumulate > 1)
     s += ", --accum " + std::to_string(o.Accumulate);
   return s;
@@ -195,6 +201,9 @@ llvm::Expected<FitResult> Search::run() {
     if (alt == Kind::Lomo)
       settings.push_back({DType::BF16, false, alt, 6});
   }
+  // Adapters instead of every weight: last, and only when allowed.
+  if (Base.AllowLora)
+    settings.push_back({DType::BF16, false, user, 7, false, true});
   std::stable_sort(
       settings.begin(), settings.end(),
       [](const Setting &a, const Setting &b) { return a.Rank < b.Rank; });
@@ -215,6 +224,8 @@ llvm::Expected<FitResult> Search::run() {
     o.Optimizer.Kind = s.Optimizer;
     o.Optimizer.LossScale = false;
     o.Optimizer.Int8State |= s.Int8State;
+    if (s.Lora)
+      o.Lora = kAutoLora;
     if (s.Optimizer != user) { // the new optimizer's defaults
       o.Optimizer.Lr = s.Optimizer == Kind::AdaLomo ? 1e-3 : Base.Optimizer.Lr;
       o.Optimizer.WeightDecay = 0;
@@ -262,6 +273,8 @@ llvm::Expected<FitResult> Search::run() {
     o.MasterWeights = s.Master;
     o.Optimizer.Kind = s.Optimizer;
     o.Optimizer.Int8State |= s.Int8State;
+    if (s.Lora)
+      o.Lora = kAutoLora;
     for (unsigned k : {accums.front(), accums.back()}) {
       o.Accumulate = k;
       for (Policy p : {Policy::Every, Policy::All, Policy::Sqrt}) {
@@ -288,7 +301,8 @@ llvm::Expected<FitResult> Search::run() {
         formatBytes(lowest->PeakBytes).c_str(), lowest->Label.c_str(),
         Base.AllowOptimizers.empty()
             ? "; --allow-optimizer lomo lets it change the optimizer"
-            : "");
+        : !Base.AllowLora ? "; --allow lora lets it train LoRA adapters instead"
+                          : "");
   }
   size_t w = 0;
   while (&Tried[w] != winner)
@@ -300,6 +314,8 @@ llvm::Expected<FitResult> Search::run() {
        : winner->Rank <= 2 ? ": no exact technique fits"
        : winner->Rank == 3 ? ": nothing fits without approximating AdamW's "
                              "moments in 8 bits"
+       : winner->Rank == 7 ? ": nothing that trains every weight fits; LoRA "
+                             "trains adapters beside the frozen weights"
                            : ": no technique with the user's "
                              "optimizer fits") +
       (winner->ExtraFlops ? ", at the fewest extra FLOPs of its kind"

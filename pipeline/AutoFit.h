@@ -27,7 +27,7 @@ struct FitCandidate {
   CompileOptions Options;
   /// 0 exact; 1 bf16; 2 bf16 without master weights; 3 that with adamw's
   /// moments in 8 bits (an approximation); 4, 5, 6: 0-2 with another
-  /// optimizer.
+  /// optimizer; 7: LoRA adapters instead of every weight (--allow lora).
   int Rank = 0;
   uint64_t PeakBytes = 0, RecomputeFlops = 0, StepFlops = 0;
   /// What the candidate costs over its setting's plain step: recomputed

@@ -57,6 +57,9 @@ static const FlagInfo kFlags[] = {
      "Search precision, accumulation, recomputation (and with "
      "--allow-optimizer the optimizer) for the cheapest step that fits SIZE "
      "(device: the target's free memory now)"},
+    {"allow", "lora",
+     "With --memory-budget: auto-fit may train LoRA adapters (rank 8, alpha "
+     "16, all-linear) instead of every weight, after everything else"},
     {"allow-optimizer", "NAME,...",
      "With --memory-budget: optimizers it may switch to (lomo, adalomo)"},
     {"on-nan", "stop|skip|continue",
@@ -387,6 +390,28 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
                                      "--lora: %s",
                                      llvm::toString(p.takeError()).c_str());
   }
+  if (has("allow")) {
+    llvm::SmallVector<llvm::StringRef, 2> what;
+    get("allow").split(what, ',', -1, /*KeepEmpty=*/false);
+    for (llvm::StringRef w : what) {
+      w = w.trim();
+      if (w == "qlora")
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            "--allow qlora: NF4 base weights are not built yet (lora is)");
+      if (w != "lora")
+        return flagError("allow", w, "lora");
+    }
+    if (!o.MemoryBudget)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "--allow needs --memory-budget");
+    if (!o.Lora.empty())
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--allow lora with --lora: --lora trains adapters in every "
+          "candidate already; give one or the other");
+    o.AllowLora = true;
+  }
   if (has("attention")) {
     llvm::StringRef a = get("attention");
     if (a != "fused" && a != "unfused")
@@ -497,6 +522,8 @@ std::string CompileOptions::flags() const {
     }
     add("allow-optimizer", llvm::join(names, ","));
   }
+  if (AllowLora)
+    add("allow", "lora");
   if (OnNan != NanPolicy::Stop)
     add("on-nan", OnNan == NanPolicy::Skip ? "skip" : "continue");
   if (DisableDropout)

@@ -69,6 +69,10 @@ struct CompileOptions {
   /// LoRA (the `lora` pass's options, "rank=8 alpha=16 dropout=0
   /// targets=q_proj,v_proj"); empty: every parameter trains.
   std::string Lora;
+  /// With MemoryBudget: auto-fit may train LoRA adapters instead of every
+  /// weight (`--allow lora`), ranked after every technique that trains all
+  /// weights.
+  bool AllowLora = false;
   /// Attention as one FusedAttention op (the `fuse-attention` pass; exact up
   /// to rounding, no [seq, seq] tensors); false keeps the graph's own
   /// MatMul/Softmax (`--attention unfused`).

@@ -552,7 +552,8 @@ void candidatesTable(const ReportPage &page, llvm::raw_ostream &os) {
   }
   os << "</table>\n<p class=\"note\">rank: 0 exact techniques, 1 bf16, 2 bf16 "
         "without master weights, 3 that with 8-bit AdamW state "
-        "(approximate), 4-6 the same with another optimizer. FLOPs +: extra "
+        "(approximate), 4-6 the same with another optimizer, 7 LoRA adapters "
+        "instead of every weight. FLOPs +: extra "
         "FLOPs (recomputation, a norm pass) over the step without them.</p>\n";
 }
 

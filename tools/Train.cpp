@@ -593,7 +593,7 @@ static int runAutoFitReport(const CompileOptions &options) {
   }
   llvm::outs() << "  (rank: 0 exact techniques, 1 bf16, 2 bf16 without master "
                   "weights, 3 that with 8-bit AdamW state (approximate), 4-6 "
-                  "0-2 with another optimizer)\n"
+                  "0-2 with another optimizer, 7 LoRA adapters)\n"
                << "  chosen: " << fit->Why << "\n\n";
   ReportPage page;
   page.BudgetBytes = options.MemoryBudget;

@@ -396,6 +396,51 @@ TEST(AutoFitTest, FusesUpdatesWhenClippingKeepsGradients) {
   EXPECT_LE(fit.Best.ThePlan.Report.PeakBytes(), o.MemoryBudget);
 }
 
+/// --allow lora: adapters instead of every weight, only when allowed and
+/// only when nothing that trains every weight fits (rank 7).
+TEST(AutoFitTest, TrainsLoraOnlyWhenAllowed) {
+  ZooConfig z;
+  z.Arch = "llama";
+  z.Layers = 6, z.DModel = 256, z.Heads = 4, z.Ffn = 1024, z.Vocab = 1000;
+  z.Seq = 8;
+  z.Weights = ZooConfig::Weights::None;
+  std::string path = testing::TempDir() + "/autofit_lora.onnx";
+  ASSERT_TRUE(static_cast<bool>(writeZooModel(z, path)));
+  const char *lean = "--batch 2 --precision bf16 --master-weights none "
+                     "--recompute every=1";
+  // The leanest mix that trains every weight with AdamW: 8-bit moments.
+  uint64_t int8 =
+      compilePlan(path, fromText(std::string(lean) + " --optimizer adamw "
+                                                     "--optimizer-state int8"))
+          .Report.PeakBytes();
+  uint64_t lora =
+      compilePlan(path, fromText(std::string(lean) +
+                                 " --optimizer adamw --lora "
+                                 "rank=8,alpha=16,targets=all-linear"))
+          .Report.PeakBytes();
+  ASSERT_LT(lora, int8 * 3 / 4); // recomputing more lowers int8's little
+  CompileOptions o = fromText("--batch 2 --optimizer adamw");
+  o.MemoryBudget = (lora + int8) / 2;
+  o.AllowOptimizers = {OptimizerOptions::Kind::Momentum};
+  std::string error = errorOf(autoFit(path, o));
+  EXPECT_NE(error.find("--allow lora lets it train LoRA adapters"),
+            std::string::npos)
+      << error;
+  o.AllowLora = true;
+  auto fit = takeOrFail(autoFit(path, o));
+  const FitCandidate &winner = fit.Tried.front();
+  EXPECT_EQ(winner.Rank, 7);
+  EXPECT_EQ(winner.Options.Lora,
+            "rank=8 alpha=16 dropout=0 targets=all-linear");
+  EXPECT_NE(fit.Why.find("LoRA trains adapters"), std::string::npos) << fit.Why;
+  EXPECT_LE(fit.Best.ThePlan.Report.PeakBytes(), o.MemoryBudget);
+  EXPECT_FALSE(fit.Best.ThePlan.Adapters.empty());
+  EXPECT_EQ(flagError("--batch 2 --memory-budget 1GiB --allow lora --lora "
+                      "rank=4,targets=wq"),
+            "--allow lora with --lora: --lora trains adapters in every "
+            "candidate already; give one or the other");
+}
+
 TEST(TargetTest, PlansRecordTheirTarget) {
   CompileOptions o = fromText("--batch 8 --optimizer adamw");
   Plan cpu = compilePlan(modelPath("gpt.onnx"), o);
