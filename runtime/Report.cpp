@@ -197,6 +197,13 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
       os << "; " << n << "x " << why;
     os << "\n";
   }
+  if (!plan.Adapters.empty()) {
+    const PlanAdapter &a = plan.Adapters.front();
+    int64_t rank = plan.States[plan.stateIndex(a.A)].Type.dim(0);
+    os << "  lora: " << plan.Adapters.size() << " adapters of rank " << rank
+       << " (alpha " << shortestDecimal(a.Alpha)
+       << ") train beside the frozen weights\n";
+  }
   Int8State int8 = countInt8State(plan);
   if (int8.Parameters)
     os << "  optimizer state: 8-bit moments for " << int8.Parameters
@@ -274,6 +281,14 @@ llvm::json::Value headroom::reportJson(const Plan &plan) {
       llvm::json::Object{{"fused", int64_t(attention.Fused)},
                          {"unfused", int64_t(attention.Unfused)},
                          {"declined", std::move(declined)}};
+  if (!plan.Adapters.empty()) {
+    const PlanAdapter &a = plan.Adapters.front();
+    root["lora"] = llvm::json::Object{
+        {"adapters", int64_t(plan.Adapters.size())},
+        {"rank", plan.States[plan.stateIndex(a.A)].Type.dim(0)},
+        {"alpha", a.Alpha},
+        {"dropout", a.Dropout}};
+  }
   Int8State int8 = countInt8State(plan);
   root["int8_optimizer_state"] =
       llvm::json::Object{{"parameters", int64_t(int8.Parameters)},

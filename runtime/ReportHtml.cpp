@@ -613,6 +613,14 @@ void headroom::printReportHtml(const ReportPage &page, llvm::raw_ostream &os) {
     os << ".</p>\n<h2>What fills the peak</h2>\n";
     drawBreakdown(r, page.BudgetBytes, os);
     partsTable(r, os);
+    if (!page.ThePlan->Adapters.empty()) {
+      const Plan &plan = *page.ThePlan;
+      os << "<p class=\"note\">LoRA: " << plan.Adapters.size()
+         << " adapters of rank "
+         << plan.States[plan.stateIndex(plan.Adapters.front().A)].Type.dim(0)
+         << " train beside the frozen weights (the parameters above are the "
+            "adapters).</p>\n";
+    }
     os << "<p class=\"note\">Lower bound (the most bytes live at once plus "
           "the constant part): "
        << formatBytes(r.LowerBoundBytes()) << "; FLOPs per step "
