@@ -22,7 +22,7 @@
 // independent: the loops split across the kernel threads.
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/cpu/Blockwise8bit.h"
+#include "kernels/cpu/AdamW8bitCheck.h"
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/Parallel.h"
 
@@ -204,48 +204,19 @@ llvm::Error adamwUpdateKernel(const KernelContext &ctx) {
 /// one f32 absmax per kStateBlock elements of each: blocks split across the
 /// kernel threads.
 llvm::Error adamw8bitUpdateKernel(const KernelContext &ctx) {
-  if (ctx.Outputs.size() != 5 ||
-      llvm::any_of(ctx.Outputs,
-                   [](const TensorView &o) { return !o.present(); }))
-    return ctx.unsupported("needs its 5 state slots as the outputs");
+  if (auto e = checkAdamW8bit(ctx))
+    return e;
   const TensorView &w = ctx.Outputs[0];
-  if (w.Type != DType::F32 || ctx.Inputs[0].type() != w.type())
-    return ctx.unsupported("needs an f32 weight (bf16 and f16 are widened) "
-                           "and a gradient of its type");
+  if (w.Type != DType::F32)
+    return ctx.unsupported("needs an f32 weight (bf16 and f16 are widened)");
+  if (ctx.hasInput(4) && !*ctx.Inputs[4].as<uint8_t>())
+    return llvm::Error::success(); // a skipped step
   int64_t n = w.numElements(), blocks = stateBlocks(n);
-  for (int i : {1, 2})
-    if (ctx.Outputs[i].type() != TensorType(DType::U8, w.Shape))
-      return ctx.unsupported("moment " + ctx.Outputs[i].type().str() +
-                             " is not u8 of the weight's shape");
-  for (int i : {3, 4})
-    if (ctx.Outputs[i].type() != TensorType(DType::F32, {blocks}))
-      return ctx.unsupported("absmax " + ctx.Outputs[i].type().str() +
-                             " is not f32[" + llvm::Twine(blocks) + "]");
-  if (!ctx.hasInput(1) || !ctx.hasInput(2))
-    return ctx.unsupported("needs the step size and sqrt_bc2");
-  for (unsigned i = 1; i <= 3 && ctx.hasInput(i); ++i)
-    if (ctx.Inputs[i].numElements() != 1 || ctx.Inputs[i].Type != DType::F32)
-      return ctx.unsupported("operand " + llvm::Twine(i) +
-                             " must be an f32 scalar");
-  if (ctx.hasInput(4)) {
-    const TensorView &flag = ctx.Inputs[4];
-    if (flag.Type != DType::Bool || flag.numElements() != 1)
-      return ctx.unsupported("enabled must be a bool scalar");
-    if (!*flag.as<uint8_t>())
-      return llvm::Error::success(); // a skipped step
-  }
-  float decay = static_cast<float>(ctx.attrFloat("decay", 1.0));
-  AdamWStep step{decay,
-                 static_cast<float>(ctx.attrFloat("beta1", 0.9)),
-                 static_cast<float>(ctx.attrFloat("one_minus_beta1", 0.1)),
-                 static_cast<float>(ctx.attrFloat("beta2", 0.999)),
-                 static_cast<float>(ctx.attrFloat("one_minus_beta2", 0.001)),
-                 static_cast<float>(ctx.attrFloat("eps", 1e-8)),
-                 *ctx.Inputs[1].as<float>(),
-                 *ctx.Inputs[2].as<float>(),
-                 ctx.hasInput(3) ? *ctx.Inputs[3].as<float>() : 1.0f,
-                 decay != 1.0f,
-                 ctx.hasInput(3)};
+  AdamWStep step = adamwStepAttributes(ctx);
+  step.StepSize = *ctx.Inputs[1].as<float>();
+  step.SqrtBc2 = *ctx.Inputs[2].as<float>();
+  if (ctx.hasInput(3))
+    step.Scale = *ctx.Inputs[3].as<float>();
   const float *g = ctx.Inputs[0].as<float>();
   float *wt = w.as<float>();
   uint8_t *mc = ctx.Outputs[1].as<uint8_t>(),

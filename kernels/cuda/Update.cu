@@ -19,7 +19,7 @@
 // and AdamW moments are f32 state).
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/cpu/Blockwise8bit.h"
+#include "kernels/cpu/AdamW8bitCheck.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
 
@@ -386,19 +386,6 @@ struct AdamW8bitApply {
     if constexpr (!std::is_same_v<typename Elem<T>::Compute, float>) {
       return Ctx.unsupported("8-bit moments need an f32, bf16 or f16 weight");
     } else {
-      float decay = static_cast<float>(Ctx.attrFloat("decay", 1.0));
-      AdamWStep step{
-          decay,
-          static_cast<float>(Ctx.attrFloat("beta1", 0.9)),
-          static_cast<float>(Ctx.attrFloat("one_minus_beta1", 0.1)),
-          static_cast<float>(Ctx.attrFloat("beta2", 0.999)),
-          static_cast<float>(Ctx.attrFloat("one_minus_beta2", 0.001)),
-          static_cast<float>(Ctx.attrFloat("eps", 1e-8)),
-          0.0f,
-          1.0f,
-          1.0f,
-          decay != 1.0f,
-          Ctx.hasInput(3)};
       int64_t n = Ctx.Outputs[0].numElements();
       AdamW8bitBody<T> body{
           Ctx.Outputs[0].as<T>(),
@@ -411,7 +398,7 @@ struct AdamW8bitApply {
           Ctx.Inputs[2].as<float>(),
           Ctx.hasInput(3) ? Ctx.Inputs[3].as<float>() : nullptr,
           Ctx.hasInput(4) ? Ctx.Inputs[4].as<Bool>() : nullptr,
-          step,
+          cpu::adamwStepAttributes(Ctx),
           n};
       forEachTile(Ctx, stateBlocks(n), k8bitSharedBytes, body);
       return Error::success();
@@ -422,32 +409,9 @@ struct AdamW8bitApply {
 /// AdamW8bitUpdate(g, step_size, sqrt_bc2, scale?, enabled?) {AdamWUpdate's
 /// attributes} -> (w, m codes, v codes, m absmax, v absmax, in place).
 Error adamw8bitUpdate(const KernelContext &ctx) {
-  if (ctx.Outputs.size() != 5)
-    return ctx.unsupported("needs its 5 state slots as the outputs");
+  if (Error e = cpu::checkAdamW8bit(ctx))
+    return e;
   const TensorView &w = ctx.Outputs[0];
-  if (!w.present() || w.type() != ctx.Inputs[0].type())
-    return ctx.unsupported("gradient " + ctx.Inputs[0].type().str() +
-                           " does not match the state " + w.type().str());
-  int64_t blocks = stateBlocks(w.numElements());
-  for (int i : {1, 2})
-    if (!ctx.Outputs[i].present() ||
-        ctx.Outputs[i].type() != TensorType(DType::U8, w.Shape))
-      return ctx.unsupported("moment " + ctx.Outputs[i].type().str() +
-                             " is not u8 of the weight's shape");
-  for (int i : {3, 4})
-    if (!ctx.Outputs[i].present() ||
-        ctx.Outputs[i].type() != TensorType(DType::F32, {blocks}))
-      return ctx.unsupported("absmax " + ctx.Outputs[i].type().str() +
-                             " is not f32[" + llvm::Twine(blocks) + "]");
-  if (!ctx.hasInput(1) || !ctx.hasInput(2))
-    return ctx.unsupported("needs the step size and sqrt_bc2");
-  for (unsigned i = 1; i <= 3 && ctx.hasInput(i); ++i)
-    if (ctx.Inputs[i].numElements() != 1 || ctx.Inputs[i].Type != DType::F32)
-      return ctx.unsupported("operand " + llvm::Twine(i) +
-                             " must be an f32 scalar");
-  if (ctx.hasInput(4) &&
-      (ctx.Inputs[4].Type != DType::Bool || ctx.Inputs[4].numElements() != 1))
-    return ctx.unsupported("enabled must be a bool scalar");
   return dispatch<cpu::FloatTypes>(ctx, w.Type, AdamW8bitApply{ctx});
 }
 

@@ -315,17 +315,29 @@ TEST(AutoFitTest, PicksTheCheapestFit) {
             "--allow-optimizer needs --memory-budget");
 }
 
-/// With an optimizer allowed, a budget only a fused optimizer meets is met
-/// by it: a model whose AdamW state alone, even in 8 bits, exceeds the
-/// budget.
-TEST(AutoFitTest, ChangesTheOptimizerOnlyWhenAllowed) {
+/// A wide, shallow llama (6 layers, d 256, vocab 1000, no weights) for the
+/// auto-fit tests: its state dominates its activations. "" if not written.
+std::string autofitZoo(const std::string &name) {
   ZooConfig z;
   z.Arch = "llama";
   z.Layers = 6, z.DModel = 256, z.Heads = 4, z.Ffn = 1024, z.Vocab = 1000;
   z.Seq = 8;
   z.Weights = ZooConfig::Weights::None;
-  std::string path = testing::TempDir() + "/autofit_llama.onnx";
-  ASSERT_TRUE(static_cast<bool>(writeZooModel(z, path)));
+  std::string path = testing::TempDir() + "/" + name + ".onnx";
+  auto written = writeZooModel(z, path);
+  if (!written) {
+    ADD_FAILURE() << llvm::toString(written.takeError());
+    return "";
+  }
+  return path;
+}
+
+/// With an optimizer allowed, a budget only a fused optimizer meets is met
+/// by it: a model whose AdamW state alone, even in 8 bits, exceeds the
+/// budget.
+TEST(AutoFitTest, ChangesTheOptimizerOnlyWhenAllowed) {
+  std::string path = autofitZoo("autofit_llama");
+  ASSERT_FALSE(path.empty());
   CompileOptions o = fromText("--batch 2 --optimizer adamw");
   uint64_t adamwState = compilePlan(path, o).Report.StateBytes();
   uint64_t lean =
@@ -368,13 +380,8 @@ TEST(AutoFitTest, ChangesTheOptimizerOnlyWhenAllowed) {
 /// else fits, auto-fit frees each at its update with --fuse-update (exact,
 /// the same weights) and counts its norm pass as extra FLOPs.
 TEST(AutoFitTest, FusesUpdatesWhenClippingKeepsGradients) {
-  ZooConfig z;
-  z.Arch = "llama";
-  z.Layers = 6, z.DModel = 256, z.Heads = 4, z.Ffn = 1024, z.Vocab = 1000;
-  z.Seq = 8;
-  z.Weights = ZooConfig::Weights::None;
-  std::string path = testing::TempDir() + "/autofit_fuse.onnx";
-  ASSERT_TRUE(static_cast<bool>(writeZooModel(z, path)));
+  std::string path = autofitZoo("autofit_fuse");
+  ASSERT_FALSE(path.empty());
   const char *base = "--batch 2 --optimizer adamw --clip-grad-norm 1 "
                      "--precision bf16 --master-weights none";
   uint64_t fused =
@@ -399,13 +406,8 @@ TEST(AutoFitTest, FusesUpdatesWhenClippingKeepsGradients) {
 /// --allow lora: adapters instead of every weight, only when allowed and
 /// only when nothing that trains every weight fits (rank 7).
 TEST(AutoFitTest, TrainsLoraOnlyWhenAllowed) {
-  ZooConfig z;
-  z.Arch = "llama";
-  z.Layers = 6, z.DModel = 256, z.Heads = 4, z.Ffn = 1024, z.Vocab = 1000;
-  z.Seq = 8;
-  z.Weights = ZooConfig::Weights::None;
-  std::string path = testing::TempDir() + "/autofit_lora.onnx";
-  ASSERT_TRUE(static_cast<bool>(writeZooModel(z, path)));
+  std::string path = autofitZoo("autofit_lora");
+  ASSERT_FALSE(path.empty());
   const char *lean = "--batch 2 --precision bf16 --master-weights none "
                      "--recompute every=1";
   // The leanest mix that trains every weight with AdamW: 8-bit moments.
