@@ -360,11 +360,8 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
   // f32: the update computes in f32 and rounds the weight once.
   bool narrow = t == DType::BF16 || t == DType::F16;
   // 8-bit moments compute in f32 whatever the weight (f32, bf16 or f16).
-  DType mt =
-      narrow || (O.Int8State && O.Kind == OptimizerOptions::Kind::AdamW &&
-                 s->type().numElements() >= O.Int8MinElements)
-          ? DType::F32
-          : t;
+  bool int8 = O.int8Moments(s->type().numElements());
+  DType mt = narrow || int8 ? DType::F32 : t;
   auto moment = [&](const char *suffix) {
     return slot(m, s->name() + "." + suffix, TensorType(mt, s->type().shape()));
   };
@@ -407,8 +404,7 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
     a["beta2"] = Attribute::getFloat(O.Beta2);
     a["one_minus_beta2"] = Attribute::getFloat(1.0 - O.Beta2);
     a["eps"] = Attribute::getFloat(O.Eps);
-    int64_t n = s->type().numElements();
-    if (!O.Int8State || n < O.Int8MinElements)
+    if (!int8)
       return fused("AdamWUpdate", {g, stepSize, sqrtBc2}, a,
                    {moment("exp_avg"), moment("exp_avg_sq")});
     // bitsandbytes' layout: codes of the weight's shape, an absmax per block.
@@ -417,8 +413,9 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
                   TensorType(DType::U8, s->type().shape()));
     };
     auto absmax = [&](const char *suffix) {
-      return slot(m, s->name() + "." + suffix,
-                  TensorType(DType::F32, {stateBlocks(n)}));
+      return slot(
+          m, s->name() + "." + suffix,
+          TensorType(DType::F32, {stateBlocks(s->type().numElements())}));
     };
     return fused("AdamW8bitUpdate", {g, stepSize, sqrtBc2}, a,
                  {codes("exp_avg"), codes("exp_avg_sq"),
@@ -566,8 +563,7 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
           "narrow weights",
           s->name().c_str(), dtypeName(pt).str().c_str(),
           O.kindName().str().c_str());
-    if (O.Int8State && pt == DType::F64 &&
-        s->type().numElements() >= O.Int8MinElements)
+    if (pt == DType::F64 && O.int8Moments(s->type().numElements()))
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
           "optimizer: @%s is f64: 8-bit optimizer state quantizes the moments "
@@ -652,6 +648,10 @@ llvm::Expected<bool> Optimizer::run(Module &m) {
   if (Conflict)
     return std::move(Conflict);
   return changed;
+}
+
+bool OptimizerOptions::int8Moments(int64_t elements) const {
+  return Int8State && Kind == Kind::AdamW && elements >= Int8MinElements;
 }
 
 bool OptimizerOptions::fused() const {

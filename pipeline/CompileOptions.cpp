@@ -230,14 +230,7 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
                           opt.Int8MinElements < 0)))
       return flagError("optimizer-state", get("optimizer-state"),
                        "full, int8 or int8,min=N");
-    opt.Int8State = v == "int8";
-    if (opt.Int8State && opt.Kind != K::AdamW)
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(),
-          "--optimizer-state int8 quantizes adamw's moments; %s has %s",
-          opt.kindName().str().c_str(),
-          opt.Kind == K::Momentum ? "one buffer, kept in full precision"
-                                  : "no moments to quantize");
+    opt.Int8State = v == "int8"; // the optimizer pass refuses other kinds
   }
   if (has("betas")) {
     auto [b1, b2] = get("betas").split(',');

@@ -237,15 +237,18 @@ headroom::mergedWeights(const Executor &exec) {
     }
     int64_t r = A->type().dim(0), in = A->type().dim(1), o = B->type().dim(0);
     double scale = a.Alpha / double(r);
-    Tensor merged = w->convertedTo(DType::F64);
     // W [out, in] += scale B A, or W [in, out] += scale (B A)^T; in f64.
+    Tensor merged = w->convertedTo(DType::F64),
+           a64 = A->convertedTo(DType::F64), b64 = B->convertedTo(DType::F64);
+    auto *m = reinterpret_cast<double *>(merged.data());
+    auto *pa = reinterpret_cast<const double *>(a64.bytes().data());
+    auto *pb = reinterpret_cast<const double *>(b64.bytes().data());
     for (int64_t i = 0; i < o; ++i)
       for (int64_t j = 0; j < in; ++j) {
         double s = 0;
         for (int64_t k = 0; k < r; ++k)
-          s += B->getDouble(i * r + k) * A->getDouble(k * in + j);
-        int64_t at = a.OutIn ? i * in + j : j * o + i;
-        merged.setDouble(at, merged.getDouble(at) + scale * s);
+          s += pb[i * r + k] * pa[k * in + j];
+        m[a.OutIn ? i * in + j : j * o + i] += scale * s;
       }
     out.emplace(a.Base, merged.convertedTo(w->type().dtype()));
   }

@@ -179,10 +179,7 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
   os << llvm::format("  %-34s %20.4g  (%.1f%% of the step without them)\n",
                      static_cast<const char *>("FLOPs recomputed"),
                      double(r.RecomputeFlops),
-                     r.StepFlops > r.RecomputeFlops
-                         ? 100.0 * double(r.RecomputeFlops) /
-                               double(r.StepFlops - r.RecomputeFlops)
-                         : 0.0);
+                     100 * extraShare(r.RecomputeFlops, r.StepFlops));
   TensorCounts counts = countTensors(plan);
   os << "  tensors:";
   for (int k = 0; k < 4; ++k)
@@ -300,9 +297,7 @@ llvm::json::Value headroom::reportJson(const Plan &plan) {
 
 /// Recomputed FLOPs as a share of the step without them.
 static double extraFlops(const MemoryReport &r) {
-  return r.StepFlops > r.RecomputeFlops
-             ? double(r.RecomputeFlops) / double(r.StepFlops - r.RecomputeFlops)
-             : 0.0;
+  return extraShare(r.RecomputeFlops, r.StepFlops);
 }
 
 std::vector<bool> headroom::frontierOf(llvm::ArrayRef<SweepPoint> points) {

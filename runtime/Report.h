@@ -17,6 +17,12 @@
 
 namespace headroom {
 
+/// `extra` FLOPs as a share of a step of `step` FLOPs that includes them
+/// (recomputation, a norm pass): extra / (step - extra), 0 when undefined.
+inline double extraShare(uint64_t extra, uint64_t step) {
+  return step > extra ? double(extra) / double(step - extra) : 0.0;
+}
+
 void printReportTable(const Plan &plan, llvm::StringRef title,
                       llvm::raw_ostream &os);
 /// At least peak_bytes, lower_bound_bytes, target, alignment_bytes and

@@ -325,10 +325,7 @@ void drawSweep(llvm::ArrayRef<SweepPoint> points, llvm::StringRef title,
   const double W = 960, H = 500, left = 80, right = 24, top = 44, bottom = 96;
   const double pw = W - left - right, ph = H - top - bottom;
   auto extra = [](const MemoryReport &r) {
-    return r.StepFlops > r.RecomputeFlops
-               ? double(r.RecomputeFlops) /
-                     double(r.StepFlops - r.RecomputeFlops)
-               : 0.0;
+    return extraShare(r.RecomputeFlops, r.StepFlops);
   };
   uint64_t most = 1;
   double xmax = 0.01;
@@ -530,10 +527,7 @@ void candidatesTable(const ReportPage &page, llvm::raw_ostream &os) {
         "(red)</th></tr>\n";
   for (size_t i = 0; i < page.Candidates.size(); ++i) {
     const PageCandidate &c = page.Candidates[i];
-    double extra =
-        c.StepFlops > c.ExtraFlops
-            ? 100.0 * double(c.ExtraFlops) / double(c.StepFlops - c.ExtraFlops)
-            : 0.0;
+    double extra = 100 * extraShare(c.ExtraFlops, c.StepFlops);
     os << "<tr" << (i == 0 ? " class=\"chosen\"" : "") << "><td>"
        << (i == 0   ? "chosen"
            : c.Fits ? "fits"
@@ -563,10 +557,7 @@ void sweepTable(llvm::ArrayRef<SweepPoint> points, llvm::raw_ostream &os) {
         "loss</th><th>FLOPs +</th></tr>\n";
   for (size_t i = 0; i < points.size(); ++i) {
     const MemoryReport &r = *points[i].Report;
-    double extra = r.StepFlops > r.RecomputeFlops
-                       ? 100.0 * double(r.RecomputeFlops) /
-                             double(r.StepFlops - r.RecomputeFlops)
-                       : 0.0;
+    double extra = 100 * extraShare(r.RecomputeFlops, r.StepFlops);
     os << "<tr><td>" << (frontier[i] ? "frontier" : "") << "</td><td>"
        << escape(points[i].Label) << "</td><td class=\"n\" data-bytes=\""
        << r.PeakBytes() << "\">" << formatBytes(r.PeakBytes())

@@ -523,7 +523,16 @@ static int printReport(const Plan &plan, llvm::StringRef title,
 bool modelIsPlan() { return llvm::StringRef(Model).endswith(".plan"); }
 
 /// `headroom report PLAN.plan`: the report a compiled plan carries.
+/// report's --svg and --html, checked before anything is compiled.
+static llvm::Error checkReportOutputs() {
+  if (auto e = checkWritable("--svg", Svg))
+    return e;
+  return checkWritable("--html", Html);
+}
+
 int runReportOfPlan() {
+  if (auto e = checkReportOutputs())
+    return reportError(std::move(e));
   auto loaded = readPlanFile(Model);
   if (!loaded)
     return reportError(loaded.takeError());
@@ -544,9 +553,7 @@ static int runAutoFitReport(const CompileOptions &options) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   auto extra = [](const FitCandidate &c) {
-    return c.StepFlops > c.ExtraFlops ? 100.0 * double(c.ExtraFlops) /
-                                            double(c.StepFlops - c.ExtraFlops)
-                                      : 0.0;
+    return 100 * extraShare(c.ExtraFlops, c.StepFlops);
   };
   if (Json) {
     llvm::json::Array rows;
@@ -607,9 +614,7 @@ static int runAutoFitReport(const CompileOptions &options) {
 }
 
 int runReport(const CompileOptions &options) {
-  if (auto e = checkWritable("--svg", Svg))
-    return reportError(std::move(e));
-  if (auto e = checkWritable("--html", Html))
+  if (auto e = checkReportOutputs())
     return reportError(std::move(e));
   if (options.MemoryBudget)
     return runAutoFitReport(options);
@@ -622,10 +627,8 @@ int runReport(const CompileOptions &options) {
 /// `headroom report --recompute sweep`: every recomputation candidate of
 /// the step, compiled, as a table (or JSON) and, with --svg, the frontier.
 int runRecomputeSweep(const CompileOptions &options) {
-  for (auto [flag, path] : {std::make_pair("--svg", Svg.getValue()),
-                            std::make_pair("--html", Html.getValue())})
-    if (auto e = checkWritable(flag, path))
-      return reportError(std::move(e));
+  if (auto e = checkReportOutputs())
+    return reportError(std::move(e));
   auto built = buildStep(Model, options);
   if (!built)
     return reportError(built.takeError());
