@@ -32,6 +32,8 @@ llvm::StringRef headroom::stateInitName(StateInit i) {
     return "zeros";
   case StateInit::KaimingUniform:
     return "kaiming_uniform";
+  case StateInit::Nf4:
+    return "nf4";
   }
   llvm_unreachable("unknown state init");
 }
@@ -43,6 +45,8 @@ llvm::Optional<StateInit> headroom::parseStateInit(llvm::StringRef s) {
     return StateInit::Zeros;
   if (s == "kaiming_uniform")
     return StateInit::KaimingUniform;
+  if (s == "nf4")
+    return StateInit::Nf4;
   return llvm::None;
 }
 

@@ -54,7 +54,9 @@ llvm::Optional<StateKind> parseStateKind(llvm::StringRef s);
 /// drawn from --seed as torch's kaiming_uniform_(a=sqrt(5)) draws a Linear
 /// weight (uniform in +-1/sqrt(fan_in), fan_in the last dimension): what
 /// the lora pass gives its adapters (lora_B zeros, lora_A drawn).
-enum class StateInit { Model, Zeros, KaimingUniform };
+/// Nf4: the model's initializer of the weight quantized to NF4 when the
+/// run starts (the four slots of compiler/StateQuantization.h).
+enum class StateInit { Model, Zeros, KaimingUniform, Nf4 };
 llvm::StringRef stateInitName(StateInit i);
 llvm::Optional<StateInit> parseStateInit(llvm::StringRef s);
 

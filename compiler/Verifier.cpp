@@ -209,6 +209,14 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                          " is not the operand cast to " +
                          dtypeName(a->asType()));
   }
+  if (n.is(OpKind::Nf4Dequantize)) {
+    std::vector<TensorType> types;
+    for (const Value *v : n.operands())
+      types.push_back(v->type());
+    std::string why = nf4OperandError(types, n.result(0)->type());
+    if (!why.empty())
+      return fail(n, why);
+  }
   if (n.is(OpKind::MatMul) || n.is(OpKind::Gemm))
     if (auto e = verifyMatrixProduct(n))
       return e;

@@ -22,8 +22,20 @@
 // Options: rank= alpha= dropout= targets=NAME,NAME|all-linear. Runs first,
 // before mixed precision and autodiff.
 //
+// quantize-base (QLoRA, `--base-weights nf4`) runs after it: every frozen
+// matrix a product reads, but the output head's (as transformers'
+// load_in_4bit leaves lm_head), is stored as NF4: the slot keeps its name
+// and holds the 4-bit codes, three slots beside it the scales
+// (compiler/StateQuantization.h), all quantized from the model's
+// initializer when the run starts (StateInit::Nf4), and each Read of it
+// becomes Nf4Dequantize of the four. Mixed precision dequantizes straight
+// into the low type; rematerialize makes the weight again for the backward
+// instead of keeping it, so one dequantized weight is alive at a time.
+//
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
+
+#include "compiler/StateQuantization.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
@@ -59,9 +71,9 @@ llvm::Error err(const llvm::Twine &msg) {
                                  "lora: " + msg);
 }
 
-/// The parameter read by `v`, directly or through a Transpose of its last
-/// two axes (`*swapped` set), or null.
-StateSlot *paramOf(Value *v, bool *swapped) {
+/// The 2-D slot of kind `kind` read by `v`, directly or through a Transpose
+/// of its last two axes (`*swapped` set), or null.
+StateSlot *paramOf(Value *v, bool *swapped, StateKind kind) {
   *swapped = false;
   Node *def = v ? v->definingNode() : nullptr;
   if (def && def->is(OpKind::Transpose) && def->result(0)->type().rank() == 2) {
@@ -73,8 +85,7 @@ StateSlot *paramOf(Value *v, bool *swapped) {
     }
   }
   if (!def || !def->is(OpKind::Read) || !def->state() ||
-      def->state()->kind() != StateKind::Param ||
-      def->state()->type().rank() != 2)
+      def->state()->kind() != kind || def->state()->type().rank() != 2)
     return nullptr;
   return def->state();
 }
@@ -84,15 +95,16 @@ int64_t intAttr(const Node &n, llvm::StringRef name) {
   return a && a->kind() == Attribute::Kind::Int ? a->asInt() : 0;
 }
 
-/// Every matrix product of `f` with a 2-D parameter as its right operand.
-std::vector<Product> products(Function &f) {
+/// Every matrix product of `f` with a 2-D slot of kind `kind` (parameters,
+/// or after lora the frozen weights) as its right operand.
+std::vector<Product> products(Function &f, StateKind kind = StateKind::Param) {
   std::vector<Product> out;
   for (Node &n : f.nodes()) {
     bool matmul = n.is(OpKind::MatMul), gemm = n.is(OpKind::Gemm);
     if ((!matmul && !gemm) || intAttr(n, "transA"))
       continue;
     bool swapped;
-    StateSlot *w = paramOf(n.operand(1), &swapped);
+    StateSlot *w = paramOf(n.operand(1), &swapped, kind);
     if (!w)
       continue;
     out.push_back(
@@ -220,7 +232,85 @@ llvm::Expected<bool> Lora::run(Module &m) {
   return true;
 }
 
+class QuantizeBase : public Pass {
+public:
+  llvm::StringRef name() const override { return "quantize-base"; }
+  llvm::Expected<bool> run(Module &m) override;
+};
+
+llvm::Expected<bool> QuantizeBase::run(Module &m) {
+  if (m.functions().empty())
+    return false;
+  Function &f = *m.functions().front();
+  std::vector<Product> all = products(f, StateKind::Frozen);
+  std::vector<StateSlot *> weights;
+  for (size_t i = 0; i + 1 < all.size(); ++i) { // not the output head
+    StateSlot *w = all[i].W;
+    if (w->kind() == StateKind::Frozen && isFloat(w->type().dtype()) &&
+        w->init() == StateInit::Model && !llvm::is_contained(weights, w))
+      weights.push_back(w);
+  }
+  bool quantized = llvm::any_of(
+      m.states(), [](const auto &s) { return s->init() == StateInit::Nf4; });
+  if (weights.empty() && quantized)
+    return false; // run before
+  if (weights.empty())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "quantize-base: no frozen matrix to store as NF4 (it quantizes the "
+        "base weights the lora pass froze; run lora first)");
+  for (StateSlot *w : weights) {
+    TensorType original = w->type();
+    int64_t n = original.numElements();
+    const TensorType scaleTypes[3] = {
+        TensorType(DType::U8, {nf4Blocks(n)}),
+        TensorType(DType::F32, {nf4NestedBlocks(n)}),
+        TensorType(DType::F32, {1})};
+    StateSlot *slots[4] = {w};
+    for (unsigned k = 0; k < 3; ++k) {
+      auto s = stateSlotFor(m, w->name() + kNf4ScaleSuffixes[k], scaleTypes[k],
+                            StateKind::Frozen, "quantize-base");
+      if (!s)
+        return s.takeError();
+      slots[k + 1] = *s;
+      slots[k + 1]->setInit(StateInit::Nf4);
+    }
+    w->setType(TensorType(DType::U8, {nf4PackedBytes(n)}));
+    w->setInit(StateInit::Nf4);
+    std::vector<Node *> reads;
+    for (Node &n : f.nodes())
+      if (n.is(OpKind::Read) && n.state() == w)
+        reads.push_back(&n);
+    for (Node *read : reads) {
+      Builder b(f, read);
+      b.setLoc(read->loc());
+      std::vector<Value *> operands;
+      for (StateSlot *s : slots)
+        operands.push_back(b.read(s));
+      Value *weight = b.createValue("Nf4Dequantize", operands, original);
+      weight->setName(read->result(0)->name());
+      read->result(0)->replaceAllUsesWith(weight);
+      read->erase();
+    }
+  }
+  return true;
+}
+
 } // namespace
+
+llvm::Expected<std::unique_ptr<Pass>>
+headroom::createQuantizeBasePass(llvm::StringRef options) {
+  auto items = parsePassOptions("quantize-base", options);
+  if (!items)
+    return items.takeError();
+  for (const auto &[key, value] : *items)
+    if (key != "format" || value != "nf4")
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "quantize-base: %s=%s: expected format=nf4", key.c_str(),
+          value.c_str());
+  return std::make_unique<QuantizeBase>();
+}
 
 llvm::Expected<std::unique_ptr<Pass>>
 headroom::createLoraPass(llvm::StringRef options) {

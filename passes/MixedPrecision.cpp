@@ -23,7 +23,8 @@
 // master=none the parameters themselves are stored low (LOMO's setting; the
 // frozen ones too, such as LoRA's base):
 // their Reads are low, their gradients too, and the optimizer updates them
-// in f32 with one rounding (SgdUpdate).
+// in f32 with one rounding (SgdUpdate). An NF4 weight (quantize-base) keeps
+// its codes and scales and is dequantized straight into the low type.
 //
 // Requires: one function, the forward, before autodiff. Guarantees: every
 // float value is f32 or the low type; the loss is f32.
@@ -50,6 +51,7 @@ Rule ruleOf(const Node &n) {
   case OpKind::Gemm:
   case OpKind::Conv:
   case OpKind::FusedAttention: // f32 inside, on low q, k and v
+  case OpKind::Nf4Dequantize:  // a frozen NF4 weight, made in the low type
     return Rule::Low;
   case OpKind::Softmax:
   case OpKind::LogSoftmax:
@@ -76,7 +78,8 @@ Rule ruleOf(const Node &n) {
 /// Operands that are not data: Dropout's ratio keeps its type, and so does
 /// FusedAttention's additive bias (f32, added inside in f32).
 bool isDataOperand(const Node &n, unsigned i) {
-  return !(n.is(OpKind::Dropout) && i > 0) &&
+  return !n.is(OpKind::Nf4Dequantize) && // codes and scales, as stored
+         !(n.is(OpKind::Dropout) && i > 0) &&
          !(n.is(OpKind::FusedAttention) && i > 2);
 }
 
@@ -157,7 +160,7 @@ llvm::Expected<bool> MixedPrecision::run(Module &m) {
   if (!Master)
     for (const auto &s : m.states())
       if ((s->kind() == StateKind::Param || s->kind() == StateKind::Frozen) &&
-          s->type().dtype() == DType::F32)
+          s->type().dtype() == DType::F32 && s->init() != StateInit::Nf4)
         s->setType(s->type().withDType(Low));
   std::vector<Node *> nodes;
   for (Node &n : f.nodes())

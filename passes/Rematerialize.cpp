@@ -71,6 +71,7 @@ bool isCheap(const Node &n) {
   case OpKind::Transpose:
   case OpKind::Slice:
   case OpKind::Concat:
+  case OpKind::Nf4Dequantize: // from frozen state: a weight made again
     return true;
   default:
     return false;

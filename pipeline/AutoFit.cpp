@@ -24,6 +24,7 @@ struct Setting {
   int Rank;
   bool Int8State = false;
   bool Lora = false;
+  bool Nf4 = false;
 };
 
 /// What `--allow lora` trains: PEFT's usual adapter on every linear layer.
@@ -41,7 +42,7 @@ std::string settingLabel(const CompileOptions &o) {
   if (o.Optimizer.FuseUpdate)
     s += ", --fuse-update";
   if (!o.Lora.empty())
-    s += ", LoRA (" + o.Lora + ")";
+    s += (o.BaseNf4 ? ", QLoRA (" : ", LoRA (") + o.Lora + ")";
   if (o.Accumulate > 1)
     s += ", --accum " + std::to_string(o.Accumulate);
   return s;
@@ -204,6 +205,8 @@ llvm::Expected<FitResult> Search::run() {
   // Adapters instead of every weight: last, and only when allowed.
   if (Base.AllowLora)
     settings.push_back({DType::BF16, false, user, 7, false, true});
+  if (Base.AllowQlora)
+    settings.push_back({DType::BF16, false, user, 8, false, true, true});
   std::stable_sort(
       settings.begin(), settings.end(),
       [](const Setting &a, const Setting &b) { return a.Rank < b.Rank; });
@@ -226,6 +229,7 @@ llvm::Expected<FitResult> Search::run() {
     o.Optimizer.Int8State |= s.Int8State;
     if (s.Lora)
       o.Lora = kAutoLora;
+    o.BaseNf4 = s.Nf4;
     if (s.Optimizer != user) { // the new optimizer's defaults
       o.Optimizer.Lr = s.Optimizer == Kind::AdaLomo ? 1e-3 : Base.Optimizer.Lr;
       o.Optimizer.WeightDecay = 0;
@@ -275,6 +279,7 @@ llvm::Expected<FitResult> Search::run() {
     o.Optimizer.Int8State |= s.Int8State;
     if (s.Lora)
       o.Lora = kAutoLora;
+    o.BaseNf4 = s.Nf4;
     for (unsigned k : {accums.front(), accums.back()}) {
       o.Accumulate = k;
       for (Policy p : {Policy::Every, Policy::All, Policy::Sqrt}) {
@@ -302,7 +307,8 @@ llvm::Expected<FitResult> Search::run() {
         Base.AllowOptimizers.empty()
             ? "; --allow-optimizer lomo lets it change the optimizer"
         : !Base.AllowLora ? "; --allow lora lets it train LoRA adapters instead"
-                          : "");
+        : !Base.AllowQlora ? "; --allow qlora also stores their base as NF4"
+                           : "");
   }
   size_t w = 0;
   while (&Tried[w] != winner)
@@ -316,6 +322,9 @@ llvm::Expected<FitResult> Search::run() {
                              "moments in 8 bits"
        : winner->Rank == 7 ? ": nothing that trains every weight fits; LoRA "
                              "trains adapters beside the frozen weights"
+       : winner->Rank == 8 ? ": neither full training nor LoRA on bf16 "
+                             "weights fits; QLoRA stores the frozen base as "
+                             "NF4 (4-bit, approximate)"
                            : ": no technique with the user's "
                              "optimizer fits") +
       (winner->ExtraFlops ? ", at the fewest extra FLOPs of its kind"

@@ -57,9 +57,10 @@ static const FlagInfo kFlags[] = {
      "Search precision, accumulation, recomputation (and with "
      "--allow-optimizer the optimizer) for the cheapest step that fits SIZE "
      "(device: the target's free memory now)"},
-    {"allow", "lora",
+    {"allow", "lora,qlora",
      "With --memory-budget: auto-fit may train LoRA adapters (rank 8, alpha "
-     "16, all-linear) instead of every weight, after everything else"},
+     "16, all-linear) instead of every weight, after everything else; qlora "
+     "also stores their frozen base as NF4"},
     {"allow-optimizer", "NAME,...",
      "With --memory-budget: optimizers it may switch to (lomo, adalomo)"},
     {"on-nan", "stop|skip|continue",
@@ -69,6 +70,10 @@ static const FlagInfo kFlags[] = {
      "Train low-rank adapters beside frozen weights (PEFT's LoRA): the "
      "targeted modules (e.g. targets=q_proj;v_proj) gain A [R, in] and B "
      "[out, R] scaled by A/R; every other parameter is frozen"},
+    {"base-weights", "nf4",
+     "With --lora: store every frozen matrix but the output head as NF4 "
+     "(QLoRA; bitsandbytes' 4-bit NormalFloat with double quantization), "
+     "dequantized in the compute type where it is used"},
     {"disable-dropout", nullptr,
      "Train with every Dropout ratio set to 0 (to reproduce references "
      "computed without dropout)"},
@@ -389,11 +394,9 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
     for (llvm::StringRef w : what) {
       w = w.trim();
       if (w == "qlora")
-        return llvm::createStringError(
-            llvm::inconvertibleErrorCode(),
-            "--allow qlora: NF4 base weights are not built yet (lora is)");
-      if (w != "lora")
-        return flagError("allow", w, "lora");
+        o.AllowQlora = true;
+      else if (w != "lora")
+        return flagError("allow", w, "lora or qlora");
     }
     if (!o.MemoryBudget)
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -404,6 +407,16 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
           "--allow lora with --lora: --lora trains adapters in every "
           "candidate already; give one or the other");
     o.AllowLora = true;
+  }
+  if (has("base-weights")) {
+    if (get("base-weights") != "nf4")
+      return flagError("base-weights", get("base-weights"), "nf4");
+    if (o.Lora.empty())
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--base-weights nf4 needs --lora: NF4 stores the frozen base that "
+          "LoRA's adapters train beside");
+    o.BaseNf4 = true;
   }
   if (has("attention")) {
     llvm::StringRef a = get("attention");
@@ -516,7 +529,7 @@ std::string CompileOptions::flags() const {
     add("allow-optimizer", llvm::join(names, ","));
   }
   if (AllowLora)
-    add("allow", "lora");
+    add("allow", AllowQlora ? "lora,qlora" : "lora");
   if (OnNan != NanPolicy::Stop)
     add("on-nan", OnNan == NanPolicy::Skip ? "skip" : "continue");
   if (DisableDropout)
@@ -526,6 +539,8 @@ std::string CompileOptions::flags() const {
     std::replace(flag.begin(), flag.end(), ',', ';');
     std::replace(flag.begin(), flag.end(), ' ', ',');
     add("lora", flag);
+    if (BaseNf4)
+      add("base-weights", "nf4");
   }
   if (!FuseAttention)
     add("attention", "unfused");
@@ -537,6 +552,8 @@ std::string CompileOptions::basePipeline() const {
   std::vector<std::string> passes;
   if (!Lora.empty())
     passes.push_back("lora{" + Lora + "}");
+  if (!Lora.empty() && BaseNf4)
+    passes.push_back("quantize-base{format=nf4}");
   if (DisableDropout)
     passes.push_back("disable-dropout");
   if (Precision != DType::F32)

@@ -73,6 +73,11 @@ struct CompileOptions {
   /// weight (`--allow lora`), ranked after every technique that trains all
   /// weights.
   bool AllowLora = false;
+  /// `--allow qlora`: auto-fit may also store LoRA's frozen base as NF4.
+  bool AllowQlora = false;
+  /// With Lora: the frozen matrices stored as NF4 (`--base-weights nf4`, the
+  /// `quantize-base` pass; QLoRA).
+  bool BaseNf4 = false;
   /// Attention as one FusedAttention op (the `fuse-attention` pass; exact up
   /// to rounding, no [seq, seq] tensors); false keeps the graph's own
   /// MatMul/Softmax (`--attention unfused`).

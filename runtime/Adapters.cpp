@@ -2,6 +2,7 @@
 #include "runtime/Adapters.h"
 
 #include "compiler/AtomicFile.h"
+#include "runtime/ModelIO.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
@@ -226,8 +227,11 @@ llvm::Expected<std::map<std::string, Tensor>>
 headroom::mergedWeights(const Executor &exec) {
   std::map<std::string, Tensor> out;
   for (const PlanAdapter &a : exec.plan().Adapters) {
-    auto w = exec.readState(a.Base), A = exec.readState(a.A),
-         B = exec.readState(a.B);
+    auto A = exec.readState(a.A), B = exec.readState(a.B);
+    int64_t in = A ? A->type().dim(1) : 0, o = B ? B->type().dim(0) : 0;
+    auto w = readWeight(exec, a.Base,
+                        a.OutIn ? std::vector<int64_t>{o, in}
+                                : std::vector<int64_t>{in, o});
     if (!w || !A || !B) {
       llvm::Error e = llvm::Error::success();
       for (auto *x : {&w, &A, &B})
@@ -235,7 +239,7 @@ headroom::mergedWeights(const Executor &exec) {
           e = llvm::joinErrors(std::move(e), x->takeError());
       return e;
     }
-    int64_t r = A->type().dim(0), in = A->type().dim(1), o = B->type().dim(0);
+    int64_t r = A->type().dim(0);
     double scale = a.Alpha / double(r);
     // W [out, in] += scale B A, or W [in, out] += scale (B A)^T; in f64.
     Tensor merged = w->convertedTo(DType::F64),

@@ -4,6 +4,7 @@
 #include "compiler/AtomicFile.h"
 
 #include "compiler/OnnxTensor.h"
+#include "kernels/cpu/Nf4.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -12,6 +13,7 @@
 
 #include <google/protobuf/io/coded_stream.h>
 
+#include <array>
 #include <climits>
 #include <cstdio>
 
@@ -41,6 +43,76 @@ static std::string dirOf(llvm::StringRef path) {
   return dir.empty() ? "." : dir.str();
 }
 
+/// The names of NF4 weight `name`'s four slots: its codes, then its scales.
+static std::array<std::string, 4> nf4SlotNames(llvm::StringRef name) {
+  return {name.str(), (name + kNf4ScaleSuffixes[0]).str(),
+          (name + kNf4ScaleSuffixes[1]).str(),
+          (name + kNf4ScaleSuffixes[2]).str()};
+}
+
+/// Quantizes initializer `w` into the four slots of the NF4 weight of its
+/// name.
+static llvm::Error writeNf4(Executor &exec, llvm::StringRef name,
+                            const Tensor &w) {
+  int64_t n = w.type().numElements();
+  auto names = nf4SlotNames(name);
+  const TensorType want[4] = {TensorType(DType::U8, {nf4PackedBytes(n)}),
+                              TensorType(DType::U8, {nf4Blocks(n)}),
+                              TensorType(DType::F32, {nf4NestedBlocks(n)}),
+                              TensorType(DType::F32, {1})};
+  Tensor slots[4];
+  for (unsigned k = 0; k < 4; ++k) {
+    int index = exec.plan().stateIndex(names[k]);
+    if (index < 0 || exec.plan().States[index].Type != want[k])
+      return err(names[k] + ": the plan's NF4 slot " +
+                 (index < 0 ? std::string("is missing")
+                            : "is " + exec.plan().States[index].Type.str()) +
+                 "; for the model's " + w.type().str() + " it is " +
+                 want[k].str() + " (another model?)");
+    slots[k] = Tensor(want[k]);
+  }
+  Tensor f32 = w.convertedTo(DType::F32);
+  quantizeNf4(reinterpret_cast<const float *>(f32.bytes().data()), n,
+              {slots[0].data(), slots[1].data(),
+               reinterpret_cast<float *>(slots[2].data()),
+               reinterpret_cast<float *>(slots[3].data())});
+  for (unsigned k = 0; k < 4; ++k)
+    if (auto e = exec.writeState(names[k], slots[k]))
+      return e;
+  return llvm::Error::success();
+}
+
+llvm::Expected<Tensor> headroom::readWeight(const Executor &exec,
+                                            llvm::StringRef name,
+                                            llvm::ArrayRef<int64_t> shape) {
+  int index = exec.plan().stateIndex(name);
+  if (index < 0 || exec.plan().States[index].Init != StateInit::Nf4)
+    return exec.readState(name);
+  auto names = nf4SlotNames(name);
+  Tensor slots[4];
+  for (unsigned k = 0; k < 4; ++k) {
+    auto t = exec.readState(names[k]);
+    if (!t)
+      return t.takeError();
+    slots[k] = std::move(*t);
+  }
+  TensorType type(DType::F32, shape);
+  std::vector<TensorType> types;
+  for (const Tensor &t : slots)
+    types.push_back(t.type());
+  std::string why = nf4OperandError(types, type);
+  if (!why.empty())
+    return err(name + ": " + why);
+  Tensor out(type);
+  auto *w = reinterpret_cast<float *>(out.data());
+  auto *nested = reinterpret_cast<const float *>(slots[2].bytes().data());
+  float offset = *reinterpret_cast<const float *>(slots[3].bytes().data());
+  for (int64_t i = 0; i < type.numElements(); ++i)
+    w[i] = dequantizeNf4(kNf4Map, kSignedDynamicMap, slots[0].bytes().data(),
+                         slots[1].bytes().data(), nested, offset, i);
+  return out;
+}
+
 llvm::Expected<unsigned> headroom::loadInitialState(Executor &exec,
                                                     llvm::StringRef modelPath) {
   auto model = readModel(modelPath);
@@ -56,6 +128,12 @@ llvm::Expected<unsigned> headroom::loadInitialState(Executor &exec,
       return err(modelPath + ": " + llvm::toString(t.takeError()));
     // A weight the plan stores in another float type (mixed precision
     // without master weights) is converted, rounding to nearest even.
+    if (exec.plan().States[slot].Init == StateInit::Nf4) {
+      if (auto e = writeNf4(exec, init.name(), *t))
+        return err(modelPath + ": " + llvm::toString(std::move(e)));
+      loaded += 4;
+      continue;
+    }
     DType stored = exec.plan().States[slot].Type.dtype();
     if (isFloat(stored) && isFloat(t->type().dtype()))
       *t = t->convertedTo(stored);
@@ -80,7 +158,9 @@ headroom::saveTrainedModel(const Executor &exec, llvm::StringRef modelPath,
                            : std::map<std::string, Tensor>::const_iterator();
     auto value = overrides && found != overrides->end()
                      ? llvm::Expected<Tensor>(found->second)
-                     : exec.readState(init.name());
+                     : readWeight(exec, init.name(),
+                                  std::vector<int64_t>(init.dims().begin(),
+                                                       init.dims().end()));
     if (!value) {
       llvm::consumeError(value.takeError());
       if (isExternal(init)) {

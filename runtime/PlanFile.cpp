@@ -648,7 +648,7 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
         kind = k;
     if (!kind)
       return invalid(where + ": unknown kind " + llvm::Twine(int(ps.kind())));
-    if (ps.init() > uint32_t(StateInit::KaimingUniform))
+    if (ps.init() > uint32_t(StateInit::Nf4))
       return invalid(where + ": unknown init " + llvm::Twine(ps.init()));
     P.States.push_back({ps.name(), *type, *kind, StateInit(ps.init())});
   }

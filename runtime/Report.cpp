@@ -1,6 +1,8 @@
 //===- Report.cpp - Rendering a plan's memory report ----------------------===//
 #include "runtime/Report.h"
 
+#include "compiler/StateQuantization.h"
+
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
 
@@ -107,6 +109,28 @@ static Int8State countInt8State(const Plan &plan) {
   return s;
 }
 
+/// Frozen weights stored as NF4 (`--base-weights nf4`): how many, the bytes
+/// of their codes and scales, and the bytes they take in bf16 (two per
+/// element; an odd element count counts its pad element).
+struct Nf4Weights {
+  unsigned Weights = 0;
+  uint64_t Bytes = 0, Bf16Bytes = 0;
+};
+
+static Nf4Weights countNf4(const Plan &plan) {
+  Nf4Weights w;
+  for (const PlanState &s : plan.States) {
+    if (s.Init != StateInit::Nf4)
+      continue;
+    w.Bytes += s.Type.sizeInBytes();
+    if (plan.stateIndex(s.Name + kNf4ScaleSuffixes[0]) >= 0) { // the codes
+      ++w.Weights;
+      w.Bf16Bytes += 2 * 2 * uint64_t(s.Type.numElements());
+    }
+  }
+  return w;
+}
+
 /// The timeline's categories, as the report names a value's.
 static const char *const kCategoryNames[4] = {"activation", "gradient",
                                               "temporary", "recomputed"};
@@ -201,6 +225,13 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
        << " (alpha " << shortestDecimal(a.Alpha)
        << ") train beside the frozen weights\n";
   }
+  Nf4Weights nf4 = countNf4(plan);
+  if (nf4.Weights)
+    os << "  base weights: " << nf4.Weights << " frozen matrices in NF4 ("
+       << formatBytes(nf4.Bytes) << " with their scales, for "
+       << formatBytes(nf4.Bf16Bytes)
+       << " in bf16; bitsandbytes' 4-bit NormalFloat, an approximation of "
+          "the model's weights)\n";
   Int8State int8 = countInt8State(plan);
   if (int8.Parameters)
     os << "  optimizer state: 8-bit moments for " << int8.Parameters
@@ -286,6 +317,11 @@ llvm::json::Value headroom::reportJson(const Plan &plan) {
         {"alpha", a.Alpha},
         {"dropout", a.Dropout}};
   }
+  Nf4Weights nf4 = countNf4(plan);
+  root["nf4_base_weights"] =
+      llvm::json::Object{{"weights", int64_t(nf4.Weights)},
+                         {"bytes", int64_t(nf4.Bytes)},
+                         {"bf16_bytes", int64_t(nf4.Bf16Bytes)}};
   Int8State int8 = countInt8State(plan);
   root["int8_optimizer_state"] =
       llvm::json::Object{{"parameters", int64_t(int8.Parameters)},

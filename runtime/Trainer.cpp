@@ -19,8 +19,8 @@ llvm::Expected<unsigned> headroom::initializeNewState(Executor &exec,
                                                       uint64_t seed) {
   unsigned done = 0;
   for (const PlanState &s : exec.plan().States) {
-    if (s.Init == StateInit::Model)
-      continue;
+    if (s.Init == StateInit::Model || s.Init == StateInit::Nf4)
+      continue; // written by loadInitialState
     int64_t n = s.Type.numElements();
     std::vector<double> values(size_t(n), 0.0);
     if (s.Init == StateInit::KaimingUniform) {

@@ -15,6 +15,10 @@
 //               moments (kernels/cpu/Blockwise8bit.h), on (w, m, v,
 //               m_absmax, v_absmax)
 //   Accumulate  acc += scale * g   (acc = scale * g when first = 1)
+// and, beside AdamW8bitUpdate since it shares the 8-bit maps, the one op
+// that reads quantized frozen state:
+//   Nf4Dequantize  (codes, absmax, nested_absmax, offset) -> the weight in
+//               its compute type (kernels/cpu/Nf4.h)
 // The optimizer updates skip the step when `enabled` is false. They round
 // as torch.optim's ops do (one rounding per operation, in its order), so
 // LOMO's weights are SGD's bit for bit and the fused momentum and AdamW are
@@ -24,6 +28,8 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/AdamW8bitCheck.h"
 #include "kernels/cpu/Kernel.h"
+#include "kernels/cpu/KernelUtil.h"
+#include "kernels/cpu/Nf4.h"
 #include "kernels/cpu/Parallel.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -255,6 +261,46 @@ llvm::Error accumulateKernel(const KernelContext &ctx) {
   return HR_DISPATCH_FLOAT(ctx, ctx.Outputs[0].Type, accumulate, ctx);
 }
 
+template <typename T> llvm::Error nf4Dequantize(const KernelContext &ctx) {
+  const uint8_t *packed = ctx.Inputs[0].as<uint8_t>(),
+                *codes = ctx.Inputs[1].as<uint8_t>();
+  const float *nested = ctx.Inputs[2].as<float>();
+  float offset = *ctx.Inputs[3].as<float>();
+  T *out = ctx.Outputs[0].as<T>();
+  int64_t blocks = nf4Blocks(ctx.Outputs[0].numElements()),
+          n = ctx.Outputs[0].numElements();
+  parallelFor(blocks, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin * kNf4Block, last = std::min(end * kNf4Block, n);
+         i < last; ++i)
+      out[i] = Elem<T>::store(dequantizeNf4(kNf4Map, kSignedDynamicMap, packed,
+                                            codes, nested, offset, i));
+  });
+  return llvm::Error::success();
+}
+
+/// Nf4Dequantize(codes, absmax, nested_absmax, offset) -> an f32, bf16 or
+/// f16 weight, written in its type (no f32 copy in between).
+llvm::Error nf4DequantizeKernel(const KernelContext &ctx) {
+  std::vector<TensorType> types;
+  for (const TensorView &v : ctx.Inputs)
+    types.push_back(v.type());
+  if (ctx.Outputs.size() != 1)
+    return ctx.unsupported("needs one output");
+  std::string why = nf4OperandError(types, ctx.Outputs[0].type());
+  if (!why.empty())
+    return ctx.unsupported(why);
+  switch (ctx.Outputs[0].Type) {
+  case DType::F32:
+    return nf4Dequantize<float>(ctx);
+  case DType::BF16:
+    return nf4Dequantize<BFloat16>(ctx);
+  case DType::F16:
+    return nf4Dequantize<Half>(ctx);
+  default:
+    return ctx.unsupported("needs an f32, bf16 or f16 result");
+  }
+}
+
 } // namespace
 
 void headroom::cpu::registerUpdateKernels() {
@@ -264,4 +310,5 @@ void headroom::cpu::registerUpdateKernels() {
   registerKernel("AdamW8bitUpdate", adamw8bitUpdateKernel,
                  FloatSupport::F32F64);
   registerKernel("Accumulate", accumulateKernel, FloatSupport::F32F64);
+  registerKernel("Nf4Dequantize", nf4DequantizeKernel);
 }

@@ -10,6 +10,8 @@
 //                   (kernels/cpu/Blockwise8bit.h), a thread block per block
 //                   of 256 elements with the maps in shared memory
 //   Accumulate      acc += scale * g   (acc = scale * g when first = 1)
+//   Nf4Dequantize   a frozen NF4 weight in its compute type, one thread per
+//                   element (kernels/cpu/Nf4.h, shared with the CPU)
 // The scale, enabled and step-size operands live on the device, so every thread
 // reads them there instead of the host deciding (a CUDA graph replays the
 // launch whatever they hold). Products are rounded before they are added,
@@ -20,6 +22,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/AdamW8bitCheck.h"
+#include "kernels/cpu/Nf4.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
 
@@ -308,6 +311,7 @@ Error adamwUpdate(const KernelContext &ctx) {
 // shared memory first).
 __constant__ float kSignedMapDevice[256] = {HR_SIGNED_DYNAMIC_MAP};
 __constant__ float kUnsignedMapDevice[256] = {HR_UNSIGNED_DYNAMIC_MAP};
+__constant__ float kNf4MapDevice[16] = {HR_NF4_MAP};
 #endif
 
 HR_HD inline float signedMapAt(int64_t j) {
@@ -449,6 +453,53 @@ Error accumulate(const KernelContext &ctx) {
                                    AccumulateApply{ctx});
 }
 
+template <typename T> struct Nf4DequantizeBody {
+  const uint8_t *Packed, *Codes;
+  const float *Nested, *Offset;
+  T *Out;
+
+  HR_HD void operator()(int64_t i) const {
+#if HR_ON_DEVICE
+    const float *nf4 = kNf4MapDevice, *map = kSignedMapDevice;
+#else
+    const float *nf4 = kNf4Map, *map = kSignedDynamicMap;
+#endif
+    st(Out, i, dequantizeNf4(nf4, map, Packed, Codes, Nested, *Offset, i));
+  }
+};
+
+template <typename T> Error nf4DequantizeAs(const KernelContext &ctx) {
+  Nf4DequantizeBody<T> body{ctx.Inputs[0].as<uint8_t>(),
+                            ctx.Inputs[1].as<uint8_t>(),
+                            ctx.Inputs[2].as<float>(),
+                            ctx.Inputs[3].as<float>(), ctx.Outputs[0].as<T>()};
+  forEach(ctx, ctx.Outputs[0].numElements(), body);
+  return Error::success();
+}
+
+/// Nf4Dequantize(codes, absmax, nested_absmax, offset) -> an f32, bf16 or
+/// f16 weight.
+Error nf4Dequantize(const KernelContext &ctx) {
+  std::vector<TensorType> types;
+  for (const TensorView &v : ctx.Inputs)
+    types.push_back(v.type());
+  if (ctx.Outputs.size() != 1)
+    return ctx.unsupported("needs one output");
+  std::string why = nf4OperandError(types, ctx.Outputs[0].type());
+  if (!why.empty())
+    return ctx.unsupported(why);
+  switch (ctx.Outputs[0].Type) {
+  case DType::F32:
+    return nf4DequantizeAs<float>(ctx);
+  case DType::BF16:
+    return nf4DequantizeAs<BFloat16>(ctx);
+  case DType::F16:
+    return nf4DequantizeAs<Half>(ctx);
+  default:
+    return ctx.unsupported("needs an f32, bf16 or f16 result");
+  }
+}
+
 } // namespace
 
 void cuda::registerUpdateKernels() {
@@ -457,4 +508,5 @@ void cuda::registerUpdateKernels() {
   registerKernel("AdamWUpdate", adamwUpdate);
   registerKernel("AdamW8bitUpdate", adamw8bitUpdate);
   registerKernel("Accumulate", accumulate);
+  registerKernel("Nf4Dequantize", nf4Dequantize);
 }

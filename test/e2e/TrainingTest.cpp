@@ -1769,3 +1769,115 @@ TEST(Lora, MatchesPeft) {
 }
 
 } // namespace
+
+namespace {
+
+/// QLoRA's reference (test/models/make_qlora_references.py: bitsandbytes
+/// 0.50 and peft 0.21 on torch 2.15): the llama model with every linear
+/// layer but the output head as bitsandbytes' Linear4bit (NF4, double
+/// quantization), PEFT's adapters on wq and wv from llama.lora_init.
+const char *const kQloraFlags =
+    "--batch 8 --optimizer adamw --lr 1e-2 --weight-decay 0.01 "
+    "--disable-dropout --lora rank=4,alpha=8,targets=wq;wv --base-weights nf4";
+
+/// The weights --base-weights nf4 stores hold bitsandbytes' codes for the
+/// same initializers bit for bit (the 4-bit codes, the absmaxes' 8-bit
+/// codes). The offset is the absmaxes' mean, which torch sums in f32 in its
+/// own vectorized order and headroom in f64: they may differ in the last
+/// bit (4 of these 14 weights), and the nested absmax (the largest
+/// |absmax - offset|) by as much.
+TEST(Qlora, QuantizesAsBitsandbytes) {
+  std::vector<double> none;
+  auto qlora = trainFromFlags("llama", kQloraFlags, 0, none);
+  ASSERT_TRUE(qlora);
+  auto ref = takeOrFail(readArrays(modelPath("llama.ref.qlora.npz")));
+  unsigned weights = 0;
+  for (const auto &[key, want] : ref) {
+    llvm::StringRef name(key);
+    if (name.contains(".lora_"))
+      continue;
+    std::string slot = name.endswith(".codes")
+                           ? name.drop_back(strlen(".codes")).str()
+                           : name.str();
+    weights += name.endswith(".codes");
+    auto mine = qlora->executor().readState(slot);
+    ASSERT_TRUE(static_cast<bool>(mine)) << slot;
+    ASSERT_EQ(mine->type(), want.type()) << slot;
+    if (mine->type().dtype() == DType::U8) {
+      EXPECT_TRUE(*mine == want) << slot;
+      continue;
+    }
+    // Within 2 ulp of the offset (the nested absmax is a difference from it).
+    std::string base = slot.substr(0, slot.rfind(".nested_"));
+    double offset = ref.at(base + ".nested_offset").getDouble(0);
+    for (int64_t i = 0; i < want.numElements(); ++i)
+      EXPECT_NEAR(mine->getDouble(i), want.getDouble(i),
+                  2.4e-7 * std::fabs(offset))
+          << slot << "[" << i << "]";
+  }
+  EXPECT_EQ(weights, 14u); // wq wk wv wo w1 w2 w3 of two layers
+}
+
+/// Adapters trained 4 steps on the NF4 base from PEFT's initial values:
+/// PEFT + bitsandbytes' losses and adapters; the merged model (the
+/// dequantized base plus the adapters' product) computes what the adapted
+/// one does.
+TEST(Qlora, MatchesPeftWithBitsandbytes) {
+  auto buf = llvm::MemoryBuffer::getFile(modelPath("llama.ref.qlora.json"));
+  ASSERT_TRUE(static_cast<bool>(buf));
+  auto json = llvm::json::parse((*buf)->getBuffer());
+  ASSERT_TRUE(static_cast<bool>(json)) << llvm::toString(json.takeError());
+  std::vector<double> want, got;
+  for (const llvm::json::Value &v : *json->getAsObject()->getArray("losses"))
+    want.push_back(*v.getAsNumber());
+  auto qlora = trainFromFlags("llama", kQloraFlags, 0, got);
+  ASSERT_TRUE(qlora);
+  ASSERT_EQ(
+      errorOf(loadAdapter(qlora->executor(), modelPath("llama.lora_init"))),
+      "");
+  auto data = takeOrFail(loadDataset(modelPath("llama.train.npz")));
+  std::vector<int64_t> order = identityOrder(data.Samples);
+  double firstLoss = 0;
+  for (size_t s = 0; s < want.size(); ++s) {
+    got.push_back(
+        takeOrFail(qlora->step(data, order, s * qlora->batch())).Loss);
+    firstLoss = s ? firstLoss : got[0];
+  }
+  for (size_t s = 0; s < want.size(); ++s)
+    EXPECT_NEAR(got[s], want[s], 1e-5 * std::fabs(want[s])) << "step " << s;
+  auto ref = takeOrFail(readArrays(modelPath("llama.ref.qlora.npz")));
+  unsigned adapters = 0;
+  for (const auto &[name, w] : ref) {
+    if (!llvm::StringRef(name).contains(".lora_"))
+      continue;
+    ++adapters;
+    auto mine = qlora->executor().readState(name);
+    ASSERT_TRUE(static_cast<bool>(mine)) << name;
+    EXPECT_LE(relativeL2(*mine, w), 1e-5) << name;
+  }
+  EXPECT_EQ(adapters, 8u);
+  // Merged: every NF4 weight dequantized, the adapted ones plus B A.
+  std::string merged = testing::TempDir() + "/qlora_merged.onnx";
+  auto weights = takeOrFail(mergedWeights(qlora->executor()));
+  EXPECT_EQ(weights.size(), 4u);
+  ASSERT_EQ(errorOf(saveTrainedModel(qlora->executor(), modelPath("llama.onnx"),
+                                     merged, &weights)),
+            "");
+  CompileOptions plain = takeOrFail(compileOptionsFromFlags(takeOrFail(
+      splitFlags("--batch 8 --optimizer sgd --lr 1e-30 --disable-dropout"))));
+  auto base = takeOrFail(compileTrainer(merged, plain, 0));
+  double mergedLoss = takeOrFail(base->step(data, order, 0)).Loss;
+  // The adapted model's loss on batch 0: the trained adapters saved as
+  // PEFT's files and loaded into a fresh run, whose first step reports the
+  // loss before it updates.
+  std::string dir = testing::TempDir() + "/qlora_adapter";
+  ASSERT_EQ(errorOf(saveAdapter(qlora->executor(), dir)), "");
+  std::vector<double> none;
+  auto reloaded = trainFromFlags("llama", kQloraFlags, 0, none, /*seed=*/5);
+  ASSERT_EQ(errorOf(loadAdapter(reloaded->executor(), dir)), "");
+  double adaptedLoss = takeOrFail(reloaded->step(data, order, 0)).Loss;
+  EXPECT_NEAR(mergedLoss, adaptedLoss, 1e-5 * adaptedLoss);
+  EXPECT_NE(firstLoss, adaptedLoss); // training moved it
+}
+
+} // namespace

@@ -152,6 +152,28 @@ TEST(VerifierTest, RejectsBrokenInvariants) {
   EXPECT_EQ(verifyError(int8Module(2, "f32").c_str()),
             "in @f, node 0 ('AdamW8bitUpdate'): updates @w of type bf16[300] "
             "with f32[300]");
+  // An NF4 weight of 130 elements: 65 bytes of codes, 3 absmax codes, one
+  // nested absmax, the offset.
+  auto nf4Module = [](const std::string &codes, const std::string &result) {
+    return "state @w : " + codes +
+           " frozen init nf4\nstate @a : u8[3] frozen init nf4\n"
+           "state @n : f32[1] frozen init nf4\nstate @o : f32[1] frozen init "
+           "nf4\nfunc @f(%x: f32[2]) {\n  %c = Read(@w) : " +
+           codes +
+           "\n  %a = Read(@a) : u8[3]\n  %n = Read(@n) : f32[1]\n"
+           "  %o = Read(@o) : f32[1]\n  %w = Nf4Dequantize(%c, %a, %n, %o) "
+           ": " +
+           result + "\n  return %x\n}\n";
+  };
+  EXPECT_EQ(verifyError(nf4Module("u8[65]", "bf16[10, 13]").c_str()), "");
+  EXPECT_EQ(verifyError(nf4Module("u8[64]", "bf16[10, 13]").c_str()),
+            "in @f, node 4 ('Nf4Dequantize' defining %w): codes u8[64] should "
+            "be u8[65] "
+            "for bf16[10, 13]");
+  EXPECT_EQ(verifyError(nf4Module("u8[65]", "i64[10, 13]").c_str()),
+            "in @f, node 4 ('Nf4Dequantize' defining %w): result i64[10, 13] "
+            "is not a "
+            "float tensor");
   EXPECT_EQ(verifyError("state @w : f32[3] param\nstate @m : f32[3] optimizer\n"
                         "func @f(%g: f32[3]) {\n  Assign(@w, @m, %g)\n"
                         "  return %g\n}\n"),

@@ -8,6 +8,7 @@
 #include "CudaKernelTestUtil.h"
 
 #include "compiler/StateQuantization.h"
+#include "kernels/cpu/Nf4.h"
 
 #include <cmath>
 #include <optional>
@@ -443,6 +444,36 @@ TEST(CudaUpdate, Accumulate) {
   ints.InOut = {randomTensor(ty(DType::I32, {4}), 2)};
   EXPECT_NE(cudaError(ints).find("element type i32 is not supported"),
             std::string::npos);
+}
+
+/// Nf4Dequantize: the CPU's values (kernels/cpu/Nf4.h is one definition for
+/// both) in f32, bf16 and f16, for a [3, 301] weight (15 blocks, the last
+/// partial, an odd count).
+TEST(CudaUpdate, Nf4Dequantize) {
+  int64_t n = 3 * 301;
+  Tensor w = randomTensor(ty(DType::F32, {n}), 11);
+  Tensor packed(ty(DType::U8, {nf4PackedBytes(n)})),
+      codes(ty(DType::U8, {nf4Blocks(n)})),
+      nested(ty(DType::F32, {nf4NestedBlocks(n)})), offset(ty(DType::F32, {1}));
+  quantizeNf4(reinterpret_cast<const float *>(w.bytes().data()), n,
+              {packed.data(), codes.data(),
+               reinterpret_cast<float *>(nested.data()),
+               reinterpret_cast<float *>(offset.data())});
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    CudaCase c;
+    c.Op = "Nf4Dequantize";
+    c.Inputs = {packed, codes, nested, offset};
+    c.Outputs = {ty(t, {3, 301})};
+    c.Tol = Tolerance{0, 0};
+    EXPECT_EQ(compareCudaWithCpu(c), "") << name(t);
+  }
+  CudaCase bad;
+  bad.Op = "Nf4Dequantize";
+  bad.Inputs = {packed, codes, nested, offset};
+  bad.Outputs = {ty(DType::F32, {3, 302})};
+  EXPECT_NE(cudaError(bad).find("codes u8[452] should be u8[453]"),
+            std::string::npos)
+      << cudaError(bad);
 }
 
 } // namespace

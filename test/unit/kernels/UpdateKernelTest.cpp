@@ -10,6 +10,7 @@
 #include "KernelTestUtil.h"
 
 #include "kernels/cpu/Blockwise8bit.h"
+#include "kernels/cpu/Nf4.h"
 #include "kernels/cpu/Parallel.h"
 
 #include <cmath>
@@ -473,3 +474,114 @@ TEST(UpdateKernel, AdamW8bitUpdateChecksItsState) {
 }
 
 } // namespace
+
+namespace {
+
+/// An NF4 weight's four slots, filled by quantizeNf4 from `w`.
+struct Nf4Weight {
+  std::vector<uint8_t> Packed, Codes;
+  std::vector<float> Nested, Offset{0.0f};
+  std::vector<int64_t> PackedShape, CodesShape, NestedShape, OffsetShape{1};
+  explicit Nf4Weight(const std::vector<float> &w) {
+    int64_t n = int64_t(w.size());
+    Packed.resize(size_t(nf4PackedBytes(n)));
+    Codes.resize(size_t(nf4Blocks(n)));
+    Nested.resize(size_t(nf4NestedBlocks(n)));
+    PackedShape = {nf4PackedBytes(n)};
+    CodesShape = {nf4Blocks(n)};
+    NestedShape = {nf4NestedBlocks(n)};
+    quantizeNf4(w.data(), n,
+                {Packed.data(), Codes.data(), Nested.data(), Offset.data()});
+  }
+  std::vector<TensorView> views() {
+    return {TensorView{DType::U8, PackedShape, Packed.data()},
+            TensorView{DType::U8, CodesShape, Codes.data()},
+            TensorView{DType::F32, NestedShape, Nested.data()},
+            TensorView{DType::F32, OffsetShape, Offset.data()}};
+  }
+};
+
+} // namespace
+
+/// One block by hand: 2 is its absmax (code 15, the value 1), 0.5 of it
+/// lies below the midpoint of 0.4407 and 0.5626 (code 12), -2 is code 0,
+/// 0 is code 7 (an exact 0). A single block's absmax less the offset (its
+/// own mean) is 0, which dequantizes to the offset exactly.
+TEST(Nf4, QuantizesOneBlockByHand) {
+  std::vector<float> w(kNf4Block, 0.0f);
+  w[0] = 2.0f;
+  w[1] = 1.0f;
+  w[2] = -2.0f;
+  Nf4Weight q(w);
+  EXPECT_EQ(q.Packed[0], (15 << 4) | 12);
+  EXPECT_EQ(q.Packed[1], (0 << 4) | 7);
+  EXPECT_EQ(q.Offset[0], 2.0f);
+  EXPECT_EQ(q.Nested[0], 0.0f);
+  std::vector<float> out(kNf4Block);
+  std::vector<int64_t> shape = {kNf4Block};
+  ASSERT_EQ(runKernel("Nf4Dequantize", q.views(), {view(out, shape)}), "");
+  EXPECT_EQ(out[0], 2.0f);
+  EXPECT_EQ(out[1], kNf4Map[12] * 2.0f);
+  EXPECT_EQ(out[2], -2.0f);
+  EXPECT_EQ(out[3], 0.0f);
+}
+
+/// Many blocks (a partial last one, an odd count: the pad nibble): each
+/// code is the NF4 value nearest the element over its block's absmax, each
+/// absmax survives its 8-bit code within the map's resolution, and the
+/// kernel's f32, bf16 and f16 results are dequantizeNf4's, rounded once.
+TEST(Nf4, DequantizeIsTheNearestValueTimesTheAbsmax) {
+  for (int64_t n : {int64_t(1001), 300 * kNf4Block}) {
+    std::vector<float> w = randomFloats(n, 61);
+    Nf4Weight q(w);
+    std::vector<int64_t> shape = {n};
+    std::vector<float> out(static_cast<size_t>(n));
+    ASSERT_EQ(runKernel("Nf4Dequantize", q.views(), {view(out, shape)}), "");
+    for (int64_t b = 0; b < nf4Blocks(n); ++b) {
+      float absmax = 0.0f;
+      int64_t first = b * kNf4Block, last = std::min(n, first + kNf4Block);
+      for (int64_t i = first; i < last; ++i)
+        absmax = std::max(absmax, std::fabs(w[i]));
+      float stored = nf4BlockAbsmax(kSignedDynamicMap, q.Codes.data(),
+                                    q.Nested.data(), q.Offset[0], b);
+      ASSERT_NEAR(stored, absmax, 0.01f * absmax) << "block " << b;
+      for (int64_t i = first; i < last; ++i) {
+        float x = w[i] / absmax;
+        unsigned code = nf4CodeAt(q.Packed.data(), i);
+        for (unsigned c = 0; c < 16; ++c) // no value nearer
+          ASSERT_LE(std::fabs(kNf4Map[code] - x),
+                    std::fabs(kNf4Map[c] - x) + 1e-6f)
+              << i;
+        ASSERT_EQ(out[size_t(i)], kNf4Map[code] * stored) << i;
+      }
+    }
+    if (n % 2)
+      EXPECT_EQ(q.Packed.back() & 0xF, 7u); // the pad element: 0
+    std::vector<uint16_t> bf(static_cast<size_t>(n)), half(bf);
+    std::vector<TensorView> bfOut = {TensorView{DType::BF16, shape, bf.data()}},
+                            hOut = {TensorView{DType::F16, shape, half.data()}};
+    ASSERT_EQ(runKernel("Nf4Dequantize", q.views(), bfOut), "");
+    ASSERT_EQ(runKernel("Nf4Dequantize", q.views(), hOut), "");
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(bf[size_t(i)], floatToBf16(out[size_t(i)])) << i;
+      ASSERT_EQ(half[size_t(i)], floatToHalf(out[size_t(i)])) << i;
+    }
+  }
+}
+
+TEST(Nf4, DequantizeChecksItsOperands) {
+  std::vector<float> w = randomFloats(1000, 62), out(1100);
+  Nf4Weight q(w);
+  EXPECT_EQ(runKernel("Nf4Dequantize", q.views(), {view(out, {1100})}),
+            "Nf4Dequantize: codes u8[500] should be u8[550] for f32[1100]");
+  std::vector<TensorView> ins = q.views();
+  ins[2].Type = DType::BF16;
+  EXPECT_EQ(runKernel("Nf4Dequantize", ins, {view(out, {1000})}),
+            "Nf4Dequantize: nested_absmax bf16[1] should be f32[1] for "
+            "f32[1000]");
+  std::vector<int32_t> ints(1000);
+  std::vector<int64_t> shape = {1000};
+  EXPECT_EQ(runKernel("Nf4Dequantize", q.views(),
+                      {TensorView{DType::I32, shape, ints.data()}}),
+            "Nf4Dequantize: result i32[1000] is not a float tensor");
+}
