@@ -660,10 +660,13 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
     const TensorType &w = P.States[P.stateIndex(pa.base())].Type,
                      &a = P.States[P.stateIndex(pa.a())].Type,
                      &b = P.States[P.stateIndex(pa.b())].Type;
-    bool shapes = w.rank() == 2 && a.rank() == 2 && b.rank() == 2 &&
-                  a.dim(0) == b.dim(1) &&
-                  a.dim(1) == w.dim(pa.out_in() ? 1 : 0) &&
-                  b.dim(0) == w.dim(pa.out_in() ? 0 : 1);
+    // The base as the model has it, or its NF4 codes (two per byte).
+    bool nf4 = P.States[P.stateIndex(pa.base())].Init == StateInit::Nf4;
+    bool shapes =
+        a.rank() == 2 && b.rank() == 2 && a.dim(0) == b.dim(1) &&
+        (nf4 ? w == TensorType(DType::U8, {nf4PackedBytes(a.dim(1) * b.dim(0))})
+             : w.rank() == 2 && a.dim(1) == w.dim(pa.out_in() ? 1 : 0) &&
+                   b.dim(0) == w.dim(pa.out_in() ? 0 : 1));
     if (!shapes || !std::isfinite(pa.alpha()) || !std::isfinite(pa.dropout()))
       return invalid("lora adapter of @" + pa.base() + ": " + a.str() +
                      " and " + b.str() + " do not fit " + w.str());

@@ -49,7 +49,9 @@ TEST(CompileOptionsTest, FlagsRoundTrip) {
         "--batch 8 --recompute budget=1.5MiB --optimizer lomo",
         "--batch 8 --recompute selective --accum 2",
         "--batch 8 --precision fp16 --optimizer lomo --clip-grad-norm 1",
-        "--batch 8 --precision bf16 --master-weights none"}) {
+        "--batch 8 --precision bf16 --master-weights none",
+        "--batch 8 --lora rank=4,alpha=8,targets=wq;wv --base-weights nf4",
+        "--batch 8 --memory-budget 1GiB --allow lora,qlora"}) {
     CompileOptions o = fromText(text);
     std::string printed = o.flags();
     CompileOptions again = fromText(printed);
@@ -441,6 +443,38 @@ TEST(AutoFitTest, TrainsLoraOnlyWhenAllowed) {
                       "rank=4,targets=wq"),
             "--allow lora with --lora: --lora trains adapters in every "
             "candidate already; give one or the other");
+}
+
+/// --allow qlora: the same adapters on an NF4 base, ranked after LoRA on
+/// bf16 weights (rank 8), only when that does not fit either.
+TEST(AutoFitTest, StoresTheBaseInNf4OnlyWhenAllowed) {
+  std::string path = autofitZoo("autofit_qlora");
+  ASSERT_FALSE(path.empty());
+  std::string lean = "--batch 2 --precision bf16 --master-weights none "
+                     "--recompute every=1 --optimizer adamw --lora "
+                     "rank=8,alpha=16,targets=all-linear";
+  uint64_t lora = compilePlan(path, fromText(lean)).Report.PeakBytes();
+  uint64_t qlora = compilePlan(path, fromText(lean + " --base-weights nf4"))
+                       .Report.PeakBytes();
+  ASSERT_LT(qlora, lora * 3 / 4);
+  CompileOptions o = fromText("--batch 2 --optimizer adamw");
+  o.MemoryBudget = (lora + qlora) / 2;
+  o.AllowOptimizers = {OptimizerOptions::Kind::Momentum};
+  o.AllowLora = true;
+  std::string error = errorOf(autoFit(path, o));
+  EXPECT_NE(error.find("--allow qlora also stores their base as NF4"),
+            std::string::npos)
+      << error;
+  o.AllowQlora = true;
+  auto fit = takeOrFail(autoFit(path, o));
+  const FitCandidate &winner = fit.Tried.front();
+  EXPECT_EQ(winner.Rank, 8);
+  EXPECT_TRUE(winner.Options.BaseNf4);
+  EXPECT_NE(fit.Why.find("QLoRA stores the frozen base as NF4"),
+            std::string::npos)
+      << fit.Why;
+  EXPECT_LE(fit.Best.ThePlan.Report.PeakBytes(), o.MemoryBudget);
+  EXPECT_EQ(flagError("--batch 2 --memory-budget 1GiB --allow qlora"), "");
 }
 
 TEST(TargetTest, PlansRecordTheirTarget) {
