@@ -3,6 +3,7 @@
 
 #include "compiler/AttentionShape.h"
 #include "compiler/MatMulShape.h"
+#include "compiler/OutputHeadShape.h"
 
 #include <algorithm>
 
@@ -53,6 +54,22 @@ uint64_t headroom::nodeFlops(const Node &n) {
     const TensorType &a = n.operand(0)->type();
     uint64_t k = n.intAttr("transA", 0) ? a.dim(0) : a.dim(a.rank() - 1);
     return 2 * uint64_t(n.result(0)->type().numElements()) * k;
+  }
+  case OpKind::LinearCrossEntropy:
+  case OpKind::LinearCrossEntropyGrad: {
+    // The logits' product (again backward, then dx's and dw's), and the
+    // softmax over each row.
+    bool grad = n.is(OpKind::LinearCrossEntropyGrad);
+    unsigned x = grad ? 1 : 0;
+    auto s = outputHeadShape(n.operand(x)->type(), n.operand(x + 1)->type(),
+                             n.operand(x + 2)->type(), n.intAttr("transB", 0));
+    if (!s) { // the verifier reports it
+      llvm::consumeError(s.takeError());
+      return 0;
+    }
+    uint64_t product = 2 * uint64_t(s->N) * s->V * s->D;
+    uint64_t products = grad ? 1 + n.numResults() : 1;
+    return products * product + 5 * uint64_t(s->N) * s->V;
   }
   case OpKind::FusedAttention:
     return attentionFlops(n, /*grad=*/false);

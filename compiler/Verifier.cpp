@@ -3,6 +3,7 @@
 
 #include "compiler/AttentionShape.h"
 #include "compiler/MatMulShape.h"
+#include "compiler/OutputHeadShape.h"
 #include "compiler/StateQuantization.h"
 
 #include "llvm/ADT/SmallPtrSet.h"
@@ -216,6 +217,27 @@ llvm::Error Verifier::verifyNode(const Node &n) {
     std::string why = nf4OperandError(types, n.result(0)->type());
     if (!why.empty())
       return fail(n, why);
+  }
+  if (n.is(OpKind::LinearCrossEntropy) ||
+      n.is(OpKind::LinearCrossEntropyGrad)) {
+    bool grad = n.is(OpKind::LinearCrossEntropyGrad);
+    unsigned x = grad ? 1 : 0;
+    auto s = outputHeadShape(n.operand(x)->type(), n.operand(x + 1)->type(),
+                             n.operand(x + 2)->type(), n.intAttr("transB", 0));
+    if (!s)
+      return fail(n, llvm::toString(s.takeError()));
+    TensorType rows(DType::F32, {s->N});
+    if (!grad && n.result(0)->type() != rows)
+      return fail(n, "result " + n.result(0)->type().str() + " should be " +
+                         rows.str());
+    if (grad && n.operand(0)->type() != rows)
+      return fail(n, "dloss " + n.operand(0)->type().str() + " should be " +
+                         rows.str());
+    for (unsigned i = 0; grad && i < n.numResults(); ++i)
+      if (n.result(i)->type() != n.operand(x + i)->type())
+        return fail(n, "result " + llvm::Twine(i) + " " +
+                           n.result(i)->type().str() + " should be " +
+                           n.operand(x + i)->type().str());
   }
   if (n.is(OpKind::MatMul) || n.is(OpKind::Gemm))
     if (auto e = verifyMatrixProduct(n))

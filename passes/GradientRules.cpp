@@ -763,6 +763,22 @@ static llvm::Error gradFusedAttention(GradContext &c) {
   return ok();
 }
 
+/// LinearCrossEntropy(x, w, labels) -> loss [N]: one LinearCrossEntropyGrad
+/// makes each chunk's logits again, and gives dw too when w trains.
+static llvm::Error gradLinearCrossEntropy(GradContext &c) {
+  if (!c.dy(0))
+    return ok();
+  llvm::SmallVector<TensorType, 2> types = {c.x(0)->type()};
+  if (c.needs(1))
+    types.push_back(c.x(1)->type());
+  Node *g = c.B.create("LinearCrossEntropyGrad",
+                       {c.dy(), c.x(0), c.x(1), c.x(2)}, types, c.N.attrs());
+  c.DIn[0] = g->result(0);
+  if (c.needs(1))
+    c.DIn[1] = g->result(1);
+  return ok();
+}
+
 //===----------------------------------------------------------------------===//
 // The table
 //===----------------------------------------------------------------------===//
@@ -798,6 +814,7 @@ static const llvm::StringMap<GradRule> &rules() {
       {"LogSoftmax", gradLogSoftmax},
       {"Dropout", gradDropout},
       {"FusedAttention", gradFusedAttention},
+      {"LinearCrossEntropy", gradLinearCrossEntropy},
       // Linear algebra.
       {"MatMul", gradMatMul},
       {"Gemm", gradGemm},

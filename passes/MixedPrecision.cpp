@@ -50,8 +50,9 @@ Rule ruleOf(const Node &n) {
   case OpKind::MatMul:
   case OpKind::Gemm:
   case OpKind::Conv:
-  case OpKind::FusedAttention: // f32 inside, on low q, k and v
-  case OpKind::Nf4Dequantize:  // a frozen NF4 weight, made in the low type
+  case OpKind::FusedAttention:     // f32 inside, on low q, k and v
+  case OpKind::Nf4Dequantize:      // a frozen NF4 weight, made in the low type
+  case OpKind::LinearCrossEntropy: // low x and w, an f32 loss per row
     return Rule::Low;
   case OpKind::Softmax:
   case OpKind::LogSoftmax:
@@ -79,6 +80,7 @@ Rule ruleOf(const Node &n) {
 /// FusedAttention's additive bias (f32, added inside in f32).
 bool isDataOperand(const Node &n, unsigned i) {
   return !n.is(OpKind::Nf4Dequantize) && // codes and scales, as stored
+         !(n.is(OpKind::LinearCrossEntropy) && i == 2) && // labels
          !(n.is(OpKind::Dropout) && i > 0) &&
          !(n.is(OpKind::FusedAttention) && i > 2);
 }
@@ -94,7 +96,8 @@ bool readsLowLogits(const Node &n, DType low) {
 
 /// Results of a fixed type: FusedAttention's lse is f32 whatever q's type.
 bool followsOperands(const Node &n, unsigned result) {
-  return !(n.is(OpKind::FusedAttention) && result > 0);
+  return !(n.is(OpKind::FusedAttention) && result > 0) &&
+         !n.is(OpKind::LinearCrossEntropy);
 }
 
 class MixedPrecision : public Pass {

@@ -77,6 +77,11 @@ static const FlagInfo kFlags[] = {
     {"disable-dropout", nullptr,
      "Train with every Dropout ratio set to 0 (to reproduce references "
      "computed without dropout)"},
+    {"output-head", "fused[,rows=N]|unfused",
+     "The last product and its cross-entropy as one op that makes the "
+     "[tokens, vocabulary] logits a chunk of rows at a time (fused; rows per "
+     "chunk default to 32 MiB of logits; exact up to rounding) or as the "
+     "graph's own MatMul and loss (unfused, the default)"},
     {"attention", "fused|unfused",
      "Attention as one fused op without the [seq, seq] scores (default "
      "fused; exact up to rounding) or as the graph's own "
@@ -418,6 +423,17 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
           "LoRA's adapters train beside");
     o.BaseNf4 = true;
   }
+  if (has("output-head")) {
+    auto [a, rows] = get("output-head").split(',');
+    unsigned n = 0;
+    if ((a != "fused" && a != "unfused") ||
+        (!rows.empty() && (a != "fused" || !rows.consume_front("rows=") ||
+                           rows.getAsInteger(10, n) || n == 0)))
+      return flagError("output-head", get("output-head"),
+                       "fused, fused,rows=N or unfused");
+    o.FuseOutputHead = a == "fused";
+    o.OutputHeadRows = n;
+  }
   if (has("attention")) {
     llvm::StringRef a = get("attention");
     if (a != "fused" && a != "unfused")
@@ -544,6 +560,10 @@ std::string CompileOptions::flags() const {
   }
   if (!FuseAttention)
     add("attention", "unfused");
+  if (FuseOutputHead)
+    add("output-head", OutputHeadRows
+                           ? "fused,rows=" + std::to_string(OutputHeadRows)
+                           : std::string("fused"));
   add("device", Target);
   return llvm::join(out, " ");
 }
@@ -563,6 +583,10 @@ std::string CompileOptions::basePipeline() const {
   passes.push_back("canonicalize");
   if (FuseAttention)
     passes.push_back("fuse-attention");
+  if (FuseOutputHead)
+    passes.push_back(OutputHeadRows ? "fuse-output-head{rows=" +
+                                          std::to_string(OutputHeadRows) + "}"
+                                    : std::string("fuse-output-head"));
   passes.push_back("autodiff");
   if (Accumulate > 1)
     passes.push_back("accumulate{steps=" + std::to_string(Accumulate) + "}");

@@ -82,6 +82,12 @@ struct CompileOptions {
   /// to rounding, no [seq, seq] tensors); false keeps the graph's own
   /// MatMul/Softmax (`--attention unfused`).
   bool FuseAttention = true;
+  /// The output head and its cross-entropy as one LinearCrossEntropy (the
+  /// `fuse-output-head` pass; `--output-head fused`): no [tokens, vocab]
+  /// logits.
+  bool FuseOutputHead = false;
+  /// Rows per chunk of the fused head (0: the kernels' default).
+  unsigned OutputHeadRows = 0;
   /// The `rematerialize` pass leaves values under this many bytes alone
   /// (its min_bytes; tests set 0 to exercise it on small models).
   uint64_t RematerializeMinBytes = 64 * 1024;

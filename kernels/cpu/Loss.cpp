@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/LossShape.h"
+#include "kernels/cpu/OutputHead.h"
 #include "kernels/cpu/Parallel.h"
 #include "kernels/cpu/VecMath.h"
 
@@ -351,7 +352,64 @@ Error headroom::cpu::checkLossType(const KernelContext &ctx, const LossShape &s,
   return Error::success();
 }
 
+namespace {
+
+/// The workspace of LinearCrossEntropy(Grad): the chunk's logits (and
+/// gradient), then the most any of its calls needs (kernels/cpu/OutputHead.h).
+uint64_t outputHeadWorkspace(const KernelContext &ctx) {
+  auto l = headLayout(ctx);
+  if (!l) {
+    llvm::consumeError(l.takeError());
+    return 0;
+  }
+  uint64_t calls = 0;
+  KernelContext query = ctx;
+  query.Workspace = nullptr;
+  query.WorkspaceBytes = 0;
+  llvm::Error e = runOutputHead(query, *l, [&](const HeadCall &c) {
+    KernelContext sub{c.Op, c.Ins, c.Outs, c.Attrs, ctx.Seed};
+    calls = std::max(calls, kernelWorkspaceBytes(sub));
+    return llvm::Error::success();
+  });
+  llvm::consumeError(std::move(e));
+  return l->CallsOffset + calls;
+}
+
+/// LinearCrossEntropy(x, w, labels) -> loss [N] and its gradient (dloss,
+/// x, w, labels) -> (dx, dw?): the chunk loop of kernels/cpu/OutputHead.h
+/// over this backend's MatMul, Gemm and cross-entropy kernels.
+Error outputHeadKernel(const KernelContext &ctx) {
+  auto l = headLayout(ctx);
+  if (!l)
+    return l.takeError();
+  uint64_t need = outputHeadWorkspace(ctx);
+  std::vector<uint8_t> own;
+  KernelContext c = ctx;
+  if (!ctx.Workspace) { // a direct call: its own scratch
+    own.resize(need);
+    c.Workspace = own.data();
+    c.WorkspaceBytes = need;
+  } else if (ctx.WorkspaceBytes < need) {
+    return ctx.unsupported("the planned workspace of " +
+                           llvm::Twine(ctx.WorkspaceBytes) +
+                           " bytes is smaller than the " + llvm::Twine(need) +
+                           " bytes this call needs");
+  }
+  return runOutputHead(c, *l, [&](const HeadCall &call) {
+    KernelContext sub{call.Op, call.Ins, call.Outs, call.Attrs, ctx.Seed};
+    sub.Workspace = call.Workspace;
+    sub.WorkspaceBytes = call.WorkspaceBytes;
+    return runKernel(sub);
+  });
+}
+
+} // namespace
+
 void headroom::cpu::registerLossKernels() {
+  registerKernel("LinearCrossEntropy", outputHeadKernel);
+  registerKernel("LinearCrossEntropyGrad", outputHeadKernel);
+  registerWorkspace("LinearCrossEntropy", outputHeadWorkspace);
+  registerWorkspace("LinearCrossEntropyGrad", outputHeadWorkspace);
   registerKernel("NegativeLogLikelihoodLoss", nllLossKernel,
                  FloatSupport::F32F64);
   registerKernel("SoftmaxCrossEntropyLoss", softmaxCrossEntropyKernel,

@@ -63,10 +63,11 @@ public:
   uint64_t workspaceBytes(const Node &n) const override {
     llvm::SmallVector<cuda::ws::CallValue, 4> ins, outs;
     for (const Value *v : n.operands())
-      ins.push_back(v ? cuda::ws::CallValue{true, v->type().shape()}
-                      : cuda::ws::CallValue{});
+      ins.push_back(
+          v ? cuda::ws::CallValue{true, v->type().shape(), v->type().dtype()}
+            : cuda::ws::CallValue{});
     for (const Value *v : n.results())
-      outs.push_back({true, v->type().shape()});
+      outs.push_back({true, v->type().shape(), v->type().dtype()});
     return cuda::ws::workspaceBytes(n.op(), ins, outs, n.attrs());
   }
 

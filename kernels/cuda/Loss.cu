@@ -34,6 +34,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/LossShape.h"
+#include "kernels/cpu/OutputHead.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
 #include "kernels/cuda/Workspace.h"
@@ -617,9 +618,47 @@ Error softmaxCrossEntropyGradKernel(const KernelContext &ctx) {
   return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[1].Type, GradApply{ctx});
 }
 
+/// LinearCrossEntropy and its gradient: kernels/cpu/OutputHead.h's chunk
+/// loop over this backend's MatMul (cuBLASLt), Gemm and cross-entropy
+/// kernels, on the executor's stream; the chunk's logits and gradient live
+/// in the call's planned workspace (Workspace.h), the calls need none of
+/// their own beyond cuBLASLt's.
+Error outputHeadKernel(const KernelContext &ctx) {
+  auto l = cpu::headLayout(ctx);
+  if (!l)
+    return l.takeError();
+  KernelContext c = ctx;
+#if defined(HEADROOM_CUDA_EMULATED)
+  std::vector<uint8_t> own;
+  if (!ctx.Workspace) { // a direct call in the emulator: host scratch
+    own.resize(l->CallsOffset);
+    c.Workspace = own.data();
+    c.WorkspaceBytes = l->CallsOffset;
+  }
+#endif
+  if (!c.Workspace || c.WorkspaceBytes < l->CallsOffset)
+    return ctx.unsupported("needs a workspace of " +
+                           llvm::Twine(l->CallsOffset) +
+                           " bytes for a chunk's logits");
+  return cpu::runOutputHead(c, *l, [&](const cpu::HeadCall &call) {
+    cpu::KernelContext base{call.Op, call.Ins, call.Outs, call.Attrs, ctx.Seed};
+    KernelContext sub(base);
+    sub.Stream = ctx.Stream;
+    sub.BlasLt = ctx.BlasLt;
+    sub.BlasWorkspace = ctx.BlasWorkspace;
+    sub.BlasWorkspaceBytes = ctx.BlasWorkspaceBytes;
+    sub.Step = ctx.Step;
+    sub.RunSeed = ctx.RunSeed;
+    sub.RandomStream = ctx.RandomStream;
+    return runKernel(sub);
+  });
+}
+
 } // namespace
 
 void cuda::registerLossKernels() {
+  registerKernel("LinearCrossEntropy", outputHeadKernel);
+  registerKernel("LinearCrossEntropyGrad", outputHeadKernel);
   registerKernel("NegativeLogLikelihoodLoss", nllLossKernel);
   registerKernel("SoftmaxCrossEntropyLoss", softmaxCrossEntropyKernel);
   registerKernel("SoftmaxCrossEntropyLossGrad", softmaxCrossEntropyGradKernel);

@@ -23,6 +23,7 @@
 #define HEADROOM_KERNELS_CUDA_WORKSPACE_H
 
 #include "compiler/Attribute.h"
+#include "compiler/OutputHeadShape.h"
 
 #include "llvm/ADT/ArrayRef.h"
 
@@ -140,6 +141,7 @@ inline uint64_t lossGradWorkspaceBytes(int64_t targets, bool deviceNorm) {
 struct CallValue {
   bool Present = false;
   llvm::ArrayRef<int64_t> Shape;
+  DType Type = DType::F32;
 };
 
 inline int64_t elementCount(llvm::ArrayRef<int64_t> shape) {
@@ -169,6 +171,30 @@ inline uint64_t workspaceBytes(std::string_view op,
     if (out <= 0 || in % out)
       return 0;
     return reduceWorkspaceBytes(out, in / out);
+  }
+  if (op == "LinearCrossEntropy" || op == "LinearCrossEntropyGrad") {
+    // A chunk's logits (and, backward, their gradient) in x's type:
+    // kernels/cpu/OutputHead.h's layout; its calls need none of their own.
+    unsigned x = op == "LinearCrossEntropyGrad" ? 1 : 0;
+    if (!present(ins, x) || !present(ins, x + 1) || ins[x].Shape.size() != 2 ||
+        ins[x + 1].Shape.size() != 2)
+      return 0;
+    OutputHeadShape s;
+    s.N = ins[x].Shape[0];
+    s.D = ins[x].Shape[1];
+    s.TransB = false;
+    if (auto it = attrs.find("transB");
+        it != attrs.end() && it->second.kind() == Attribute::Kind::Int)
+      s.TransB = it->second.asInt() != 0;
+    s.V = ins[x + 1].Shape[s.TransB ? 0 : 1];
+    int64_t rows = 0;
+    if (auto it = attrs.find("rows");
+        it != attrs.end() && it->second.kind() == Attribute::Kind::Int)
+      rows = it->second.asInt();
+    uint64_t elem = dtypeSize(ins[x].Type);
+    uint64_t chunk = alignWorkspace(uint64_t(outputHeadRows(s, elem, rows)) *
+                                    uint64_t(s.V) * elem);
+    return chunk * (x + 1);
   }
   bool grad = op == "SoftmaxCrossEntropyLossGrad";
   if (!grad && op != "SoftmaxCrossEntropyLoss" &&

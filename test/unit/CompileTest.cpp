@@ -51,7 +51,9 @@ TEST(CompileOptionsTest, FlagsRoundTrip) {
         "--batch 8 --precision fp16 --optimizer lomo --clip-grad-norm 1",
         "--batch 8 --precision bf16 --master-weights none",
         "--batch 8 --lora rank=4,alpha=8,targets=wq;wv --base-weights nf4",
-        "--batch 8 --memory-budget 1GiB --allow lora,qlora"}) {
+        "--batch 8 --memory-budget 1GiB --allow lora,qlora",
+        "--batch 8 --output-head fused",
+        "--batch 8 --output-head fused,rows=5"}) {
     CompileOptions o = fromText(text);
     std::string printed = o.flags();
     CompileOptions again = fromText(printed);

@@ -118,12 +118,12 @@ inline uint64_t plannedWorkspaceBytes(const CudaCase &c) {
   std::vector<cuda::ws::CallValue> ins, outs;
   for (size_t i = 0; i < c.Inputs.size(); ++i) {
     bool absent = i < c.Absent.size() && c.Absent[i];
-    ins.push_back(absent
-                      ? cuda::ws::CallValue{}
-                      : cuda::ws::CallValue{true, c.Inputs[i].type().shape()});
+    ins.push_back(absent ? cuda::ws::CallValue{}
+                         : cuda::ws::CallValue{true, c.Inputs[i].type().shape(),
+                                               c.Inputs[i].type().dtype()});
   }
   for (const TensorType &t : c.Outputs)
-    outs.push_back({true, t.shape()});
+    outs.push_back({true, t.shape(), t.dtype()});
   return cuda::ws::workspaceBytes(c.Op, ins, outs, c.Attrs);
 }
 
