@@ -61,6 +61,12 @@ inline llvm::Expected<OutputHeadShape> outputHeadShape(const TensorType &x,
   return s;
 }
 
+/// The type of the rows' losses (and their gradient): f32, f64 for an f64
+/// x (the cross-entropy reads low logits and computes in f32).
+inline DType outputHeadLossType(DType x) {
+  return x == DType::F64 ? DType::F64 : DType::F32;
+}
+
 /// Rows per chunk: `rows` when given (> 0), else as many as keep a chunk's
 /// logits of `elementBytes` each within kOutputHeadChunkBytes; at least 1,
 /// at most N.

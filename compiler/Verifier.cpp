@@ -226,7 +226,7 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                              n.operand(x + 2)->type(), n.intAttr("transB", 0));
     if (!s)
       return fail(n, llvm::toString(s.takeError()));
-    TensorType rows(DType::F32, {s->N});
+    TensorType rows(outputHeadLossType(n.operand(x)->type().dtype()), {s->N});
     if (!grad && n.result(0)->type() != rows)
       return fail(n, "result " + n.result(0)->type().str() + " should be " +
                          rows.str());

@@ -18,8 +18,9 @@
 //
 // Declined (left alone): a loss with class weights or log_prob used, a
 // reduction `none`, a product with transA or whose logits have other users,
-// a non-f32 loss. Option rows=N: rows per chunk (default: as many as keep a
-// chunk's logits within kOutputHeadChunkBytes).
+// a loss of another type than outputHeadLossType's. Option rows=N: rows per
+// chunk (default: as many as keep a chunk's logits within
+// kOutputHeadChunkBytes).
 //
 // Requires: one function, the forward, canonicalized, before autodiff.
 // Guarantees: the loss is computed from the same products and the same
@@ -48,7 +49,8 @@ bool onlyUse(const Value *v, const Node *user) {
 std::optional<HeadMatch> match(Node &n) {
   if (!n.is(OpKind::SoftmaxCrossEntropyLoss) || n.numOperands() > 2 ||
       (n.numResults() > 1 && n.result(1)->hasUses()) ||
-      n.result(0)->type() != TensorType(DType::F32, {}))
+      n.result(0)->type() !=
+          TensorType(outputHeadLossType(n.operand(0)->type().dtype()), {}))
     return std::nullopt;
   std::string reduction = n.stringAttr("reduction", "mean");
   if (reduction != "mean" && reduction != "sum")
@@ -118,9 +120,10 @@ llvm::Expected<bool> FuseOutputHead::run(Module &m) {
       attrs["ignore_index"] = *ig;
     if (Rows > 0)
       attrs["rows"] = Attribute::getInt(Rows);
-    TensorType scalar(DType::F32, {});
+    DType lossType = outputHeadLossType(x->type().dtype());
+    TensorType scalar(lossType, {});
     Value *rows = b.createValue("LinearCrossEntropy", {x, w, labels},
-                                TensorType(DType::F32, {n}), attrs);
+                                TensorType(lossType, {n}), attrs);
     AttributeMap sum;
     sum["keepdims"] = Attribute::getInt(0);
     Value *loss = b.createValue("ReduceSum", {rows}, scalar, sum);
@@ -134,12 +137,12 @@ llvm::Expected<bool> FuseOutputHead::run(Module &m) {
         Value *ignored = b.createValue("Equal", {labels, ignore}, mask);
         Value *kept = b.createValue("Not", {ignored}, mask);
         AttributeMap to;
-        to["to"] = Attribute::getType(DType::F32);
+        to["to"] = Attribute::getType(lossType);
         Value *ones =
-            b.createValue("Cast", {kept}, TensorType(DType::F32, {n}), to);
+            b.createValue("Cast", {kept}, TensorType(lossType, {n}), to);
         count = b.createValue("ReduceSum", {ones}, scalar, sum);
       } else {
-        count = b.constant(Tensor::fromDoubles(DType::F32, {}, {double(n)}));
+        count = b.constant(Tensor::fromDoubles(lossType, {}, {double(n)}));
       }
       loss = b.createValue("Div", {loss, count}, scalar);
     }

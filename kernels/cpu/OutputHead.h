@@ -69,7 +69,7 @@ inline llvm::Expected<HeadLayout> headLayout(const KernelContext &ctx) {
                            ctx.Inputs[x + 2].type(), ctx.attrInt("transB", 0));
   if (!s)
     return ctx.unsupported(llvm::toString(s.takeError()));
-  TensorType rows(DType::F32, {s->N});
+  TensorType rows(outputHeadLossType(ctx.Inputs[x].Type), {s->N});
   if (!grad && ctx.Outputs[0].type() != rows)
     return ctx.unsupported("result " + ctx.Outputs[0].type().str() +
                            " should be " + rows.str());

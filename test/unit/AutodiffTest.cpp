@@ -283,6 +283,21 @@ const GradCase kCases[] = {
      "%y = Constant() {value = dense<i64[3]> [3, 0, 2]} : i64[3]\n"
      "%out = SoftmaxCrossEntropyLoss(%s, %y) {reduction = \"none\"} : f64[3]\n",
      "f64[3]"},
+    // The fused output head: w [V, D] (transB) and [D, V], chunks of 2 rows
+    // (dw summed over three), an ignored label; a frozen head gets no dw.
+    {"LinearCrossEntropy",
+     "state @x : f64[5, 3] param\nstate @w : f64[4, 3] param\n",
+     "%x = Read(@x) : f64[5, 3]\n%w = Read(@w) : f64[4, 3]\n"
+     "%y = Constant() {value = dense<i64[5]> [1, 3, -1, 0, 2]} : i64[5]\n"
+     "%out = LinearCrossEntropy(%x, %w, %y) {ignore_index = -1, rows = 2, "
+     "transB = 1} : f64[5]\n",
+     "f64[5]"},
+    {"LinearCrossEntropyFrozenHead",
+     "state @x : f64[4, 3] param\nstate @w : f64[3, 6] frozen\n",
+     "%x = Read(@x) : f64[4, 3]\n%w = Read(@w) : f64[3, 6]\n"
+     "%y = Constant() {value = dense<i64[4]> [5, 0, 2, 2]} : i64[4]\n"
+     "%out = LinearCrossEntropy(%x, %w, %y) {rows = 3} : f64[4]\n",
+     "f64[4]"},
     {"LayerNormalization",
      "state @x : f64[2, 3, 4] param\nstate @g : f64[4] param\nstate @b : "
      "f64[4] param\n",

@@ -12,6 +12,7 @@
 
 #include "CompileUtil.h"
 #include "compiler/ByteSize.h"
+#include "compiler/OutputHeadShape.h"
 #include "compiler/Parser.h"
 #include "compiler/Zoo.h"
 #include "kernels/cpu/CpuTarget.h"
@@ -477,6 +478,43 @@ TEST(AutoFitTest, StoresTheBaseInNf4OnlyWhenAllowed) {
       << fit.Why;
   EXPECT_LE(fit.Best.ThePlan.Report.PeakBytes(), o.MemoryBudget);
   EXPECT_EQ(flagError("--batch 2 --memory-budget 1GiB --allow qlora"), "");
+}
+
+/// --output-head fused plans no [tokens, vocabulary] logits: with a
+/// vocabulary large next to the model (32000, d 64), the saved activations
+/// lose the logits and the peak loses the logits and their gradient; the
+/// workspace holds one chunk (32 MiB of logits at most, or `rows` rows).
+TEST(OutputHeadTest, PlansNoWholeLogits) {
+  ZooConfig z;
+  z.Arch = "llama";
+  z.Layers = 1, z.DModel = 64, z.Heads = 2, z.Ffn = 128, z.Vocab = 32000;
+  z.Seq = 256;
+  z.Weights = ZooConfig::Weights::None;
+  std::string path = testing::TempDir() + "/output_head.onnx";
+  ASSERT_EQ(errorOf(writeZooModel(z, path)), "");
+  const char *flags = "--batch 4 --optimizer adamw --precision bf16 "
+                      "--master-weights none --device cuda";
+  MemoryReport unfused = compilePlan(path, fromText(flags)).Report;
+  MemoryReport fused =
+      compilePlan(path, fromText(std::string(flags) + " --output-head fused"))
+          .Report;
+  MemoryReport rows =
+      compilePlan(path,
+                  fromText(std::string(flags) + " --output-head fused,rows=64"))
+          .Report;
+  uint64_t logits = 4 * 256 * uint64_t(32000) * 2; // bf16 [1024, 32000]
+  // (Less the f32 losses of the rows, [1024], kept for the sum.)
+  EXPECT_GE(unfused.SavedActivations - fused.SavedActivations,
+            logits - 1024 * 4);
+  // The logits and their gradient, for the workspace's chunks (here the
+  // default chunk is half the logits: what the peak loses shows with 64
+  // rows a chunk).
+  EXPECT_LT(fused.PeakBytes(), unfused.PeakBytes());
+  EXPECT_GE(unfused.PeakBytes() - rows.PeakBytes(), 3 * logits / 2);
+  // Forward one chunk; backward the chunk and its gradient.
+  uint64_t chunk = uint64_t(kOutputHeadChunkBytes / (32000 * 2)) * 32000 * 2;
+  EXPECT_EQ(fused.Workspace, 2 * chunk);
+  EXPECT_EQ(rows.Workspace, 2 * uint64_t(64) * 32000 * 2);
 }
 
 TEST(TargetTest, PlansRecordTheirTarget) {

@@ -628,5 +628,46 @@ TEST(CudaWorkspace, TheTargetPlansWhatTheKernelsUse) {
   EXPECT_EQ(plan->WorkspaceBytes, 2048u * 16u);
 }
 
+/// LinearCrossEntropy and its gradient: the CPU's chunk loop and the
+/// CUDA's are the same calls of each backend's MatMul, Gemm and
+/// cross-entropy kernels (kernels/cpu/OutputHead.h), so they agree as those
+/// do: 10 rows in chunks of 3, w [V, D] with transB and [D, V], f32 and
+/// bf16 (whose dw the GPU sums chunk by chunk in bf16, the CPU in f32).
+TEST(CudaLoss, LinearCrossEntropy) {
+  for (DType t : {DType::F32, DType::BF16})
+    for (bool transB : {true, false}) {
+      int64_t n = 10, d = 6, v = 7, ignore = -100;
+      Shape w = transB ? Shape{v, d} : Shape{d, v};
+      CudaCase f;
+      f.Op = "LinearCrossEntropy";
+      f.Inputs = {randomTensor(ty(t, {n, d}), 11), randomTensor(ty(t, w), 12),
+                  labelTensor(DType::I64, {n}, v, 13, &ignore)};
+      f.Attrs["transB"] = Attribute::getInt(transB);
+      f.Attrs["ignore_index"] = Attribute::getInt(ignore);
+      f.Attrs["rows"] = Attribute::getInt(3);
+      f.Outputs = {ty(DType::F32, {n})};
+      f.Tol = tolFor(t);
+      EXPECT_EQ(compareCudaWithCpu(f), "") << dtypeName(t).str() << transB;
+      CudaCase g = f;
+      g.Op = "LinearCrossEntropyGrad";
+      g.Inputs.insert(g.Inputs.begin(),
+                      randomTensor(ty(DType::F32, {n}), 14, 0.1, 1));
+      g.Outputs = {ty(t, {n, d}), ty(t, w)};
+      g.Tol = t == DType::BF16 ? Tolerance{2e-2, 2e-2} : tolFor(t);
+      EXPECT_EQ(compareCudaWithCpu(g), "") << dtypeName(t).str() << transB;
+      g.Outputs.pop_back(); // a frozen head: dx only
+      EXPECT_EQ(compareCudaWithCpu(g), "") << dtypeName(t).str() << transB;
+    }
+  CudaCase none;
+  none.Op = "LinearCrossEntropy";
+  none.Inputs = {randomTensor(ty(DType::F32, {4, 3}), 1),
+                 randomTensor(ty(DType::F32, {5, 3}), 2),
+                 labelTensor(DType::I64, {4}, 5, 3)};
+  none.Attrs["transB"] = Attribute::getInt(1);
+  none.Outputs = {ty(DType::F32, {4})};
+  none.NoWorkspace = true; // the emulator makes its own; a GPU refuses
+  EXPECT_EQ(compareCudaWithCpu(none), "");
+}
+
 } // namespace
 #endif

@@ -227,3 +227,113 @@ TEST(LossKernelTest, RowsSplitAcrossThreadsKeepTheirBits) {
 }
 
 } // namespace
+
+namespace {
+
+/// A LinearCrossEntropy problem in f64: x [N, D], w ([V, D] with transB,
+/// else [D, V]), labels [N] (some ignore_index = -100).
+struct Head {
+  int64_t N, D, V;
+  bool TransB;
+  T64 X, W;
+  std::vector<int64_t> Labels, LabelShape;
+  Head(int64_t n, int64_t d, int64_t v, bool transB)
+      : N(n), D(d), V(v), TransB(transB), X({n, d}, 71),
+        W(transB ? std::vector<int64_t>{v, d} : std::vector<int64_t>{d, v}, 72),
+        LabelShape{n} {
+    for (int64_t i = 0; i < n; ++i)
+      Labels.push_back(i % 5 == 3 ? -100 : (i * 7 + 3) % v);
+  }
+  TensorView labels() {
+    return TensorView{DType::I64, LabelShape, Labels.data()};
+  }
+  AttributeMap attrs(int64_t rows) const {
+    AttributeMap a;
+    a["transB"] = Attribute::getInt(TransB);
+    a["ignore_index"] = Attribute::getInt(-100);
+    a["rows"] = Attribute::getInt(rows);
+    return a;
+  }
+  double w(int64_t k, int64_t j) const { // w'[k, j]: D x V
+    return TransB ? W.Data[j * D + k] : W.Data[k * V + j];
+  }
+  /// Row i's loss by hand: log-sum-exp of its logits less its label's.
+  double rowLoss(int64_t i) const {
+    if (Labels[i] == -100)
+      return 0;
+    std::vector<double> z(V, 0.0);
+    double mx = -1e300;
+    for (int64_t j = 0; j < V; ++j) {
+      for (int64_t k = 0; k < D; ++k)
+        z[j] += X.Data[i * D + k] * w(k, j);
+      mx = std::max(mx, z[j]);
+    }
+    double s = 0;
+    for (double zj : z)
+      s += std::exp(zj - mx);
+    return mx + std::log(s) - z[Labels[i]];
+  }
+};
+
+/// Each row's loss is its cross-entropy, whatever the chunking (one chunk,
+/// chunks that divide N, a short last chunk), both layouts of w.
+TEST(LinearCrossEntropy, IsEachRowsCrossEntropy) {
+  for (bool transB : {true, false})
+    for (int64_t rows : {20, 5, 3}) {
+      Head h(10, 6, 7, transB);
+      T64 out({10});
+      ASSERT_EQ(runKernel("LinearCrossEntropy",
+                          {h.X.view(), h.W.view(), h.labels()}, {out.view()},
+                          h.attrs(rows)),
+                "");
+      for (int64_t i = 0; i < h.N; ++i)
+        EXPECT_NEAR(out.Data[i], h.rowLoss(i), 1e-12)
+            << "row " << i << " rows " << rows << " transB " << transB;
+    }
+}
+
+/// dx and dw of sum_i c_i loss_i by central differences, chunked (rows 3 of
+/// 10: dw summed over four chunks), both layouts.
+TEST(LinearCrossEntropy, GradientMatchesFiniteDifferences) {
+  for (bool transB : {true, false}) {
+    Head h(10, 6, 7, transB);
+    T64 c({10}, 73), dx({10, 6}),
+        dw(transB ? std::vector<int64_t>{7, 6} : std::vector<int64_t>{6, 7});
+    ASSERT_EQ(runKernel("LinearCrossEntropyGrad",
+                        {c.view(), h.X.view(), h.W.view(), h.labels()},
+                        {dx.view(), dw.view()}, h.attrs(3)),
+              "");
+    auto loss = [&]() {
+      double s = 0;
+      for (int64_t i = 0; i < h.N; ++i)
+        s += c.Data[i] * h.rowLoss(i);
+      return s;
+    };
+    expectGradient(h.X.Data, loss, dx.Data, "dx");
+    expectGradient(h.W.Data, loss, dw.Data, "dw");
+    // Without dw (a frozen head): the same dx.
+    T64 dxOnly({10, 6});
+    ASSERT_EQ(runKernel("LinearCrossEntropyGrad",
+                        {c.view(), h.X.view(), h.W.view(), h.labels()},
+                        {dxOnly.view()}, h.attrs(4)),
+              "");
+    for (size_t i = 0; i < dx.Data.size(); ++i)
+      EXPECT_NEAR(dxOnly.Data[i], dx.Data[i], 1e-12);
+  }
+}
+
+TEST(LinearCrossEntropy, ChecksItsOperands) {
+  Head h(10, 6, 7, true);
+  T64 out({9}), w({6, 6}, 3);
+  EXPECT_EQ(runKernel("LinearCrossEntropy",
+                      {h.X.view(), h.W.view(), h.labels()}, {out.view()},
+                      h.attrs(3)),
+            "LinearCrossEntropy: result f64[9] should be f64[10]");
+  T64 rows({10});
+  EXPECT_EQ(runKernel("LinearCrossEntropy", {h.X.view(), w.view(), h.labels()},
+                      {rows.view()}, h.attrs(3))
+                    .find("differ in the inner dimension") == std::string::npos,
+            true);
+}
+
+} // namespace
