@@ -80,8 +80,8 @@ static const FlagInfo kFlags[] = {
     {"output-head", "fused[,rows=N]|unfused",
      "The last product and its cross-entropy as one op that makes the "
      "[tokens, vocabulary] logits a chunk of rows at a time (fused; rows per "
-     "chunk default to 32 MiB of logits; exact up to rounding) or as the "
-     "graph's own MatMul and loss (unfused, the default)"},
+     "chunk default to 32 MiB of logits; exact up to rounding; the default) "
+     "or as the graph's own MatMul and loss (unfused)"},
     {"attention", "fused|unfused",
      "Attention as one fused op without the [seq, seq] scores (default "
      "fused; exact up to rounding) or as the graph's own "
@@ -560,10 +560,10 @@ std::string CompileOptions::flags() const {
   }
   if (!FuseAttention)
     add("attention", "unfused");
-  if (FuseOutputHead)
-    add("output-head", OutputHeadRows
-                           ? "fused,rows=" + std::to_string(OutputHeadRows)
-                           : std::string("fused"));
+  if (!FuseOutputHead)
+    add("output-head", "unfused");
+  else if (OutputHeadRows)
+    add("output-head", "fused,rows=" + std::to_string(OutputHeadRows));
   add("device", Target);
   return llvm::join(out, " ");
 }

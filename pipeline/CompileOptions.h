@@ -85,7 +85,7 @@ struct CompileOptions {
   /// The output head and its cross-entropy as one LinearCrossEntropy (the
   /// `fuse-output-head` pass; `--output-head fused`): no [tokens, vocab]
   /// logits.
-  bool FuseOutputHead = false;
+  bool FuseOutputHead = true;
   /// Rows per chunk of the fused head (0: the kernels' default).
   unsigned OutputHeadRows = 0;
   /// The `rematerialize` pass leaves values under this many bytes alone

@@ -75,24 +75,26 @@ TEST(CompileOptionsTest, DefaultsFollowTheOptimizer) {
                            "--weight-decay 0.01 --betas 0.9,0.999 --eps 1e-08 "
                            "--device cpu");
   EXPECT_EQ(adamw.passPipeline(false),
-            "canonicalize,fuse-attention,autodiff,optimizer{kind=adamw "
-            "lr=0.001 weight_decay=0.01 beta1=0.9 beta2=0.999 eps=1e-08},"
-            "canonicalize,rematerialize");
+            "canonicalize,fuse-attention,fuse-output-head,autodiff,"
+            "optimizer{kind=adamw lr=0.001 weight_decay=0.01 beta1=0.9 "
+            "beta2=0.999 eps=1e-08},canonicalize,rematerialize");
   CompileOptions none = fromText("--batch 4 --optimizer none");
   EXPECT_FALSE(none.ApplyOptimizer);
   EXPECT_EQ(none.passPipeline(true),
-            "canonicalize,fuse-attention,autodiff,canonicalize,rematerialize,"
-            "schedule");
-  CompileOptions unfused = fromText("--batch 4 --attention unfused");
+            "canonicalize,fuse-attention,fuse-output-head,autodiff,"
+            "canonicalize,rematerialize,schedule");
+  CompileOptions unfused =
+      fromText("--batch 4 --attention unfused --output-head unfused");
   EXPECT_FALSE(unfused.FuseAttention);
+  EXPECT_FALSE(unfused.FuseOutputHead);
   EXPECT_EQ(unfused.passPipeline(false),
             "canonicalize,autodiff,optimizer{kind=sgd lr=0.01 "
             "weight_decay=0},canonicalize,rematerialize");
   CompileOptions accum =
       fromText("--batch 8 --accum 2 --disable-dropout --clip-grad-norm 1");
   EXPECT_EQ(accum.passPipeline(false),
-            "disable-dropout,canonicalize,fuse-attention,autodiff,"
-            "accumulate{steps=2},"
+            "disable-dropout,canonicalize,fuse-attention,fuse-output-head,"
+            "autodiff,accumulate{steps=2},"
             "optimizer{kind=sgd lr=0.01 weight_decay=0 clip_grad_norm=1},"
             "canonicalize,rematerialize");
   // What --device auto means is the caller's (the tool asks the runtime).
@@ -198,9 +200,9 @@ TEST(CompileOptionsTest, RecomputeFlags) {
   EXPECT_EQ(o.Recompute.Kind, RecomputeOptions::Policy::Every);
   EXPECT_EQ(o.Recompute.N, 3u);
   EXPECT_EQ(o.passPipeline(true),
-            "canonicalize,fuse-attention,autodiff,optimizer{kind=sgd lr=0.01 "
-            "weight_decay=0},canonicalize,recompute{policy=every n=3},"
-            "rematerialize,schedule");
+            "canonicalize,fuse-attention,fuse-output-head,autodiff,"
+            "optimizer{kind=sgd lr=0.01 weight_decay=0},canonicalize,"
+            "recompute{policy=every n=3},rematerialize,schedule");
   EXPECT_EQ(fromText("--batch 8 --recompute budget=2GiB").RecomputeBudget,
             2ull << 30);
   EXPECT_EQ(flagError("--batch 8 --recompute every=0"),
@@ -494,10 +496,10 @@ TEST(OutputHeadTest, PlansNoWholeLogits) {
   ASSERT_EQ(errorOf(writeZooModel(z, path)), "");
   const char *flags = "--batch 4 --optimizer adamw --precision bf16 "
                       "--master-weights none --device cuda";
-  MemoryReport unfused = compilePlan(path, fromText(flags)).Report;
-  MemoryReport fused =
-      compilePlan(path, fromText(std::string(flags) + " --output-head fused"))
+  MemoryReport unfused =
+      compilePlan(path, fromText(std::string(flags) + " --output-head unfused"))
           .Report;
+  MemoryReport fused = compilePlan(path, fromText(flags)).Report; // default
   MemoryReport rows =
       compilePlan(path,
                   fromText(std::string(flags) + " --output-head fused,rows=64"))
