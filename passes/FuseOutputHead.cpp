@@ -16,7 +16,9 @@
 // of labels that are not ignore_index for a mean (SoftmaxCrossEntropyLoss's
 // meaning), so autodiff hands each row its share.
 //
-// Declined (left alone): a loss with class weights or log_prob used, a
+// Left whole when the logits fit in one chunk (without rows=: fusing would
+// save nothing and cost the backward a second product). Declined: a loss
+// with class weights or log_prob used, a
 // reduction `none`, a product with transA or whose logits have other users,
 // a loss of another type than outputHeadLossType's. Option rows=N: rows per
 // chunk (default: as many as keep a chunk's logits within
@@ -95,6 +97,7 @@ llvm::Expected<bool> FuseOutputHead::run(Module &m) {
   for (Node &n : f.nodes())
     if (auto hm = match(n))
       matches.push_back(*hm);
+  bool changed = false;
   for (const HeadMatch &hm : matches) {
     Node *ce = hm.Loss, *mm = hm.Product;
     Value *h = mm->operand(0), *w = mm->operand(1), *labels = ce->operand(1);
@@ -107,6 +110,12 @@ llvm::Expected<bool> FuseOutputHead::run(Module &m) {
       llvm::consumeError(shape.takeError());
       continue;
     }
+    // Logits that fit in one default chunk are left whole: fusing would
+    // save nothing and make them again in the backward.
+    uint64_t logitBytes = uint64_t(n) * uint64_t(shape->V) *
+                          dtypeSize(ce->operand(0)->type().dtype());
+    if (Rows == 0 && logitBytes <= kOutputHeadChunkBytes)
+      continue;
     Builder b(f, ce);
     b.setLoc(ce->loc());
     Value *x = h;
@@ -152,8 +161,9 @@ llvm::Expected<bool> FuseOutputHead::run(Module &m) {
     if (hm.Reshape)
       hm.Reshape->erase();
     mm->erase();
+    changed = true;
   }
-  return !matches.empty();
+  return changed;
 }
 
 } // namespace

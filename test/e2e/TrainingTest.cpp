@@ -697,10 +697,11 @@ TEST(PlannedMemory, AllocatedBytesEqualPlannedPeak) {
     EXPECT_GE(r.PeakBytes(), r.LowerBoundBytes()) << model;
     EXPECT_EQ(r.OptimizerState, 2 * r.Parameters + 8) << model; // m, v, step
     EXPECT_GT(r.Activations, 0u) << model;
-    // Conv's im2col columns are declared workspace, and the fused output
-    // head's chunk of logits (gpt and llama end with one).
+    // Conv's im2col columns are declared workspace; no other model's
+    // kernels declare any (gpt's and llama's logits are too small for the
+    // output head to be fused).
     EXPECT_EQ(r.Workspace, plan.WorkspaceBytes) << model;
-    EXPECT_EQ(r.Workspace > 0, std::string(model) != "mlp") << model;
+    EXPECT_EQ(r.Workspace > 0, std::string(model) == "lenet") << model;
   }
 }
 
@@ -1884,7 +1885,7 @@ TEST(Qlora, MatchesPeftWithBitsandbytes) {
 
 namespace {
 
-/// --output-head fused trains what the unfused head trains: the same losses
+/// The fused output head trains what the unfused head trains: the same losses
 /// and weights up to summation order (the rows' losses summed in the graph,
 /// dw over chunks), with one chunk and with several (rows=7 of 128 rows),
 /// in f32 and with bf16 compute; and a frozen head (LoRA) gets no dw.
@@ -1907,7 +1908,8 @@ TEST(OutputHead, FusedTrainsWhatTheUnfusedTrains) {
     std::vector<double> plain, one, chunked;
     auto a =
         trainFromFlags(c.Model, flags + " --output-head unfused", 4, plain);
-    auto b = trainFromFlags(c.Model, flags, 4, one); // fused: the default
+    auto b = trainFromFlags(c.Model, flags + " --output-head fused,rows=128", 4,
+                            one); // one chunk
     auto d = trainFromFlags(c.Model, flags + " --output-head fused,rows=7", 4,
                             chunked);
     ASSERT_TRUE(a && b && d) << c.Flags;
