@@ -58,8 +58,9 @@ inline std::string nf4OperandError(llvm::ArrayRef<TensorType> operands,
                                    const TensorType &result) {
   if (operands.size() != 4)
     return "needs 4 operands (codes, absmax, nested_absmax, nested_offset)";
-  if (!isFloat(result.dtype()))
-    return "result " + result.str() + " is not a float tensor";
+  DType t = result.dtype();
+  if (t != DType::F32 && t != DType::BF16 && t != DType::F16)
+    return "result " + result.str() + " is not f32, bf16 or f16";
   int64_t n = result.numElements();
   const TensorType want[4] = {TensorType(DType::U8, {nf4PackedBytes(n)}),
                               TensorType(DType::U8, {nf4Blocks(n)}),

@@ -1,10 +1,13 @@
-//===- AdamW8bitCheck.h - AdamW8bitUpdate's operands, host side -*- C++ -*-===//
+//===- AdamW8bitCheck.h - The quantized ops' operands, host side -*- C++
+//-*-===//
 //
 // What the CPU and CUDA kernels of AdamW8bitUpdate check of their operands
 // and read of their attributes, written once (the arithmetic itself is
 // kernels/cpu/Blockwise8bit.h): five state slots (the weight, u8 codes of
 // its shape, f32 absmaxes of one element per kStateBlock), a gradient of the
-// weight's type, f32 step size, sqrt_bc2 and scale, a bool `enabled`.
+// weight's type, f32 step size, sqrt_bc2 and scale, a bool `enabled`. And
+// Nf4Dequantize's (kernels/cpu/Nf4.h): the layout of
+// compiler/StateQuantization.h, one f32, bf16 or f16 result.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_KERNELS_CPU_ADAMW8BITCHECK_H
@@ -44,6 +47,17 @@ inline llvm::Error checkAdamW8bit(const KernelContext &ctx) {
       (ctx.Inputs[4].Type != DType::Bool || ctx.Inputs[4].numElements() != 1))
     return ctx.unsupported("enabled must be a bool scalar");
   return llvm::Error::success();
+}
+
+/// Nf4Dequantize's four operands against its one result.
+inline llvm::Error checkNf4Dequantize(const KernelContext &ctx) {
+  std::vector<TensorType> types;
+  for (const TensorView &v : ctx.Inputs)
+    types.push_back(v.type());
+  if (ctx.Outputs.size() != 1)
+    return ctx.unsupported("needs one output");
+  std::string why = nf4OperandError(types, ctx.Outputs[0].type());
+  return why.empty() ? llvm::Error::success() : ctx.unsupported(why);
 }
 
 /// The step's factors from AdamWUpdate's attributes; StepSize, SqrtBc2 and

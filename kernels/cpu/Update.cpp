@@ -281,24 +281,12 @@ template <typename T> llvm::Error nf4Dequantize(const KernelContext &ctx) {
 /// Nf4Dequantize(codes, absmax, nested_absmax, offset) -> an f32, bf16 or
 /// f16 weight, written in its type (no f32 copy in between).
 llvm::Error nf4DequantizeKernel(const KernelContext &ctx) {
-  std::vector<TensorType> types;
-  for (const TensorView &v : ctx.Inputs)
-    types.push_back(v.type());
-  if (ctx.Outputs.size() != 1)
-    return ctx.unsupported("needs one output");
-  std::string why = nf4OperandError(types, ctx.Outputs[0].type());
-  if (!why.empty())
-    return ctx.unsupported(why);
-  switch (ctx.Outputs[0].Type) {
-  case DType::F32:
-    return nf4Dequantize<float>(ctx);
-  case DType::BF16:
-    return nf4Dequantize<BFloat16>(ctx);
-  case DType::F16:
-    return nf4Dequantize<Half>(ctx);
-  default:
-    return ctx.unsupported("needs an f32, bf16 or f16 result");
-  }
+  if (auto e = checkNf4Dequantize(ctx))
+    return e;
+  DType t = ctx.Outputs[0].Type;
+  return t == DType::F32    ? nf4Dequantize<float>(ctx)
+         : t == DType::BF16 ? nf4Dequantize<BFloat16>(ctx)
+                            : nf4Dequantize<Half>(ctx);
 }
 
 } // namespace

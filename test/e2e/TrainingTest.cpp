@@ -1709,6 +1709,22 @@ TEST(Lora, TrainsAdaptersBesideFrozenWeights) {
 /// AdamW on the adapters gives PEFT's losses and adapters; saving them
 /// (PEFT's files) and loading them back gives the same tensors; the merged
 /// model computes what the adapted one does.
+/// The llama model saved with `t`'s four adapters merged (as --save does)
+/// into TempDir()/`file`, and its loss on the first batch without adapters.
+double mergedModelLoss(Trainer &t, const std::string &file, const Dataset &data,
+                       const std::vector<int64_t> &order) {
+  std::string merged = testing::TempDir() + "/" + file;
+  auto weights = takeOrFail(mergedWeights(t.executor()));
+  EXPECT_EQ(weights.size(), 4u);
+  EXPECT_EQ(errorOf(saveTrainedModel(t.executor(), modelPath("llama.onnx"),
+                                     merged, &weights)),
+            "");
+  CompileOptions plain = takeOrFail(compileOptionsFromFlags(takeOrFail(
+      splitFlags("--batch 8 --optimizer sgd --lr 1e-30 --disable-dropout"))));
+  auto base = takeOrFail(compileTrainer(merged, plain, 0));
+  return takeOrFail(base->step(data, order, 0)).Loss;
+}
+
 TEST(Lora, MatchesPeft) {
   auto buf = llvm::MemoryBuffer::getFile(modelPath("llama.ref.lora.json"));
   ASSERT_TRUE(static_cast<bool>(buf));
@@ -1755,16 +1771,7 @@ TEST(Lora, MatchesPeft) {
         << entry.first;
   // Merged (W + (alpha / r) B A) into the model: without adapters, the
   // same loss on a batch.
-  std::string merged = testing::TempDir() + "/lora_merged.onnx";
-  auto weights = takeOrFail(mergedWeights(lora->executor()));
-  EXPECT_EQ(weights.size(), 4u);
-  ASSERT_EQ(errorOf(saveTrainedModel(lora->executor(), modelPath("llama.onnx"),
-                                     merged, &weights)),
-            "");
-  CompileOptions plain = takeOrFail(compileOptionsFromFlags(takeOrFail(
-      splitFlags("--batch 8 --optimizer sgd --lr 1e-30 --disable-dropout"))));
-  auto base = takeOrFail(compileTrainer(merged, plain, 0));
-  double mergedLoss = takeOrFail(base->step(data, order, 0)).Loss;
+  double mergedLoss = mergedModelLoss(*lora, "lora_merged.onnx", data, order);
   double adaptedLoss = takeOrFail(reloaded->step(data, order, 0)).Loss;
   EXPECT_NEAR(mergedLoss, adaptedLoss, 1e-5 * adaptedLoss);
 }
@@ -1858,16 +1865,7 @@ TEST(Qlora, MatchesPeftWithBitsandbytes) {
   }
   EXPECT_EQ(adapters, 8u);
   // Merged: every NF4 weight dequantized, the adapted ones plus B A.
-  std::string merged = testing::TempDir() + "/qlora_merged.onnx";
-  auto weights = takeOrFail(mergedWeights(qlora->executor()));
-  EXPECT_EQ(weights.size(), 4u);
-  ASSERT_EQ(errorOf(saveTrainedModel(qlora->executor(), modelPath("llama.onnx"),
-                                     merged, &weights)),
-            "");
-  CompileOptions plain = takeOrFail(compileOptionsFromFlags(takeOrFail(
-      splitFlags("--batch 8 --optimizer sgd --lr 1e-30 --disable-dropout"))));
-  auto base = takeOrFail(compileTrainer(merged, plain, 0));
-  double mergedLoss = takeOrFail(base->step(data, order, 0)).Loss;
+  double mergedLoss = mergedModelLoss(*qlora, "qlora_merged.onnx", data, order);
   // The adapted model's loss on batch 0: the trained adapters saved as
   // PEFT's files and loaded into a fresh run, whose first step reports the
   // loss before it updates.

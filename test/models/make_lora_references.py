@@ -58,13 +58,9 @@ def first_loss(model, data, names):
         return float(model(*mr.batch(data, names, 0)))
 
 
-def make():
-    base, names, data = base_model()
-    torch.manual_seed(0)
-    model = get_peft_model(copy.deepcopy(base), LoraConfig(**CONFIG))
-    init_dir = os.path.join(HERE, "llama.lora_init")
-    model.save_pretrained(init_dir)
-    os.remove(os.path.join(init_dir, "README.md"))  # PEFT's model card
+def train_adapters(model, data, names):
+    """STEPS AdamW steps on the trainable parameters (the adapters); the
+    losses, and the trained adapters by headroom's state names."""
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, foreach=False, **ADAMW)
     losses = []
@@ -80,6 +76,17 @@ def make():
         if "lora_" in k:
             name = k[len(PREFIX):] if k.startswith(PREFIX) else k
             trained[name.replace(".default", "")] = v.detach().numpy().copy()
+    return losses, trained
+
+
+def make():
+    base, names, data = base_model()
+    torch.manual_seed(0)
+    model = get_peft_model(copy.deepcopy(base), LoraConfig(**CONFIG))
+    init_dir = os.path.join(HERE, "llama.lora_init")
+    model.save_pretrained(init_dir)
+    os.remove(os.path.join(init_dir, "README.md"))  # PEFT's model card
+    losses, trained = train_adapters(model, data, names)
     mr.save_npz(os.path.join(HERE, "llama.ref.lora.npz"), trained)
     import peft
     ref = {"torch": torch.__version__, "peft": peft.__version__,

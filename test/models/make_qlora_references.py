@@ -104,21 +104,9 @@ def make():
     model, quantized = quantized_model(base)
     model = PeftModel.from_pretrained(model, os.path.join(HERE, "llama.lora_init"),
                                       is_trainable=True)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, foreach=False, **ml.ADAMW)
-    losses = []
-    model.train()
-    for s in range(mr.STEPS):
-        opt.zero_grad(set_to_none=True)
-        loss = model(*mr.batch(data, names, s))
-        loss.backward()
-        losses.append(float(loss.detach()))
-        opt.step()
+    losses, trained = ml.train_adapters(model, data, names)
     out = collections.OrderedDict(quantized)
-    for k, v in model.state_dict().items():
-        if "lora_" in k:
-            name = k[len(ml.PREFIX):] if k.startswith(ml.PREFIX) else k
-            out[name.replace(".default", "")] = v.detach().numpy().copy()
+    out.update(trained)
     mr.save_npz(os.path.join(HERE, "llama.ref.qlora.npz"), out)
     import peft
     ref = {"torch": torch.__version__, "peft": peft.__version__,

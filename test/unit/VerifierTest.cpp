@@ -168,12 +168,10 @@ TEST(VerifierTest, RejectsBrokenInvariants) {
   EXPECT_EQ(verifyError(nf4Module("u8[65]", "bf16[10, 13]").c_str()), "");
   EXPECT_EQ(verifyError(nf4Module("u8[64]", "bf16[10, 13]").c_str()),
             "in @f, node 4 ('Nf4Dequantize' defining %w): codes u8[64] should "
-            "be u8[65] "
-            "for bf16[10, 13]");
+            "be u8[65] for bf16[10, 13]");
   EXPECT_EQ(verifyError(nf4Module("u8[65]", "i64[10, 13]").c_str()),
             "in @f, node 4 ('Nf4Dequantize' defining %w): result i64[10, 13] "
-            "is not a "
-            "float tensor");
+            "is not f32, bf16 or f16");
   EXPECT_EQ(verifyError("state @w : f32[3] param\nstate @m : f32[3] optimizer\n"
                         "func @f(%g: f32[3]) {\n  Assign(@w, @m, %g)\n"
                         "  return %g\n}\n"),

@@ -555,8 +555,9 @@ TEST(Nf4, DequantizeIsTheNearestValueTimesTheAbsmax) {
         ASSERT_EQ(out[size_t(i)], kNf4Map[code] * stored) << i;
       }
     }
-    if (n % 2)
+    if (n % 2) {
       EXPECT_EQ(q.Packed.back() & 0xF, 7u); // the pad element: 0
+    }
     std::vector<uint16_t> bf(static_cast<size_t>(n)), half(bf);
     std::vector<TensorView> bfOut = {TensorView{DType::BF16, shape, bf.data()}},
                             hOut = {TensorView{DType::F16, shape, half.data()}};
@@ -583,5 +584,5 @@ TEST(Nf4, DequantizeChecksItsOperands) {
   std::vector<int64_t> shape = {1000};
   EXPECT_EQ(runKernel("Nf4Dequantize", q.views(),
                       {TensorView{DType::I32, shape, ints.data()}}),
-            "Nf4Dequantize: result i32[1000] is not a float tensor");
+            "Nf4Dequantize: result i32[1000] is not f32, bf16 or f16");
 }
