@@ -109,15 +109,7 @@ static Int8State countInt8State(const Plan &plan) {
   return s;
 }
 
-/// Frozen weights stored as NF4 (`--base-weights nf4`): how many, the bytes
-/// of their codes and scales, and the bytes they take in bf16 (two per
-/// element; an odd element count counts its pad element).
-struct Nf4Weights {
-  unsigned Weights = 0;
-  uint64_t Bytes = 0, Bf16Bytes = 0;
-};
-
-static Nf4Weights countNf4(const Plan &plan) {
+Nf4Weights headroom::countNf4(const Plan &plan) {
   Nf4Weights w;
   for (const PlanState &s : plan.States) {
     if (s.Init != StateInit::Nf4)

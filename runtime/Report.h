@@ -23,6 +23,15 @@ inline double extraShare(uint64_t extra, uint64_t step) {
   return step > extra ? double(extra) / double(step - extra) : 0.0;
 }
 
+/// Frozen weights stored as NF4 (`--base-weights nf4`): how many, the bytes
+/// of their codes and scales, and the bytes they take in bf16 (two per
+/// element; an odd element count counts its pad element).
+struct Nf4Weights {
+  unsigned Weights = 0;
+  uint64_t Bytes = 0, Bf16Bytes = 0;
+};
+Nf4Weights countNf4(const Plan &plan);
+
 void printReportTable(const Plan &plan, llvm::StringRef title,
                       llvm::raw_ostream &os);
 /// At least peak_bytes, lower_bound_bytes, target, alignment_bytes and

@@ -547,7 +547,8 @@ void candidatesTable(const ReportPage &page, llvm::raw_ostream &os) {
   os << "</table>\n<p class=\"note\">rank: 0 exact techniques, 1 bf16, 2 bf16 "
         "without master weights, 3 that with 8-bit AdamW state "
         "(approximate), 4-6 the same with another optimizer, 7 LoRA adapters "
-        "instead of every weight. FLOPs +: extra "
+        "instead of every weight, 8 those on an NF4 base (QLoRA, "
+        "approximate). FLOPs +: extra "
         "FLOPs (recomputation, a norm pass) over the step without them.</p>\n";
 }
 
@@ -610,7 +611,12 @@ void headroom::printReportHtml(const ReportPage &page, llvm::raw_ostream &os) {
          << " adapters of rank "
          << plan.States[plan.stateIndex(plan.Adapters.front().A)].Type.dim(0)
          << " train beside the frozen weights (the parameters above are the "
-            "adapters).</p>\n";
+            "adapters)";
+      if (unsigned nf4 = countNf4(plan).Weights)
+        os << "; " << nf4
+           << " frozen matrices are stored as NF4 (QLoRA), an approximation "
+              "of the model's weights";
+      os << ".</p>\n";
     }
     os << "<p class=\"note\">Lower bound (the most bytes live at once plus "
           "the constant part): "
