@@ -1888,6 +1888,7 @@ namespace {
 /// dw over chunks), with one chunk and with several (rows=7 of 128 rows),
 /// in f32 and with bf16 compute; and a frozen head (LoRA) gets no dw.
 TEST(OutputHead, FusedTrainsWhatTheUnfusedTrains) {
+  useCudaEmulator();
   struct Case {
     const char *Model, *Flags;
     double Tol;
@@ -1899,6 +1900,13 @@ TEST(OutputHead, FusedTrainsWhatTheUnfusedTrains) {
       {"gpt", "--optimizer momentum --lr 0.05 --momentum 0.9 --precision bf16",
        2e-3},
       {"llama", "--optimizer adamw --lr 1e-2 --lora rank=4,targets=wq;wv",
+       1e-5},
+      // The CUDA backend (emulated): its own MatMul and loss kernels in the
+      // same chunk loop, on an NF4 base too.
+      {"llama", "--optimizer adamw --lr 1e-2 --device cuda", 1e-5},
+      {"llama",
+       "--optimizer adamw --lr 1e-2 --device cuda --lora rank=4,targets=wq;wv "
+       "--base-weights nf4",
        1e-5},
   };
   for (const Case &c : cases) {
