@@ -1886,7 +1886,9 @@ namespace {
 /// The fused output head trains what the unfused head trains: the same losses
 /// and weights up to summation order (the rows' losses summed in the graph,
 /// dw over chunks), with one chunk and with several (rows=7 of 128 rows),
-/// in f32 and with bf16 compute; and a frozen head (LoRA) gets no dw.
+/// in f32 and with bf16 compute, a frozen head (LoRA) that gets no dw, and
+/// on the emulated CUDA backend (its own kernels in the same chunk loop),
+/// on an NF4 base too.
 TEST(OutputHead, FusedTrainsWhatTheUnfusedTrains) {
   useCudaEmulator();
   struct Case {
