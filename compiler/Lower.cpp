@@ -93,6 +93,8 @@ private:
   const LowerOptions &O;
   llvm::DenseMap<const Value *, int> Buffers;
   llvm::DenseMap<const Node *, int> Position;
+  /// The nodes that write each state slot (update ops), in schedule order.
+  llvm::DenseMap<const StateSlot *, llvm::SmallVector<const Node *, 2>> Writers;
   llvm::DenseMap<const Value *, int> LastUse;
 };
 
@@ -107,16 +109,17 @@ static bool isView(const Node &n) {
 }
 
 bool FunctionLowering::readNeedsCopy(const Node &read) const {
-  for (const Node &w : F.nodes()) {
-    if (!w.info()->has(opflags::WritesState) ||
-        !llvm::is_contained(w.states(), read.state()) ||
-        Position.lookup(&w) < Position.lookup(&read))
+  auto writers = Writers.find(read.state());
+  if (writers == Writers.end())
+    return false;
+  for (const Node *w : writers->second) {
+    if (Position.lookup(w) < Position.lookup(&read))
       continue;
     for (const Node *user : read.result(0)->users()) {
       // `return` is not a call: it uses its operands after every call.
       int at = user->info()->has(opflags::Terminator) ? Position.size()
                                                       : Position.lookup(user);
-      if (user != &w && at > Position.lookup(&w))
+      if (user != w && at > Position.lookup(w))
         return true;
     }
   }
@@ -127,11 +130,16 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
   PlanFunction pf;
   pf.Name = F.name();
   int calls = 0;
-  for (const Node &n : F.nodes())
+  for (const Node &n : F.nodes()) {
     if (!n.info()->has(opflags::Terminator)) {
       Position[&n] = calls++;
       Calls.push_back(&n);
     }
+    if (n.info()->has(opflags::WritesState))
+      for (const StateSlot *s : n.states())
+        if (!llvm::is_contained(Writers[s], &n))
+          Writers[s].push_back(&n);
+  }
   // Last use of every value; function results live to the end.
   for (const Node &n : F.nodes())
     for (Value *v : n.operands())
