@@ -42,6 +42,11 @@ ArenaAssignment headroom::planArena(llvm::ArrayRef<BufferLife> buffers,
       return sized[x].Size > sized[y].Size;
     return sized[x].First < sized[y].First;
   });
+  // The buffers placed so far, kept sorted by their [offset, end): the ones
+  // that overlap b in time come out of a scan already in order.
+  auto range = [&](size_t j) {
+    return std::make_pair(a.Offsets[j], a.Offsets[j] + sized[j].Size);
+  };
   std::vector<size_t> placed;
   std::vector<std::pair<uint64_t, uint64_t>> busy; // [offset, end) of overlaps
   for (size_t i : order) {
@@ -51,8 +56,7 @@ ArenaAssignment headroom::planArena(llvm::ArrayRef<BufferLife> buffers,
     busy.clear();
     for (size_t j : placed)
       if (sized[j].First <= b.Last && b.First <= sized[j].Last)
-        busy.push_back({a.Offsets[j], a.Offsets[j] + sized[j].Size});
-    std::sort(busy.begin(), busy.end());
+        busy.push_back(range(j));
     // Best fit: the smallest gap between busy ranges that holds b.
     uint64_t best = UINT64_MAX, bestGap = UINT64_MAX, cursor = 0;
     for (const auto &[lo, hi] : busy) {
@@ -64,7 +68,10 @@ ArenaAssignment headroom::planArena(llvm::ArrayRef<BufferLife> buffers,
     }
     a.Offsets[i] = best != UINT64_MAX ? best : cursor;
     a.ArenaBytes = std::max(a.ArenaBytes, a.Offsets[i] + b.Size);
-    placed.push_back(i);
+    placed.insert(std::upper_bound(
+                      placed.begin(), placed.end(), i,
+                      [&](size_t x, size_t y) { return range(x) < range(y); }),
+                  i);
   }
   return a;
 }
