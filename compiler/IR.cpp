@@ -274,6 +274,7 @@ std::unique_ptr<Module> Module::clone() const {
   for (const auto &s : States) {
     StateSlot *copy = m->addState(s->name(), s->type(), s->kind());
     copy->setInit(s->init());
+    copy->setOnHost(s->onHost());
     states[s.get()] = copy;
   }
   for (LoraAdapter a : Adapters) {

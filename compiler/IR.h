@@ -73,12 +73,18 @@ public:
   void setType(TensorType t) { Type = std::move(t); }
   StateKind kind() const { return Kind; }
   void setKind(StateKind k) { Kind = k; }
+  /// Whether the slot lives in the plan's pinned host pool instead of on
+  /// the device (the `offload` pass; compiler/Pools.h says where each node
+  /// then runs).
+  bool onHost() const { return Host; }
+  void setOnHost(bool host) { Host = host; }
 
 private:
   std::string Name;
   TensorType Type;
   StateKind Kind;
   StateInit Init = StateInit::Model;
+  bool Host = false;
 };
 
 /// An SSA value: a function argument or a node result.

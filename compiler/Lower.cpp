@@ -3,6 +3,7 @@
 
 #include "compiler/Cost.h"
 #include "compiler/MemoryPlan.h"
+#include "compiler/Pools.h"
 #include "compiler/Target.h"
 #include "compiler/UpdateAnalysis.h"
 #include "compiler/Verifier.h"
@@ -21,13 +22,21 @@ int Plan::stateIndex(llvm::StringRef name) const {
 
 std::vector<uint64_t> Plan::stateOffsets() const {
   std::vector<uint64_t> offsets;
-  uint64_t at = 0;
+  uint64_t at[2] = {0, 0}; // device, host
   for (const PlanState &s : States) {
-    offsets.push_back(at);
-    at += (s.Type.sizeInBytes() + Alignment - 1) & ~(Alignment - 1);
+    offsets.push_back(at[s.Host]);
+    at[s.Host] += (s.Type.sizeInBytes() + Alignment - 1) & ~(Alignment - 1);
   }
-  offsets.push_back(at);
+  offsets.push_back(at[0]);
   return offsets;
+}
+
+uint64_t Plan::hostStateBytes() const {
+  uint64_t at = 0;
+  for (const PlanState &s : States)
+    if (s.Host)
+      at += (s.Type.sizeInBytes() + Alignment - 1) & ~(Alignment - 1);
+  return at;
 }
 
 const PlanFunction *Plan::function(llvm::StringRef name) const {
@@ -53,7 +62,7 @@ public:
                    const llvm::DenseMap<const StateSlot *, int> &stateIds,
                    const Target &target, const LowerOptions &o)
       : P(plan), F(f), FnIndex(functionIndex), StateIds(stateIds), T(target),
-        O(o) {}
+        O(o), Pools(f) {}
 
   llvm::Expected<PlanFunction> lower();
   /// Transient buffers of this function with their lifetimes.
@@ -74,6 +83,11 @@ public:
   /// Reshape of a dying value), with the index in ArenaBuffers of the buffer
   /// whose place they share.
   std::vector<std::pair<int, int>> Aliases;
+  /// The host pool's transient buffers (offload) with their lifetimes, the
+  /// scratch its calls need, and the bytes of each transfer direction.
+  std::vector<int> HostBuffers;
+  std::vector<BufferLife> HostLives;
+  uint64_t HostWorkspace = 0, ToHostBytes = 0, ToDeviceBytes = 0;
 
 private:
   bool readNeedsCopy(const Node &read) const;
@@ -96,6 +110,7 @@ private:
   /// The nodes that write each state slot (update ops), in schedule order.
   llvm::DenseMap<const StateSlot *, llvm::SmallVector<const Node *, 2>> Writers;
   llvm::DenseMap<const Value *, int> LastUse;
+  PoolAssignment Pools;
 };
 
 } // namespace
@@ -153,8 +168,23 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
   LossPos = lossPos;
   UpdateAnalysis updates(F);
 
+  if (Pools.any() && !T.hasHostPool())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "@%s keeps values in a host pool, which the %s target does not have "
+        "(offload is for --device cuda)",
+        F.name().c_str(), T.name().str().c_str());
   llvm::DenseMap<int, int> arenaSlot; // buffer id -> index in ArenaBuffers
   auto addArena = [&](const Value *v, int first) {
+    if (Pools.onHost(v)) {
+      Placement host;
+      host.Host = true;
+      int id = newBuffer(v, host);
+      HostBuffers.push_back(id);
+      HostLives.push_back(
+          {v->type().sizeInBytes(), first, std::max(first, LastUse.lookup(v))});
+      return id;
+    }
     int id = newBuffer(v, Placement());
     arenaSlot[id] = ArenaBuffers.size();
     ArenaBuffers.push_back(id);
@@ -194,6 +224,11 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
     call.Op = n.op();
     call.Attrs = n.attrs();
     call.Id = pos;
+    call.Host = Pools.runsOnHost(n);
+    if (n.is(OpKind::ToHost))
+      ToHostBytes += n.result(0)->type().sizeInBytes();
+    if (n.is(OpKind::ToDevice))
+      ToDeviceBytes += n.result(0)->type().sizeInBytes();
     for (Value *v : n.operands())
       call.Inputs.push_back(v ? Buffers.lookup(v) : -1);
     if (n.state())
@@ -209,6 +244,7 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
           Placement p;
           p.Where = Placement::Kind::State;
           p.Index = call.State;
+          p.Host = n.state()->onHost();
           call.Outputs.push_back(newBuffer(r, p));
         }
         continue;
@@ -222,7 +258,7 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
         continue;
       }
       Value *first = n.operand(0);
-      bool dying = O.InPlace && r == n.result(0) &&
+      bool dying = O.InPlace && r == n.result(0) && !Pools.onHost(r) &&
                    LastUse.lookup(first) == pos &&
                    arenaSlot.count(Buffers[first]) &&
                    !llvm::is_contained(F.arguments(), first);
@@ -257,7 +293,10 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
       }
       call.Outputs.push_back(addArena(r, pos));
     }
-    P.WorkspaceBytes = std::max(P.WorkspaceBytes, T.workspaceBytes(n));
+    if (call.Host)
+      HostWorkspace = std::max(HostWorkspace, T.workspaceBytes(n));
+    else
+      P.WorkspaceBytes = std::max(P.WorkspaceBytes, T.workspaceBytes(n));
     pf.Calls.push_back(std::move(call));
   }
   return pf;
@@ -312,8 +351,11 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
   MemoryReport &r = plan.Report;
   for (const auto &s : m.states()) {
     stateIds[s.get()] = plan.States.size();
-    plan.States.push_back({s->name(), s->type(), s->kind(), s->init()});
+    plan.States.push_back(
+        {s->name(), s->type(), s->kind(), s->init(), s->onHost()});
     uint64_t bytes = s->type().sizeInBytes();
+    if (s->onHost())
+      r.HostState += bytes;
     switch (s->kind()) {
     case StateKind::Param:
       r.Parameters += bytes;
@@ -360,6 +402,14 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
       plan.Placements[fl.ArenaBuffers[i]].Offset = a.Offsets[i];
     for (auto [id, slot] : fl.Aliases)
       plan.Placements[id].Offset = a.Offsets[slot];
+    ArenaAssignment host = planArena(fl.HostLives, plan.Alignment);
+    for (size_t i = 0; i < fl.HostBuffers.size(); ++i)
+      plan.Placements[fl.HostBuffers[i]].Offset = host.Offsets[i];
+    plan.HostArenaBytes = std::max(plan.HostArenaBytes, host.ArenaBytes);
+    plan.HostWorkspaceBytes =
+        std::max(plan.HostWorkspaceBytes, fl.HostWorkspace);
+    r.ToHostBytes += calls * fl.ToHostBytes;
+    r.ToDeviceBytes += calls * fl.ToDeviceBytes;
     // Live bytes at each position by category (aligned sizes): the most
     // gradient bytes over every function, the timeline of the largest.
     int64_t positions = 0;
@@ -414,6 +464,9 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
         r.Constants += c.Attrs.at("value").asTensor().bytes().size();
   r.Workspace = plan.WorkspaceBytes;
   r.LibraryBytes = plan.LibraryBytes;
-  r.StatePadding = plan.stateOffsets().back() - r.StateBytes();
+  r.StatePadding = plan.stateOffsets().back() - r.DeviceStateBytes();
+  r.HostStatePadding = plan.hostStateBytes() - r.HostState;
+  r.HostArenaBytes = plan.HostArenaBytes;
+  r.HostWorkspace = plan.HostWorkspaceBytes;
   return plan;
 }

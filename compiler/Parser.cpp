@@ -441,6 +441,10 @@ llvm::Error Parser::parseState(Module &m) {
     next();
     slot->setInit(*init);
   }
+  if (Tk.Kind == Tok::Ident && Tk.Text == "host") {
+    next();
+    slot->setOnHost(true);
+  }
   return llvm::Error::success();
 }
 

@@ -34,12 +34,15 @@ struct PlanState {
   TensorType Type;
   StateKind Kind;
   StateInit Init = StateInit::Model;
+  bool Host = false; // in the pinned host pool (compiler/Pools.h)
 };
 
 /// Where a buffer's bytes are.
 struct Placement {
   enum class Kind { Arena, State, Constant };
   Kind Where = Kind::Arena;
+  /// Arena: the host pool's arena instead of the device's.
+  bool Host = false;
   uint64_t Offset = 0; // Arena: byte offset
   int Index = -1;      // State: state index; Constant: function index
   int Call = -1;       // Constant: the Constant call within that function
@@ -54,6 +57,9 @@ struct KernelCall {
   int State = -1;              // state index for Read and update ops
   std::vector<int> MoreStates; // further slots a fused update writes
   uint32_t Id = 0;             // position in the function, for seeds and errors
+  /// Runs on the CPU over host-pool buffers (compiler/Pools.h): the
+  /// device kernel's code compiled for the host.
+  bool Host = false;
 };
 
 struct PlanFunction {
@@ -102,6 +108,16 @@ struct MemoryReport {
   /// Floating-point operations of one optimizer step (every call of the
   /// driver, compiler/Cost.h), and those of recomputed values among them.
   uint64_t StepFlops = 0, RecomputeFlops = 0;
+  /// The pinned host pool (offload; docs/offload.md): the slots kept there
+  /// (also counted in their categories above), the padding between them,
+  /// the arena of host values, and the scratch of host calls.
+  uint64_t HostState = 0, HostStatePadding = 0, HostArenaBytes = 0,
+           HostWorkspace = 0;
+  /// Bytes copied each way per optimizer step (ToHost, ToDevice).
+  uint64_t ToHostBytes = 0, ToDeviceBytes = 0;
+  /// The host <-> device bytes per second the step estimate assumes
+  /// (`--host-bandwidth`; the compile pipeline sets it).
+  double HostBandwidth = 25e9;
   uint64_t Workspace = 0;    // kernel scratch declared by the backend
   uint64_t LibraryBytes = 0; // held by the backend's libraries (cuBLASLt)
   /// Bytes between state slots that start each at the target's alignment.
@@ -110,12 +126,20 @@ struct MemoryReport {
     return Parameters + Frozen + Buffers + OptimizerState + GradientState;
   }
   uint64_t WorkspaceBytes() const { return Workspace + LibraryBytes; }
-  /// What the executor allocates: state (aligned), arena, workspace.
+  /// State on the device.
+  uint64_t DeviceStateBytes() const { return StateBytes() - HostState; }
+  /// What the executor allocates on the device: state (aligned), arena,
+  /// workspace.
   uint64_t PeakBytes() const {
-    return StateBytes() + StatePadding + ArenaBytes + WorkspaceBytes();
+    return DeviceStateBytes() + StatePadding + ArenaBytes + WorkspaceBytes();
   }
   uint64_t LowerBoundBytes() const {
-    return StateBytes() + StatePadding + ArenaLowerBound + WorkspaceBytes();
+    return DeviceStateBytes() + StatePadding + ArenaLowerBound +
+           WorkspaceBytes();
+  }
+  /// What it allocates in pinned host memory (0 without offload).
+  uint64_t HostPeakBytes() const {
+    return HostState + HostStatePadding + HostArenaBytes + HostWorkspace;
   }
   /// Live transient bytes after each call of the main function, by category
   /// (activations, gradients, temporaries, recomputed): the report's
@@ -169,15 +193,22 @@ struct Plan {
   uint64_t ArenaBytes = 0;
   /// Scratch shared by every kernel call: the largest any call declares.
   uint64_t WorkspaceBytes = 0;
+  /// The host pool's arena and the scratch of host calls (offload).
+  uint64_t HostArenaBytes = 0, HostWorkspaceBytes = 0;
   /// What the target's libraries hold (Target::libraryBytes()).
   uint64_t LibraryBytes = 0;
   MemoryReport Report;
 
   int stateIndex(llvm::StringRef name) const;
-  /// Where each state slot starts in the executor's one allocation: slot
-  /// after slot, each at the alignment. The last entry is where the arena
-  /// starts (the state region's size); the workspace follows the arena.
+  /// Where each state slot starts in its pool's allocation: slot after
+  /// slot, each at the alignment, the device's slots in one region and the
+  /// host pool's in another. The last entry is where the device arena
+  /// starts (the device state region's size); the workspace follows the
+  /// arena.
   std::vector<uint64_t> stateOffsets() const;
+  /// The host pool's state region (where the host arena starts); its
+  /// workspace follows the host arena.
+  uint64_t hostStateBytes() const;
   const PlanFunction *function(llvm::StringRef name) const;
   /// Calls per step that take a new micro-batch.
   uint64_t microBatchesPerStep() const;

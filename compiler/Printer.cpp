@@ -150,6 +150,8 @@ void headroom::printModule(const Module &m, llvm::raw_ostream &os) {
     os << ' ' << stateKindName(s->kind());
     if (s->init() != StateInit::Model)
       os << " init " << stateInitName(s->init());
+    if (s->onHost())
+      os << " host";
     os << '\n';
   }
   for (const LoraAdapter &a : m.adapters()) {

@@ -10,6 +10,8 @@ bool Target::runByExecutor(const Node &n) {
   case OpKind::ParamGrad:
   case OpKind::Constant:
   case OpKind::Return:
+  case OpKind::ToHost:
+  case OpKind::ToDevice:
     return true;
   default:
     return false;

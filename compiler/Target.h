@@ -47,6 +47,10 @@ public:
   /// most two operands whose result has operand 0's type; kernels read each
   /// element before writing it.
   virtual bool mayReuseOperand0(const Node &n) const;
+  /// Whether plans for this target may keep state and values in a pinned
+  /// host pool (compiler/Pools.h): the executor copies between the pools
+  /// and runs host nodes on the CPU.
+  virtual bool hasHostPool() const { return false; }
 
   /// Whether the executor, not a kernel, runs `n` (Read, Assign, ...).
   static bool runByExecutor(const Node &n);

@@ -4,6 +4,7 @@
 #include "compiler/AttentionShape.h"
 #include "compiler/MatMulShape.h"
 #include "compiler/OutputHeadShape.h"
+#include "compiler/Pools.h"
 #include "compiler/StateQuantization.h"
 
 #include "llvm/ADT/SmallPtrSet.h"
@@ -347,7 +348,7 @@ llvm::Error Verifier::verifyFunction(const Function &f) {
     for (Value *r : n.results())
       Defined.insert(r);
   }
-  return llvm::Error::success();
+  return PoolAssignment(f).check();
 }
 
 llvm::Error headroom::checkByteCounts(const Module &m) {

@@ -85,9 +85,23 @@ llvm::Expected<Compiled> headroom::compile(llvm::StringRef modelPath,
 
 /// Recomputes (when asked), rematerializes and lowers `m`, which the base
 /// pipeline has built, scheduled or not as the options say.
+static llvm::Expected<Compiled> lowerSteps(std::unique_ptr<Module> m,
+                                           const CompileOptions &options,
+                                           const Target &target);
+
 static llvm::Expected<Compiled> finish(std::unique_ptr<Module> m,
                                        const CompileOptions &options,
                                        const Target &target) {
+  auto c = lowerSteps(std::move(m), options, target);
+  if (c)
+    c->ThePlan.Report.HostBandwidth = options.HostBandwidth;
+  return c;
+}
+
+/// finish() but the report's assumptions.
+static llvm::Expected<Compiled> lowerSteps(std::unique_ptr<Module> m,
+                                           const CompileOptions &options,
+                                           const Target &target) {
   bool fused = options.ApplyOptimizer && options.Optimizer.fused();
   if (fused && options.Schedule == ScheduleMode::Never)
     return llvm::createStringError(
@@ -103,6 +117,9 @@ static llvm::Expected<Compiled> finish(std::unique_ptr<Module> m,
   }
   if (auto e = runPasses(*m, options.rematerializePass().substr(1)))
     return e;
+  if (!options.Offload.empty())
+    if (auto e = runPasses(*m, options.offloadPass().substr(1)))
+      return e;
   Compiled asBuilt;
   if (options.Schedule == ScheduleMode::Never ||
       (!fused && options.Schedule == ScheduleMode::Auto)) {

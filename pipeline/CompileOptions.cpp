@@ -86,6 +86,15 @@ static const FlagInfo kFlags[] = {
      "Attention as one fused op without the [seq, seq] scores (default "
      "fused; exact up to rounding) or as the graph's own "
      "MatMul/Softmax/MatMul (unfused)"},
+    {"offload", "optimizer,accumulators,parameters",
+     "--device cuda: keep this state in pinned host memory (docs/offload.md): "
+     "optimizer, the optimizer's state and the master weights it updates, "
+     "updated on the CPU; accumulators, the gradient accumulators of --accum; "
+     "parameters, every weight, copied to the device where it is used and "
+     "updated on the CPU"},
+    {"host-bandwidth", "GB/s",
+     "The host-device bandwidth the report's step-time estimate assumes "
+     "(default 25, PCIe 4.0 x16 as measured)"},
     {"device", "cpu|cuda|auto",
      "The backend the plan is for (default auto: this machine's)"},
 };
@@ -112,6 +121,58 @@ static llvm::Expected<double> number(llvm::StringRef name,
   if (value.trim().getAsDouble(d) || !std::isfinite(d))
     return flagError(name, value, "a finite number");
   return d;
+}
+
+/// `--offload WHAT,...` into o.Offload (in the pass's order), refused
+/// where the state it names does not exist or cannot move.
+static llvm::Error parseOffload(llvm::StringRef value, CompileOptions &o) {
+  auto fail = [](const llvm::Twine &msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--offload " + msg.str());
+  };
+  llvm::SmallVector<llvm::StringRef, 4> items;
+  value.split(items, ',', -1, /*KeepEmpty=*/false);
+  bool optimizer = false, accumulators = false, parameters = false;
+  for (llvm::StringRef w : items) {
+    w = w.trim();
+    if (w == "optimizer")
+      optimizer = true;
+    else if (w == "accumulators")
+      accumulators = true;
+    else if (w == "parameters")
+      parameters = true;
+    else if (w == "activations")
+      return fail(w + ": not built yet (optimizer, accumulators and "
+                      "parameters are; docs/offload.md)");
+    else
+      return flagError("offload", w,
+                       "optimizer, accumulators and/or parameters");
+  }
+  if (!optimizer && !accumulators && !parameters)
+    return flagError("offload", value,
+                     "optimizer, accumulators and/or parameters");
+  if (o.Target != "cuda")
+    return fail(value + " needs --device cuda: the cpu target has one memory "
+                        "and nothing to offload to");
+  if (accumulators && o.Accumulate < 2)
+    return fail("accumulators needs --accum K with K >= 2: one micro-batch "
+                "per step keeps no accumulators");
+  using K = enum OptimizerOptions::Kind;
+  if (optimizer && (!o.ApplyOptimizer || o.Optimizer.Kind == K::Sgd ||
+                    o.Optimizer.Kind == K::Lomo))
+    return fail("optimizer: --optimizer " +
+                (o.ApplyOptimizer ? o.Optimizer.kindName().str()
+                                  : std::string("none")) +
+                " keeps no optimizer state (momentum, adamw and adalomo do)");
+  std::vector<std::string> what;
+  if (optimizer)
+    what.push_back("optimizer");
+  if (accumulators)
+    what.push_back("accumulators");
+  if (parameters)
+    what.push_back("parameters");
+  o.Offload = llvm::join(what, ",");
+  return llvm::Error::success();
 }
 
 /// Applies one import flag to `o`.
@@ -445,6 +506,18 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
     o.Target = autoDevice.str();
   if (o.Target != "cpu" && o.Target != "cuda")
     return flagError("device", o.Target, "cpu, cuda or auto");
+  if (has("host-bandwidth")) {
+    auto gbs = number("host-bandwidth", get("host-bandwidth"));
+    if (!gbs)
+      return gbs.takeError();
+    if (!(*gbs > 0) || !std::isfinite(*gbs))
+      return flagError("host-bandwidth", get("host-bandwidth"),
+                       "a positive number of GB/s");
+    o.HostBandwidth = *gbs * 1e9;
+  }
+  if (has("offload"))
+    if (auto e = parseOffload(get("offload"), o))
+      return e;
   return o;
 }
 
@@ -564,6 +637,10 @@ std::string CompileOptions::flags() const {
     add("output-head", "unfused");
   else if (OutputHeadRows)
     add("output-head", "fused,rows=" + std::to_string(OutputHeadRows));
+  if (!Offload.empty())
+    add("offload", Offload);
+  if (HostBandwidth != kDefaultHostBandwidth)
+    add("host-bandwidth", shortestDecimal(HostBandwidth / 1e9));
   add("device", Target);
   return llvm::join(out, " ");
 }
@@ -603,11 +680,16 @@ std::string CompileOptions::rematerializePass() const {
          "}";
 }
 
+std::string CompileOptions::offloadPass() const {
+  return Offload.empty() ? "" : ",offload{state=" + Offload + "}";
+}
+
 std::string CompileOptions::passPipeline(bool scheduled) const {
   std::string s = basePipeline();
   if (Recompute.Kind != RecomputeOptions::Policy::None)
     s += ",recompute{" + Recompute.text() + "}";
   s += rematerializePass();
+  s += offloadPass();
   if (scheduled)
     s += ",schedule";
   return s;

@@ -93,6 +93,13 @@ struct CompileOptions {
   uint64_t RematerializeMinBytes = 64 * 1024;
   /// The backend the plan is for (compiler/Target.h): "cpu" or "cuda".
   std::string Target = "cpu";
+  /// State kept in the pinned host pool (the `offload` pass's state=,
+  /// "optimizer,accumulators" or either; empty: none; cuda only).
+  std::string Offload;
+  /// Host <-> device bytes per second the report's step estimate assumes
+  /// (`--host-bandwidth`, in GB/s on the command line).
+  static constexpr double kDefaultHostBandwidth = 25e9;
+  double HostBandwidth = kDefaultHostBandwidth;
 
   /// The training flags that give these options, defaults filled in, as a
   /// command line: compileOptionsFromFlags(splitFlags(flags())) gives these
@@ -105,6 +112,8 @@ struct CompileOptions {
   std::string basePipeline() const;
   /// ",rematerialize" with its options, as passPipeline appends it.
   std::string rematerializePass() const;
+  /// ",offload{state=...}" when state is offloaded, else "".
+  std::string offloadPass() const;
 };
 
 /// One training flag as given: its name without dashes and its value ("1"

@@ -56,6 +56,9 @@ public:
   /// The bytes the executor allocated for the plan on its device (state,
   /// arena, workspace, library bytes, and on cuda the uploaded constants).
   virtual uint64_t deviceBytes() const { return 0; }
+  /// The pinned host memory it allocated for the plan's host pool
+  /// (offload; 0 without one).
+  virtual uint64_t hostPoolBytes() const { return 0; }
 
   const Plan &plan() const { return ThePlan; }
 

@@ -141,6 +141,13 @@ static void toProto(const MemoryReport &r, pb::MemoryReport &p) {
   p.set_loss_position(r.LossPosition);
   for (int64_t u : r.UpdatePositions)
     p.add_update_positions(u);
+  p.set_host_state(r.HostState);
+  p.set_host_state_padding(r.HostStatePadding);
+  p.set_host_arena_bytes(r.HostArenaBytes);
+  p.set_host_workspace(r.HostWorkspace);
+  p.set_to_host_bytes(r.ToHostBytes);
+  p.set_to_device_bytes(r.ToDeviceBytes);
+  p.set_host_bandwidth(r.HostBandwidth);
   for (const PeakValue &v : r.PeakValues) {
     pb::PeakValue *pv = p.add_peak_values();
     pv->set_name(v.Name);
@@ -182,6 +189,7 @@ static void toProto(const Plan &plan, const PlanSource &source,
       if (kind == s.Kind)
         ps->set_kind(pkind);
     ps->set_init(uint32_t(s.Init));
+    ps->set_host(s.Host);
   }
   for (const PlanAdapter &a : plan.Adapters) {
     pb::Adapter *pa = p.add_adapters();
@@ -200,7 +208,10 @@ static void toProto(const Plan &plan, const PlanSource &source,
     const Placement &place = plan.Placements[i];
     switch (place.Where) {
     case Placement::Kind::Arena:
-      pbuf->set_arena_offset(place.Offset);
+      if (place.Host)
+        pbuf->set_host_arena_offset(place.Offset);
+      else
+        pbuf->set_arena_offset(place.Offset);
       break;
     case Placement::Kind::State:
       pbuf->set_state(place.Index);
@@ -228,10 +239,13 @@ static void toProto(const Plan &plan, const PlanSource &source,
       pc->set_state(c.State);
       pc->mutable_more_states()->Add(c.MoreStates.begin(), c.MoreStates.end());
       pc->set_id(c.Id);
+      pc->set_host(c.Host);
     }
   }
   p.set_arena_bytes(plan.ArenaBytes);
   p.set_workspace_bytes(plan.WorkspaceBytes);
+  p.set_host_arena_bytes(plan.HostArenaBytes);
+  p.set_host_workspace_bytes(plan.HostWorkspaceBytes);
   toProto(plan.Report, *p.mutable_report());
 }
 
@@ -309,6 +323,7 @@ private:
   llvm::Error readFunction(const pb::Function &p, PlanFunction &f) const;
   llvm::Error checkCall(const PlanFunction &f, const KernelCall &c) const;
   llvm::Error checkBuffer(int b, bool optional, const llvm::Twine &where) const;
+  llvm::Error checkPools() const;
   llvm::Error checkPlacements() const;
   llvm::Error checkDriver() const;
 
@@ -417,6 +432,7 @@ llvm::Error PlanReader::readFunction(const pb::Function &p,
     c.State = pc.state();
     c.MoreStates.assign(pc.more_states().begin(), pc.more_states().end());
     c.Id = pc.id();
+    c.Host = pc.host();
     std::string callWhere = (where + " call " + llvm::Twine(f.Calls.size()) +
                              " (op '" + c.Op + "')")
                                 .str();
@@ -517,6 +533,50 @@ llvm::Error PlanReader::checkCall(const PlanFunction &f,
   return llvm::Error::success();
 }
 
+/// Every call reads and writes buffers of the pool it runs in: host calls
+/// host-pool buffers, the others device buffers; ToHost and ToDevice copy
+/// across (compiler/Pools.h). Constants are in both. A host pool only on
+/// the cuda target.
+llvm::Error PlanReader::checkPools() const {
+  auto onHost = [&](int b) {
+    const Placement &place = P.Placements[b];
+    return place.Where == Placement::Kind::State ? P.States[place.Index].Host
+                                                 : place.Host;
+  };
+  auto constant = [&](int b) {
+    return P.Placements[b].Where == Placement::Kind::Constant;
+  };
+  bool anyHost =
+      llvm::any_of(P.States, [](const PlanState &s) { return s.Host; }) ||
+      llvm::any_of(P.Placements, [](const Placement &p) { return p.Host; });
+  if (anyHost && P.TargetName != "cuda")
+    return invalid("the plan keeps a host pool, which only --device cuda "
+                   "plans have");
+  for (const PlanFunction &f : P.Functions) {
+    for (int b : llvm::concat<const int>(f.Args, f.Results))
+      if (onHost(b))
+        return invalid("@" + f.Name + ": argument or result buffer " +
+                       llvm::Twine(b) + " is in the host pool");
+    for (const KernelCall &c : f.Calls) {
+      bool in = c.Host || c.Kind == OpKind::ToDevice;
+      bool out = c.Host || c.Kind == OpKind::ToHost;
+      bool fits = true;
+      for (int b : c.Inputs)
+        fits &= b < 0 || constant(b) || onHost(b) == in;
+      for (int b : c.Outputs)
+        fits &= onHost(b) == out;
+      for (int s :
+           llvm::concat<const int>(llvm::makeArrayRef(c.State), c.MoreStates))
+        fits &= s < 0 || P.States[s].Host == c.Host;
+      if (!fits)
+        return invalid("@" + f.Name + " call " + llvm::Twine(c.Id) + " (op '" +
+                       c.Op + "') runs on the " + (c.Host ? "host" : "device") +
+                       " and touches a buffer or slot of the other pool");
+    }
+  }
+  return llvm::Error::success();
+}
+
 llvm::Error PlanReader::checkPlacements() const {
   for (size_t i = 0; i < P.Buffers.size(); ++i) {
     const Placement &place = P.Placements[i];
@@ -528,11 +588,12 @@ llvm::Error PlanReader::checkPlacements() const {
         return invalid(where + ": offset " + llvm::Twine(place.Offset) +
                        " is not a multiple of the alignment " +
                        llvm::Twine(P.Alignment));
-      if (place.Offset > P.ArenaBytes || bytes > P.ArenaBytes - place.Offset)
+      if (uint64_t arena = place.Host ? P.HostArenaBytes : P.ArenaBytes;
+          place.Offset > arena || bytes > arena - place.Offset)
         return invalid(where + ": bytes [" + llvm::Twine(place.Offset) + ", " +
                        llvm::Twine(place.Offset + bytes) +
-                       ") lie outside the " + llvm::Twine(P.ArenaBytes) +
-                       "-byte arena");
+                       ") lie outside the " + llvm::Twine(arena) + "-byte " +
+                       (place.Host ? "host " : "") + "arena");
       break;
     case Placement::Kind::State:
       if (place.Index < 0 || size_t(place.Index) >= P.States.size())
@@ -650,7 +711,8 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
       return invalid(where + ": unknown kind " + llvm::Twine(int(ps.kind())));
     if (ps.init() > uint32_t(StateInit::Nf4))
       return invalid(where + ": unknown init " + llvm::Twine(ps.init()));
-    P.States.push_back({ps.name(), *type, *kind, StateInit(ps.init())});
+    P.States.push_back(
+        {ps.name(), *type, *kind, StateInit(ps.init()), ps.host()});
   }
   for (const pb::Adapter &pa : p.adapters()) {
     for (const std::string *name : {&pa.base(), &pa.a(), &pa.b()})
@@ -682,6 +744,10 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
     return invalid("the workspace of " + llvm::Twine(p.workspace_bytes()) +
                    " bytes is too large");
   P.WorkspaceBytes = p.workspace_bytes();
+  if (p.host_arena_bytes() > kMaxBytes || p.host_workspace_bytes() > kMaxBytes)
+    return invalid("the host pool's arena or workspace is too large");
+  P.HostArenaBytes = p.host_arena_bytes();
+  P.HostWorkspaceBytes = p.host_workspace_bytes();
   // The executor's one allocation: every state slot at the alignment, the
   // arena, the workspaces. Each part is bounded; their sum must be too.
   uint64_t total = P.ArenaBytes + P.WorkspaceBytes + P.LibraryBytes;
@@ -703,6 +769,11 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
     case pb::Buffer::kArenaOffset:
       place.Where = Placement::Kind::Arena;
       place.Offset = pbuf.arena_offset();
+      break;
+    case pb::Buffer::kHostArenaOffset:
+      place.Where = Placement::Kind::Arena;
+      place.Host = true;
+      place.Offset = pbuf.host_arena_offset();
       break;
     case pb::Buffer::kState:
       place.Where = Placement::Kind::State;
@@ -727,6 +798,8 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
     P.Functions.push_back(std::move(f));
   }
   if (auto e = checkPlacements())
+    return e;
+  if (auto e = checkPools())
     return e;
   if (auto e = checkDriver())
     return e;
@@ -760,6 +833,14 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
   r.LossPosition = pr.loss_position();
   r.UpdatePositions.assign(pr.update_positions().begin(),
                            pr.update_positions().end());
+  r.HostState = pr.host_state();
+  r.HostStatePadding = pr.host_state_padding();
+  r.HostArenaBytes = pr.host_arena_bytes();
+  r.HostWorkspace = pr.host_workspace();
+  r.ToHostBytes = pr.to_host_bytes();
+  r.ToDeviceBytes = pr.to_device_bytes();
+  if (pr.host_bandwidth() > 0 && std::isfinite(pr.host_bandwidth()))
+    r.HostBandwidth = pr.host_bandwidth();
   for (const pb::PeakValue &v : pr.peak_values())
     r.PeakValues.push_back({v.name(), v.op(), v.loc(), v.bytes(),
                             int(std::min<uint32_t>(v.category(), 3))});

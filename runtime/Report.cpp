@@ -123,6 +123,68 @@ Nf4Weights headroom::countNf4(const Plan &plan) {
   return w;
 }
 
+/// Bytes of the slots of kind `k` that live in the host pool (offload).
+static uint64_t hostState(const Plan &plan, StateKind k) {
+  uint64_t bytes = 0;
+  for (const PlanState &s : plan.States)
+    if (s.Host && s.Kind == k)
+      bytes += s.Type.sizeInBytes();
+  return bytes;
+}
+
+StepEstimate headroom::estimateStep(const Plan &plan) {
+  const MemoryReport &r = plan.Report;
+  StepEstimate e;
+  bool low = false;
+  for (const PlanFunction &f : plan.Functions)
+    for (const KernelCall &c : f.Calls)
+      if ((c.Kind == OpKind::MatMul || c.Kind == OpKind::Gemm) &&
+          !c.Outputs.empty()) {
+        DType t = plan.Buffers[c.Outputs[0]].dtype();
+        low |= t == DType::BF16 || t == DType::F16;
+      }
+  e.LowPrecision = low;
+  e.FlopsPerSecond = low ? kNominalLowFlops : kNominalF32Flops;
+  e.ComputeSeconds = double(r.StepFlops) / e.FlopsPerSecond;
+  e.TransferSeconds = double(r.ToHostBytes + r.ToDeviceBytes) /
+                      (r.HostBandwidth > 0 ? r.HostBandwidth : 25e9);
+  // Transfers and host calls are on the compute stream: all exposed.
+  e.ExposedSeconds = e.TransferSeconds;
+  e.StepSeconds = e.ComputeSeconds + e.ExposedSeconds;
+  return e;
+}
+
+/// The host pool's lines and the step estimate (cuda plans).
+static void printHostAndEstimate(const Plan &plan, llvm::raw_ostream &os) {
+  const MemoryReport &r = plan.Report;
+  auto line = [&](const char *name, uint64_t bytes) {
+    os << llvm::format("    %-32s %18llu B  %12s\n", name,
+                       (unsigned long long)bytes, formatBytes(bytes).c_str());
+  };
+  if (r.HostPeakBytes()) {
+    os << "  host pool (pinned host memory; offload):\n";
+    line("parameters (master weights)", hostState(plan, StateKind::Param));
+    line("optimizer state", hostState(plan, StateKind::Optimizer));
+    line("gradient accumulators", hostState(plan, StateKind::Gradient));
+    line("values on the host (arena)", r.HostArenaBytes);
+    line("workspace (host calls)", r.HostWorkspace);
+    line("alignment padding (state)", r.HostStatePadding);
+    line("host peak", r.HostPeakBytes());
+    os << "  transfers per step: " << formatBytes(r.ToHostBytes)
+       << " to the host, " << formatBytes(r.ToDeviceBytes)
+       << " to the device\n";
+  }
+  if (plan.TargetName != "cuda")
+    return;
+  StepEstimate e = estimateStep(plan);
+  os << llvm::format("  step estimate: %.3g s = %.3g s of compute at %.0f "
+                     "TFLOP/s (%s, nominal) + %.3g s of transfers at %.3g "
+                     "GB/s, exposed (on the compute stream)\n",
+                     e.StepSeconds, e.ComputeSeconds, e.FlopsPerSecond / 1e12,
+                     e.LowPrecision ? "bf16/fp16" : "f32", e.ExposedSeconds,
+                     r.HostBandwidth / 1e9);
+}
+
 /// The timeline's categories, as the report names a value's.
 static const char *const kCategoryNames[4] = {"activation", "gradient",
                                               "temporary", "recomputed"};
@@ -154,11 +216,14 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
   os << "memory report: " << title << "\n";
   os << "  target " << plan.TargetName << " (buffers aligned to "
      << plan.Alignment << " B)\n";
+  // On the device; what lives in the host pool is listed below.
   Row rows[] = {
-      {"parameters", r.Parameters},
-      {"gradient accumulators", r.GradientState},
+      {"parameters", r.Parameters - hostState(plan, StateKind::Param)},
+      {"gradient accumulators",
+       r.GradientState - hostState(plan, StateKind::Gradient)},
       {"gradients", r.Gradients},
-      {"optimizer state", r.OptimizerState},
+      {"optimizer state",
+       r.OptimizerState - hostState(plan, StateKind::Optimizer)},
       {"activations (saved for backward)", r.Activations},
       {"temporaries", r.Temporaries},
       {"recomputed (in the backward)", r.Recomputed},
@@ -186,6 +251,7 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
   line("activations kept at the loss", r.SavedActivations);
   line("gradients, most live at once", r.GradientsMaxLive);
   line("largest parameter", r.LargestParameter);
+  printHostAndEstimate(plan, os);
   os << llvm::format("  %-34s %20llu\n",
                      static_cast<const char *>("forward+backward passes/step"),
                      (unsigned long long)r.PassesPerStep);
@@ -244,11 +310,15 @@ void headroom::printReportJson(const Plan &plan, llvm::raw_ostream &os) {
 
 llvm::json::Value headroom::reportJson(const Plan &plan) {
   const MemoryReport &r = plan.Report;
+  uint64_t hostParams = hostState(plan, StateKind::Param),
+           hostOptimizer = hostState(plan, StateKind::Optimizer),
+           hostAccumulators = hostState(plan, StateKind::Gradient);
+  // On the device (sums to peak_bytes); the host pool's are under "host".
   llvm::json::Object breakdown{
-      {"parameters", int64_t(r.Parameters)},
-      {"gradient_accumulators", int64_t(r.GradientState)},
+      {"parameters", int64_t(r.Parameters - hostParams)},
+      {"gradient_accumulators", int64_t(r.GradientState - hostAccumulators)},
       {"gradients", int64_t(r.Gradients)},
-      {"optimizer_state", int64_t(r.OptimizerState)},
+      {"optimizer_state", int64_t(r.OptimizerState - hostOptimizer)},
       {"activations", int64_t(r.Activations)},
       {"workspace", int64_t(r.WorkspaceBytes())},
       {"library_workspace", int64_t(r.LibraryBytes)},
@@ -308,6 +378,27 @@ llvm::json::Value headroom::reportJson(const Plan &plan) {
         {"rank", plan.States[plan.stateIndex(a.A)].Type.dim(0)},
         {"alpha", a.Alpha},
         {"dropout", a.Dropout}};
+  }
+  root["host"] =
+      llvm::json::Object{{"peak_bytes", int64_t(r.HostPeakBytes())},
+                         {"parameters", int64_t(hostParams)},
+                         {"optimizer_state", int64_t(hostOptimizer)},
+                         {"gradient_accumulators", int64_t(hostAccumulators)},
+                         {"arena_bytes", int64_t(r.HostArenaBytes)},
+                         {"workspace", int64_t(r.HostWorkspace)},
+                         {"state_padding", int64_t(r.HostStatePadding)}};
+  root["transfers"] =
+      llvm::json::Object{{"to_host_bytes", int64_t(r.ToHostBytes)},
+                         {"to_device_bytes", int64_t(r.ToDeviceBytes)},
+                         {"host_bandwidth_bytes_per_second", r.HostBandwidth}};
+  if (plan.TargetName == "cuda") {
+    StepEstimate e = estimateStep(plan);
+    root["step_estimate"] =
+        llvm::json::Object{{"seconds", e.StepSeconds},
+                           {"compute_seconds", e.ComputeSeconds},
+                           {"nominal_flops_per_second", e.FlopsPerSecond},
+                           {"transfer_seconds", e.TransferSeconds},
+                           {"exposed_transfer_seconds", e.ExposedSeconds}};
   }
   Nf4Weights nf4 = countNf4(plan);
   root["nf4_base_weights"] =

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/KernelUtil.h"
+#include "kernels/cuda/HostKernel.h"
 #include "kernels/cuda/Launch.h"
 
 #include "compiler/Types.h"
@@ -74,6 +75,17 @@ llvm::Error cuda::runKernel(const KernelContext &ctx) {
 #endif
   return llvm::Error::success();
 }
+
+#if defined(HEADROOM_CUDA_EMULATED)
+llvm::Error cuda::runOnHost(const HostKernelCall &call) {
+  KernelContext ctx(call.Base);
+  ctx.Step = call.Step;
+  ctx.RunSeed = call.RunSeed;
+  ctx.RandomStream = call.RandomStream;
+  ctx.Constants = call.Constants;
+  return runKernel(ctx);
+}
+#endif
 
 llvm::Expected<const Tensor *>
 KernelContext::constant(unsigned i, llvm::StringRef what) const {

@@ -14,6 +14,14 @@
 // step), and the step counter is written to the device before each launch,
 // so that a replayed Dropout draws a new mask every step.
 //
+// With offload (docs/offload.md) the plan has a second pool, pinned host
+// memory, allocated once beside the device's: host state slots, the host
+// arena and the scratch of host calls. ToHost and ToDevice are copies on
+// the stream; a host call (KernelCall::Host) runs kernels/cuda's code
+// compiled for the host (kernels/cuda/HostKernel.h) in stream order, as a
+// host node of the graph (cudaLaunchHostFunc), so it sees the copies
+// before it complete and the kernels after it wait for it.
+//
 // This file is compiled twice, like kernels/cuda: against the CUDA runtime
 // (createCudaExecutor) and as the emulator (createEmulatedCudaExecutor),
 // where device memory is host memory, copies are memcpy, and functions run
@@ -23,6 +31,7 @@
 #include "runtime/cuda/CudaExecutor.h"
 
 #include "kernels/cuda/CudaTarget.h"
+#include "kernels/cuda/HostKernel.h"
 #include "kernels/cuda/Kernel.h"
 
 #include "compiler/ByteSize.h"
@@ -189,8 +198,32 @@ public:
   }
   void setStep(uint64_t step) override { Step = step; }
   uint64_t deviceBytes() const override { return Total; }
+  uint64_t hostPoolBytes() const override { return HostTotal; }
+
+  /// Runs host call `c` of `f` now (in stream order: the emulator calls it
+  /// in turn, the GPU from a host node); a failure is kept for run().
+  void runHostTask(const PlanFunction &f, const KernelCall &c);
+  /// What each host node of a graph runs: it must outlive every replay.
+  struct HostTask {
+    CudaExecutor *Self;
+    const PlanFunction *F;
+    const KernelCall *C;
+  };
 
 private:
+  Error runHost(const PlanFunction &f, const KernelCall &c);
+  Error runHostCall(const PlanFunction &f, const KernelCall &c);
+  /// A buffer as a host call sees it: host-pool bytes, or a constant's
+  /// host tensor.
+  cpu::TensorView hostView(int buffer) const {
+    if (buffer < 0)
+      return cpu::TensorView();
+    const TensorType &t = ThePlan.Buffers[buffer];
+    void *p = Pointers[buffer];
+    if (const Tensor *c = HostConstants[buffer])
+      p = const_cast<uint8_t *>(c->bytes().data());
+    return cpu::TensorView{t.dtype(), t.shape(), p};
+  }
   Error launch(const PlanFunction &f, const Staging &s,
                llvm::ArrayRef<const Tensor *> args);
   Error runCalls(const PlanFunction &f, const Staging &s);
@@ -202,7 +235,9 @@ private:
     const TensorType &t = ThePlan.Buffers[buffer];
     return cpu::TensorView{t.dtype(), t.shape(), Pointers[buffer]};
   }
-  uint8_t *state(int i) const { return Base + StateOffsets[i]; }
+  uint8_t *state(int i) const {
+    return (ThePlan.States[i].Host ? HostBase : Base) + StateOffsets[i];
+  }
   uint64_t stateBytes(int i) const {
     return ThePlan.States[i].Type.sizeInBytes();
   }
@@ -219,11 +254,17 @@ private:
   std::vector<const Tensor *> HostConstants; // per buffer, or null
   std::map<std::string, Staging> Stagings;   // per function
   std::map<std::string, Tensor> Gradients;
+  /// The pinned host pool (offload): state, arena, workspace of host calls.
+  uint8_t *HostBase = nullptr, *HostWorkspace = nullptr;
+  uint64_t HostTotal = 0;
+  /// The first failure of a host call in the run under way.
+  std::string HostError;
   uint64_t Step = 0;
   void *Stream = nullptr;
   void *BlasLt = nullptr;
 #if !defined(HEADROOM_CUDA_EMULATED)
   std::map<std::string, cudaGraphExec_t> Graphs;
+  std::map<const KernelCall *, std::unique_ptr<HostTask>> HostTasks;
 #endif
 };
 
@@ -244,6 +285,8 @@ CudaExecutor::~CudaExecutor() {
       hostFree(s.Base);
   if (StepStaging)
     hostFree(StepStaging);
+  if (HostBase)
+    hostFree(HostBase);
   if (Base)
     deviceFree(Base);
 }
@@ -301,6 +344,19 @@ Error CudaExecutor::allocate() {
   if (Error e = hostAlloc(&stepStaging, sizeof(uint64_t)))
     return e;
   StepStaging = static_cast<uint64_t *>(stepStaging);
+  // The host pool, laid out as the report counts it (HostPeakBytes).
+  uint64_t hostArena = ThePlan.hostStateBytes();
+  uint64_t hostWorkspace = hostArena + ThePlan.HostArenaBytes;
+  HostTotal = hostWorkspace + ThePlan.HostWorkspaceBytes;
+  if (HostTotal) {
+    void *host = nullptr;
+    if (Error e = hostAlloc(&host, HostTotal))
+      return fail("cannot allocate the plan's " + formatBytes(HostTotal) +
+                  " of pinned host memory: " + llvm::toString(std::move(e)));
+    HostBase = static_cast<uint8_t *>(host);
+    HostWorkspace = HostBase + hostWorkspace;
+    std::memset(HostBase, 0, hostArena);
+  }
 
   // State starts zeroed; constants are uploaded once.
   if (Error e = fillZero(Base, arena, Stream))
@@ -311,7 +367,8 @@ Error CudaExecutor::allocate() {
     const Placement &p = ThePlan.Placements[i];
     switch (p.Where) {
     case Placement::Kind::Arena:
-      Pointers[i] = Base + arena + p.Offset;
+      Pointers[i] =
+          p.Host ? HostBase + hostArena + p.Offset : Base + arena + p.Offset;
       break;
     case Placement::Kind::State:
       Pointers[i] = state(p.Index);
@@ -353,9 +410,91 @@ Error CudaExecutor::allocate() {
   return synchronize(Stream);
 }
 
+Error CudaExecutor::runHostCall(const PlanFunction &f, const KernelCall &c) {
+  switch (c.Kind) {
+  case OpKind::Read:
+    if (c.Attrs.count("copy"))
+      std::memmove(Pointers[c.Outputs[0]], state(c.State), stateBytes(c.State));
+    return Error::success();
+  case OpKind::Assign:
+    if (Pointers[c.Inputs[0]] != state(c.State))
+      std::memmove(state(c.State), hostView(c.Inputs[0]).Data,
+                   stateBytes(c.State));
+    return Error::success();
+  case OpKind::Constant:
+    return Error::success();
+  default:
+    break;
+  }
+  llvm::SmallVector<cpu::TensorView, 4> ins, outs;
+  llvm::SmallVector<const Tensor *, 4> constants;
+  for (int b : c.Inputs) {
+    ins.push_back(hostView(b));
+    constants.push_back(b >= 0 ? HostConstants[b] : nullptr);
+  }
+  for (int b : c.Outputs)
+    outs.push_back(hostView(b));
+  if (c.State >= 0)
+    for (int s :
+         llvm::concat<const int>(llvm::makeArrayRef(c.State), c.MoreStates)) {
+      const TensorType &t = ThePlan.States[s].Type;
+      outs.push_back(cpu::TensorView{t.dtype(), t.shape(), state(s)});
+    }
+  HostKernelCall call{
+      {c.Op, ins, outs, c.Attrs, 0, HostWorkspace, ThePlan.HostWorkspaceBytes},
+      StepStaging,
+      Options.Seed,
+      randomStream(c),
+      constants};
+  if (Error e = runOnHost(call))
+    return fail("@" + f.Name + " call " + llvm::Twine(c.Id) +
+                " (on the host): " + llvm::toString(std::move(e)));
+  return Error::success();
+}
+
+void CudaExecutor::runHostTask(const PlanFunction &f, const KernelCall &c) {
+  if (!HostError.empty())
+    return;
+  if (Error e = runHostCall(f, c))
+    HostError = llvm::toString(std::move(e));
+}
+
+#if !defined(HEADROOM_CUDA_EMULATED)
+static void CUDART_CB hostTaskEntry(void *data) {
+  auto *task = static_cast<CudaExecutor::HostTask *>(data);
+  task->Self->runHostTask(*task->F, *task->C);
+}
+#endif
+
+Error CudaExecutor::runHost(const PlanFunction &f, const KernelCall &c) {
+  bool nothing = c.Kind == OpKind::Constant ||
+                 (c.Kind == OpKind::Read && !c.Attrs.count("copy"));
+  if (nothing)
+    return Error::success();
+#if defined(HEADROOM_CUDA_EMULATED)
+  runHostTask(f, c);
+  return Error::success();
+#else
+  std::unique_ptr<HostTask> &task = HostTasks[&c];
+  if (!task)
+    task.reset(new HostTask{this, &f, &c});
+  return check(cudaLaunchHostFunc(static_cast<cudaStream_t>(Stream),
+                                  hostTaskEntry, task.get()),
+               "queueing a host call");
+#endif
+}
+
 Error CudaExecutor::runCall(const PlanFunction &f, const KernelCall &c,
                             const Staging &s, unsigned &grad) {
+  if (c.Host)
+    return runHost(f, c);
   switch (c.Kind) {
+  case OpKind::ToHost:
+    return toHost(Pointers[c.Outputs[0]], Pointers[c.Inputs[0]],
+                  ThePlan.Buffers[c.Inputs[0]].sizeInBytes(), Stream);
+  case OpKind::ToDevice:
+    return toDevice(Pointers[c.Outputs[0]], hostView(c.Inputs[0]).Data,
+                    ThePlan.Buffers[c.Inputs[0]].sizeInBytes(), Stream);
   case OpKind::Read:
     if (c.Attrs.count("copy") && stateBytes(c.State))
       return onDevice(Pointers[c.Outputs[0]], state(c.State),
@@ -495,6 +634,7 @@ CudaExecutor::run(llvm::StringRef function,
   }
   const Staging &s = Stagings.at(f->Name);
   Gradients.clear();
+  HostError.clear();
   if (Error e = useDevice(Options.CudaDevice))
     return e;
   if (Error e = launch(*f, s, args)) {
@@ -505,6 +645,8 @@ CudaExecutor::run(llvm::StringRef function,
     settle(Stream);
     return fail("@" + function + ": " + llvm::toString(std::move(e)));
   }
+  if (!HostError.empty())
+    return fail(HostError);
   ++Step;
 
   unsigned grad = 0;
@@ -543,6 +685,12 @@ Error CudaExecutor::readStateBytes(size_t index, uint64_t offset,
     return e;
   if (Error e = useDevice(Options.CudaDevice))
     return e;
+  if (ThePlan.States[index].Host) {
+    if (Error e = synchronize(Stream))
+      return e;
+    std::memcpy(out.data(), state(index) + offset, out.size());
+    return Error::success();
+  }
   if (Error e = toHost(out.data(), state(index) + offset, out.size(), Stream))
     return e;
   return synchronize(Stream);
@@ -554,6 +702,12 @@ Error CudaExecutor::writeStateBytes(size_t index, uint64_t offset,
     return e;
   if (Error e = useDevice(Options.CudaDevice))
     return e;
+  if (ThePlan.States[index].Host) {
+    if (Error e = synchronize(Stream))
+      return e;
+    std::memcpy(state(index) + offset, bytes.data(), bytes.size());
+    return Error::success();
+  }
   if (Error e =
           toDevice(state(index) + offset, bytes.data(), bytes.size(), Stream))
     return e;

@@ -1,0 +1,188 @@
+//===- Offload.cpp - State in the pinned host pool ------------------------===//
+//
+// `offload{state=optimizer,accumulators}` moves state slots to the plan's
+// host pool and inserts the transfers the pool rule (compiler/Pools.h)
+// then needs:
+//   accumulators  every gradient accumulator (`grad` slots): each
+//                 micro-step's gradient goes to the host as soon as it is
+//                 complete (ToHost) and is added there; the last micro-step's
+//                 update reads the sum back (ToDevice), per parameter.
+//   optimizer     every optimizer slot (moments, momentum buffers, AdamW's
+//                 step) and the parameters an update writes with them (the
+//                 f32 master weights under --precision bf16): the update runs
+//                 on the host, its gradient copied there; what the forward
+//                 reads of a master weight (its Cast to bf16) is made on the
+//                 host and copied to the device where it is used.
+//   parameters    every parameter (and the state its update writes): the
+//                 weights stream from the host, copied to the device right
+//                 before each reader (the forward's, a recomputation's, the
+//                 backward's), and are updated on the host from their
+//                 gradient, copied there as soon as it is complete.
+// A node runs where its slots are, on the host when all its operands are
+// there, else on the device; a value it reads from the other pool gets one
+// transfer, inserted before its first
+// such reader and shared by the later ones. A widening Cast that only host
+// nodes read runs on the host, so the narrow value crosses (a bf16
+// gradient: half the bytes). Host nodes run the device kernels' code
+// compiled for the host, so offloading changes no result bit.
+//
+// Requires: the optimizer and accumulate passes have run (offload moves
+// their slots), before schedule, which orders the transfers with the rest.
+// Guarantees: the module verifies (every operand where its reader runs).
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Passes.h"
+
+#include "compiler/Pools.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace headroom;
+
+namespace {
+
+struct OffloadOptions {
+  bool Optimizer = false, Accumulators = false, Parameters = false;
+};
+
+class Offload : public Pass {
+public:
+  explicit Offload(OffloadOptions o) : O(o) {}
+  llvm::StringRef name() const override { return "offload"; }
+  llvm::Expected<bool> run(Module &m) override;
+
+private:
+  bool moveSlots(Module &m) const;
+  static void insertTransfers(Function &f);
+  OffloadOptions O;
+};
+
+bool isConstant(const Value *v) {
+  return v->definingNode() && v->definingNode()->is(OpKind::Constant);
+}
+
+} // namespace
+
+/// Marks the slots to offload; whether any moved.
+bool Offload::moveSlots(Module &m) const {
+  bool moved = false;
+  auto move = [&](StateSlot *s) {
+    moved |= !s->onHost();
+    s->setOnHost(true);
+  };
+  for (const auto &s : m.states())
+    if ((O.Accumulators && s->kind() == StateKind::Gradient) ||
+        (O.Optimizer && s->kind() == StateKind::Optimizer) ||
+        (O.Parameters && s->kind() == StateKind::Param))
+      move(s.get());
+  // An update runs where its slots are: the parameters updated with
+  // optimizer state follow it, and the state of offloaded parameters.
+  if (O.Optimizer || O.Parameters)
+    for (const auto &f : m.functions())
+      for (const Node &n : f->nodes())
+        if (n.info()->has(opflags::WritesState) && touchesHostSlot(n) &&
+            !n.is(OpKind::Accumulate))
+          for (StateSlot *s : n.states())
+            move(s);
+  return moved;
+}
+
+/// A Cast that widens and that only nodes on host slots read: it runs on
+/// the host, so its narrow operand crosses.
+static bool hostCast(const Node &n) {
+  return n.is(OpKind::Cast) && !n.result(0)->users().empty() &&
+         n.result(0)->type().sizeInBytes() >
+             n.operand(0)->type().sizeInBytes() &&
+         llvm::all_of(n.result(0)->users(),
+                      [](const Node *u) { return touchesHostSlot(*u); });
+}
+
+/// Gives every node its operands in the pool it runs in.
+void Offload::insertTransfers(Function &f) {
+  llvm::DenseSet<const Value *> host;
+  llvm::DenseMap<Value *, Value *> copies[2]; // [1]: to the host, per value
+  std::vector<Node *> nodes;
+  for (Node &n : f.nodes())
+    nodes.push_back(&n);
+  for (Node *n : nodes) {
+    if (n->is(OpKind::Constant))
+      continue;
+    bool transfer = n->is(OpKind::ToHost) || n->is(OpKind::ToDevice);
+    bool terminator = n->info()->has(opflags::Terminator);
+    bool onHost = n->is(OpKind::ToHost) || touchesHostSlot(*n) || hostCast(*n);
+    if (!transfer && !terminator && !onHost && !touchesDeviceSlot(*n))
+      onHost = allOperandsOnHost(
+          *n, [&](const Value *v) { return host.count(v) != 0; });
+    bool operandsOnHost = n->is(OpKind::ToDevice) || (onHost && !transfer);
+    for (unsigned i = 0; !transfer && i < n->operands().size(); ++i) {
+      Value *v = n->operand(i);
+      if (!v || isConstant(v) || bool(host.count(v)) == operandsOnHost)
+        continue;
+      // A value goes to the host once; to the device once per reader,
+      // right before it, so a weight streamed from the host is on the
+      // device only while it is used.
+      Value *fresh = nullptr;
+      Value *&copy = operandsOnHost ? copies[1][v] : fresh;
+      if (!copy) {
+        Builder b(f, n);
+        b.setLoc(v->definingNode() ? v->definingNode()->loc() : n->loc());
+        copy = b.createValue(operandsOnHost ? "ToHost" : "ToDevice", {v},
+                             v->type());
+        if (operandsOnHost)
+          host.insert(copy);
+      }
+      n->setOperand(i, copy);
+    }
+    if (onHost)
+      for (Value *r : n->results())
+        host.insert(r);
+  }
+}
+
+llvm::Expected<bool> Offload::run(Module &m) {
+  if (!moveSlots(m))
+    return false;
+  for (const auto &f : m.functions()) {
+    insertTransfers(*f);
+  }
+  return true;
+}
+
+llvm::Expected<std::unique_ptr<Pass>>
+headroom::createOffloadPass(llvm::StringRef options) {
+  auto items = parsePassOptions("offload", options);
+  if (!items)
+    return items.takeError();
+  OffloadOptions o;
+  for (const auto &[key, value] : *items) {
+    if (key != "state")
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "offload: %s=%s: expected state=optimizer,accumulators,parameters "
+          "(any of them)",
+          key.c_str(), value.c_str());
+    llvm::SmallVector<llvm::StringRef, 2> parts;
+    llvm::StringRef(value).split(parts, ',', -1, false);
+    for (llvm::StringRef p : parts) {
+      if (p == "optimizer")
+        o.Optimizer = true;
+      else if (p == "parameters")
+        o.Parameters = true;
+      else if (p == "accumulators")
+        o.Accumulators = true;
+      else
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            "offload: state=%s: '%s' is not offloadable state "
+            "(optimizer, accumulators, parameters)",
+            value.c_str(), p.str().c_str());
+    }
+  }
+  if (!o.Optimizer && !o.Accumulators && !o.Parameters)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "offload: expected state=optimizer,accumulators,parameters (any of "
+        "them)");
+  return std::make_unique<Offload>(o);
+}
