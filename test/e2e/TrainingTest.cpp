@@ -24,6 +24,7 @@
 #include "kernels/cpu/CpuTarget.h"
 #include "runtime/Adapters.h"
 #include "runtime/ModelIO.h"
+#include "runtime/PlanFile.h"
 
 #include "llvm/ADT/Sequence.h"
 #include "llvm/Support/JSON.h"
@@ -1934,6 +1935,77 @@ TEST(OutputHead, FusedTrainsWhatTheUnfusedTrains) {
                   c.Tol)
             << c.Flags << " " << s.Name;
     }
+  }
+}
+
+} // namespace
+
+namespace {
+
+/// Offload (docs/offload.md) moves state to the pinned host pool and runs
+/// its updates there with the device kernels compiled for the host: on the
+/// emulated cuda target every case trains to the same losses and weights,
+/// bit for bit, as the same flags without offload; the executor's host pool
+/// is the planned host peak, the device peak falls, and a plan file keeps
+/// the pools.
+TEST(Offload, TrainsToBitIdenticalWeights) {
+  struct Case {
+    const char *Model, *Flags, *Offload;
+  };
+  const Case cases[] = {
+      {"gpt",
+       "--optimizer lomo --precision bf16 --master-weights none "
+       "--accum 2",
+       "accumulators"},
+      {"llama", "--optimizer adamw --precision bf16 --accum 2",
+       "optimizer,accumulators"},
+      {"gpt", "--optimizer momentum --precision bf16", "optimizer"},
+      {"llama", "--optimizer adamw --recompute every=1", "parameters"},
+      {"gpt",
+       "--optimizer lomo --precision bf16 --master-weights none "
+       "--recompute every=1 --clip-grad-norm 1",
+       "parameters"},
+      {"llama", "--optimizer sgd --accum 4 --clip-grad-norm 0.5",
+       "accumulators,parameters"},
+  };
+  useCudaEmulator();
+  for (const Case &c : cases) {
+    std::string what =
+        std::string(c.Model) + " " + c.Flags + " --offload " + c.Offload;
+    std::string flags =
+        std::string("--batch 8 --device cuda --lr 0.01 ") + c.Flags;
+    std::vector<double> withLosses, withoutLosses;
+    auto with = trainFromFlags(c.Model, flags + " --offload " + c.Offload, 3,
+                               withLosses, 7);
+    auto without = trainFromFlags(c.Model, flags, 3, withoutLosses, 7);
+    ASSERT_TRUE(with && without) << what;
+    EXPECT_EQ(withLosses, withoutLosses) << what;
+    expectSameStates(*with, *without, what);
+    const Plan &p = with->executor().plan(), &q = without->executor().plan();
+    EXPECT_GT(p.Report.HostState, 0u) << what;
+    EXPECT_EQ(with->executor().hostPoolBytes(), p.Report.HostPeakBytes())
+        << what;
+    EXPECT_EQ(without->executor().hostPoolBytes(), 0u) << what;
+    EXPECT_LT(p.Report.PeakBytes(), q.Report.PeakBytes()) << what;
+    EXPECT_GT(p.Report.ToHostBytes, 0u) << what;
+    // The plan file keeps both pools and where each call runs.
+    PlanSource source = takeOrFail(
+        describePlanSource(modelPath(std::string(c.Model) + ".onnx")));
+    PlanRecipe recipe;
+    recipe.Flags = flags;
+    std::string bytes = takeOrFail(serializePlanFile(p, source, recipe));
+    LoadedPlan loaded = takeOrFail(parsePlanFile(bytes, "offload.plan"));
+    const Plan &l = loaded.ThePlan;
+    EXPECT_EQ(l.Report.HostPeakBytes(), p.Report.HostPeakBytes()) << what;
+    EXPECT_EQ(l.Report.PeakBytes(), p.Report.PeakBytes()) << what;
+    EXPECT_EQ(l.Report.ToDeviceBytes, p.Report.ToDeviceBytes) << what;
+    EXPECT_EQ(l.HostArenaBytes, p.HostArenaBytes) << what;
+    for (size_t i = 0; i < p.States.size(); ++i)
+      EXPECT_EQ(l.States[i].Host, p.States[i].Host) << what;
+    for (size_t f = 0; f < p.Functions.size(); ++f)
+      for (size_t k = 0; k < p.Functions[f].Calls.size(); ++k)
+        EXPECT_EQ(l.Functions[f].Calls[k].Host, p.Functions[f].Calls[k].Host)
+            << what;
   }
 }
 
