@@ -4,6 +4,7 @@
 #include "compiler/AttentionShape.h"
 #include "compiler/MatMulShape.h"
 #include "compiler/OutputHeadShape.h"
+#include "compiler/Plan.h"
 
 #include <algorithm>
 
@@ -116,4 +117,26 @@ uint64_t headroom::nodeFlops(const Node &n) {
   for (const Value *v : n.results())
     elements = std::max<uint64_t>(elements, v->type().numElements());
   return elements;
+}
+
+StepEstimate headroom::estimateStep(const Plan &plan) {
+  const MemoryReport &r = plan.Report;
+  StepEstimate e;
+  bool low = false;
+  for (const PlanFunction &f : plan.Functions)
+    for (const KernelCall &c : f.Calls)
+      if ((c.Kind == OpKind::MatMul || c.Kind == OpKind::Gemm) &&
+          !c.Outputs.empty()) {
+        DType t = plan.Buffers[c.Outputs[0]].dtype();
+        low |= t == DType::BF16 || t == DType::F16;
+      }
+  e.LowPrecision = low;
+  e.FlopsPerSecond = low ? kNominalLowFlops : kNominalF32Flops;
+  e.ComputeSeconds = double(r.StepFlops) / e.FlopsPerSecond;
+  e.TransferSeconds = double(r.ToHostBytes + r.ToDeviceBytes) /
+                      (r.HostBandwidth > 0 ? r.HostBandwidth : 25e9);
+  // Transfers and host calls are on the compute stream: all exposed.
+  e.ExposedSeconds = e.TransferSeconds;
+  e.StepSeconds = e.ComputeSeconds + e.ExposedSeconds;
+  return e;
 }

@@ -18,6 +18,11 @@
 //                 before each reader (the forward's, a recomputation's, the
 //                 backward's), and are updated on the host from their
 //                 gradient, copied there as soon as it is complete.
+//   activations   every value the forward makes and the backward reads
+//                 (min_bytes= or more, default 1 MiB): to the host as soon
+//                 as it is made, back before its first reader after the
+//                 loss. With recomputation, what is saved is the block
+//                 inputs, and those are what moves.
 // A node runs where its slots are, on the host when all its operands are
 // there, else on the device; a value it reads from the other pool gets one
 // transfer, inserted before its first
@@ -43,7 +48,10 @@ using namespace headroom;
 namespace {
 
 struct OffloadOptions {
-  bool Optimizer = false, Accumulators = false, Parameters = false;
+  bool Optimizer = false, Accumulators = false, Parameters = false,
+       Activations = false;
+  /// Saved activations smaller than this stay on the device.
+  uint64_t MinBytes = 1 << 20;
 };
 
 class Offload : public Pass {
@@ -54,6 +62,7 @@ public:
 
 private:
   bool moveSlots(Module &m) const;
+  bool offloadActivations(Function &f) const;
   static void insertTransfers(Function &f);
   OffloadOptions O;
 };
@@ -140,13 +149,69 @@ void Offload::insertTransfers(Function &f) {
   }
 }
 
-llvm::Expected<bool> Offload::run(Module &m) {
-  if (!moveSlots(m))
+/// Every value the forward makes (before the loss) and the backward reads,
+/// of MinBytes or more, goes to the host as soon as it is made and comes
+/// back before its first reader after the loss; the forward's readers keep
+/// the device value, which dies after the last of them.
+bool Offload::offloadActivations(Function &f) const {
+  const Node *loss =
+      f.returnValues().empty() ? nullptr : f.returnValues()[0]->definingNode();
+  if (!loss)
     return false;
+  llvm::DenseMap<const Node *, int> position;
+  for (const Node &n : f.nodes())
+    position[&n] = position.size();
+  int lossAt = position.lookup(loss);
+  std::vector<Value *> saved;
+  for (Node &n : f.nodes()) {
+    if (position[&n] >= lossAt)
+      break;
+    if (n.is(OpKind::Read) || n.is(OpKind::Constant) || n.is(OpKind::ToHost) ||
+        n.is(OpKind::ToDevice) || touchesHostSlot(n))
+      continue;
+    for (Value *r : n.results()) {
+      if (!r || r->type().sizeInBytes() < O.MinBytes)
+        continue;
+      bool backward = false, returned = false;
+      for (const Node *u : r->users()) {
+        backward |= position.lookup(u) > lossAt;
+        returned |= u->info()->has(opflags::Terminator);
+      }
+      if (backward && !returned)
+        saved.push_back(r);
+    }
+  }
+  for (Value *v : saved) {
+    Node *def = v->definingNode();
+    Builder after(f, &*std::next(Function::NodeList::iterator(def)));
+    after.setLoc(def->loc());
+    Value *h = after.createValue("ToHost", {v}, v->type());
+    std::vector<Node *> readers;
+    for (Node *u : v->users())
+      if (position.lookup(u) > lossAt && !llvm::is_contained(readers, u))
+        readers.push_back(u);
+    llvm::sort(readers, [&](const Node *a, const Node *b) {
+      return position.lookup(a) < position.lookup(b);
+    });
+    Builder back(f, readers.front());
+    back.setLoc(def->loc());
+    Value *d = back.createValue("ToDevice", {h}, v->type());
+    for (Node *u : readers)
+      for (unsigned i = 0; i < u->operands().size(); ++i)
+        if (u->operand(i) == v)
+          u->setOperand(i, d);
+  }
+  return !saved.empty();
+}
+
+llvm::Expected<bool> Offload::run(Module &m) {
+  bool changed = moveSlots(m);
   for (const auto &f : m.functions()) {
+    if (O.Activations)
+      changed |= offloadActivations(*f);
     insertTransfers(*f);
   }
-  return true;
+  return changed;
 }
 
 llvm::Expected<std::unique_ptr<Pass>>
@@ -156,11 +221,19 @@ headroom::createOffloadPass(llvm::StringRef options) {
     return items.takeError();
   OffloadOptions o;
   for (const auto &[key, value] : *items) {
+    if (key == "min_bytes") {
+      if (llvm::StringRef(value).getAsInteger(10, o.MinBytes))
+        return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                       "offload: min_bytes=%s: expected a "
+                                       "number of bytes",
+                                       value.c_str());
+      continue;
+    }
     if (key != "state")
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
-          "offload: %s=%s: expected state=optimizer,accumulators,parameters "
-          "(any of them)",
+          "offload: %s=%s: expected state=optimizer,accumulators,parameters,"
+          "activations (any of them) and min_bytes=N",
           key.c_str(), value.c_str());
     llvm::SmallVector<llvm::StringRef, 2> parts;
     llvm::StringRef(value).split(parts, ',', -1, false);
@@ -169,20 +242,22 @@ headroom::createOffloadPass(llvm::StringRef options) {
         o.Optimizer = true;
       else if (p == "parameters")
         o.Parameters = true;
+      else if (p == "activations")
+        o.Activations = true;
       else if (p == "accumulators")
         o.Accumulators = true;
       else
         return llvm::createStringError(
             llvm::inconvertibleErrorCode(),
             "offload: state=%s: '%s' is not offloadable state "
-            "(optimizer, accumulators, parameters)",
+            "(optimizer, accumulators, parameters, activations)",
             value.c_str(), p.str().c_str());
     }
   }
-  if (!o.Optimizer && !o.Accumulators && !o.Parameters)
+  if (!o.Optimizer && !o.Accumulators && !o.Parameters && !o.Activations)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
-        "offload: expected state=optimizer,accumulators,parameters (any of "
-        "them)");
+        "offload: expected state=optimizer,accumulators,parameters,"
+        "activations (any of them)");
   return std::make_unique<Offload>(o);
 }

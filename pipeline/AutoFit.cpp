@@ -2,8 +2,10 @@
 #include "pipeline/AutoFit.h"
 
 #include "compiler/ByteSize.h"
+#include "compiler/Cost.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
 #include <deque>
@@ -45,6 +47,8 @@ std::string settingLabel(const CompileOptions &o) {
     s += (o.BaseNf4 ? ", QLoRA (" : ", LoRA (") + o.Lora + ")";
   if (o.Accumulate > 1)
     s += ", --accum " + std::to_string(o.Accumulate);
+  if (!o.Offload.empty())
+    s += ", --offload " + o.Offload;
   return s;
 }
 
@@ -66,6 +70,22 @@ private:
   /// The fewest extra FLOPs that fit at these settings and K: unfused, then
   /// (when clipping needs it) with --fuse-update's norm pass; null if none.
   llvm::Expected<const FitCandidate *> bestAt(CompileOptions o, int rank);
+
+  /// The offload sets worth trying at these settings, fewest bytes moved
+  /// first (accumulators only with K >= 2, optimizer only with state).
+  std::vector<std::string> offloadSets(const CompileOptions &o) const;
+  /// The fastest fitting candidate (estimated) with state offloaded at these
+  /// settings and K: each set without recomputation, then with every=1;
+  /// null when none fits.
+  llvm::Expected<const FitCandidate *> bestOffloaded(CompileOptions o,
+                                                     int rank);
+  /// Whether `a` is the better of two fitting candidates of one setting:
+  /// the faster estimated step with --allow-offload (transfers count),
+  /// else the fewer extra FLOPs (the same order without transfers).
+  bool better(const FitCandidate *a, const FitCandidate *b) const {
+    return Base.AllowOffload ? a->StepSeconds < b->StepSeconds
+                             : a->ExtraFlops < b->ExtraFlops;
+  }
 
   llvm::StringRef Model;
   CompileOptions Base;
@@ -94,6 +114,9 @@ Search::tryCompile(CompileOptions o, int rank, const std::string &recompute) {
   f.StepFlops = r.StepFlops;
   f.ExtraFlops = r.StepFlops > PlainFlops ? r.StepFlops - PlainFlops : 0;
   f.Fits = f.PeakBytes <= Base.MemoryBudget;
+  if (c->ThePlan.TargetName == "cuda")
+    f.StepSeconds = estimateStep(c->ThePlan).StepSeconds;
+  f.HostPeakBytes = r.HostPeakBytes();
   Tried.push_back(std::move(f));
   Compiles.push_back(std::move(*c));
   return &Tried.back();
@@ -103,7 +126,7 @@ llvm::Expected<const FitCandidate *>
 Search::bestRecompute(const CompileOptions &o, int rank) {
   const FitCandidate *best = nullptr;
   auto consider = [&](const FitCandidate *c) {
-    if (c->Fits && (!best || c->ExtraFlops < best->ExtraFlops))
+    if (c->Fits && (!best || better(c, best)))
       best = c;
   };
   auto with = [&](Policy p, unsigned n, std::vector<unsigned> keep,
@@ -175,6 +198,47 @@ llvm::Expected<const FitCandidate *> Search::bestAt(CompileOptions o,
   return bestRecompute(o, rank);
 }
 
+std::vector<std::string> Search::offloadSets(const CompileOptions &o) const {
+  bool accum = o.Accumulate >= 2;
+  bool state = o.ApplyOptimizer && (o.Optimizer.Kind == Kind::Momentum ||
+                                    o.Optimizer.Kind == Kind::AdamW ||
+                                    o.Optimizer.Kind == Kind::AdaLomo);
+  std::vector<std::string> sets;
+  if (accum)
+    sets.push_back("accumulators");
+  if (state)
+    sets.push_back("optimizer");
+  if (accum && state)
+    sets.push_back("optimizer,accumulators");
+  std::string most = sets.empty() ? "" : sets.back() + ",";
+  sets.push_back(most + "activations");
+  std::string stream = accum ? "accumulators,parameters" : "parameters";
+  sets.push_back(stream);
+  sets.push_back(stream + ",activations");
+  return sets;
+}
+
+llvm::Expected<const FitCandidate *> Search::bestOffloaded(CompileOptions o,
+                                                           int rank) {
+  const FitCandidate *best = nullptr;
+  for (const std::string &set : offloadSets(o)) {
+    o.Offload = set;
+    for (Policy p : {Policy::None, Policy::Every}) {
+      o.Recompute = RecomputeOptions();
+      o.Recompute.Kind = p;
+      auto c = tryCompile(o, rank, p == Policy::None ? "none" : "every=1");
+      if (!c)
+        return c.takeError();
+      if (!(*c)->Fits)
+        continue;
+      if (!best || better(*c, best))
+        best = *c;
+      break;
+    }
+  }
+  return best;
+}
+
 llvm::Expected<FitResult> Search::run() {
   // The repeated blocks, for the block chain.
   {
@@ -218,8 +282,14 @@ llvm::Expected<FitResult> Search::run() {
       accums.push_back(unsigned(k));
 
   const FitCandidate *winner = nullptr;
+  // A winner that offloads is exact but slow: the later settings are
+  // searched without offload for the fastest alternative, which the
+  // explanation names.
+  const FitCandidate *alternative = nullptr;
   for (const Setting &s : settings) {
-    if (winner && s.Rank > winner->Rank)
+    bool alt =
+        winner && !winner->Options.Offload.empty() && Base.Offload.empty();
+    if (winner && (s.Rank == winner->Rank || (s.Rank > winner->Rank && !alt)))
       break;
     CompileOptions o = Base;
     o.Precision = s.Precision;
@@ -247,21 +317,33 @@ llvm::Expected<FitResult> Search::run() {
         PlainFlops = (*none)->StepFlops;
         Tried.back().ExtraFlops = 0;
       }
-      // State alone (more with accumulators) over the budget: no K helps.
+      // State alone (more with accumulators) over the budget: no K helps,
+      // unless state may move to the host.
       const MemoryReport &r = Compiles.back().ThePlan.Report;
-      if (r.StateBytes() + r.StatePadding > Base.MemoryBudget)
+      bool stateFits = r.StateBytes() + r.StatePadding <= Base.MemoryBudget;
+      if (!stateFits && !Base.AllowOffload)
         break;
       const FitCandidate *here = (*none)->Fits ? *none : nullptr;
-      if (!here) {
+      if (!here && stateFits) {
         auto rc = bestAt(o, s.Rank);
         if (!rc)
           return rc.takeError();
         here = *rc;
       }
-      if (here && (!best || here->ExtraFlops < best->ExtraFlops))
+      if (!here && Base.AllowOffload && o.Offload.empty() && !alt) {
+        auto off = bestOffloaded(o, s.Rank);
+        if (!off)
+          return off.takeError();
+        here = *off;
+      }
+      if (here && (!best || better(here, best)))
         best = here;
-      if (best && best->ExtraFlops == 0)
+      if (best && best->ExtraFlops == 0 && best->Options.Offload.empty())
         break; // fewer FLOPs are impossible, more micro-steps only cost
+    }
+    if (best && alt) {
+      alternative = best;
+      break;
     }
     if (best)
       winner = best;
@@ -314,8 +396,15 @@ llvm::Expected<FitResult> Search::run() {
   while (&Tried[w] != winner)
     ++w;
   out.Best = std::move(Compiles[w]);
+  std::string offload;
+  if (!winner->Options.Offload.empty() && Base.Offload.empty())
+    offload =
+        llvm::formatv(" (host pool {0}, an estimated {1:f2} s per "
+                      "step with its transfers)",
+                      formatBytes(winner->HostPeakBytes), winner->StepSeconds)
+            .str();
   out.Why =
-      winner->Label + " fits in " + formatBytes(winner->PeakBytes) +
+      winner->Label + " fits in " + formatBytes(winner->PeakBytes) + offload +
       (winner->Rank == 0   ? ", with the user's precision and optimizer"
        : winner->Rank <= 2 ? ": no exact technique fits"
        : winner->Rank == 3 ? ": nothing fits without approximating AdamW's "
@@ -327,8 +416,35 @@ llvm::Expected<FitResult> Search::run() {
                              "NF4 (4-bit, approximate)"
                            : ": no technique with the user's "
                              "optimizer fits") +
-      (winner->ExtraFlops ? ", at the fewest extra FLOPs of its kind"
-                          : ", recomputing nothing");
+      (Base.AllowOffload    ? ", the fastest estimated step of its kind"
+       : winner->ExtraFlops ? ", at the fewest extra FLOPs of its kind"
+                            : ", recomputing nothing");
+  // What offloading would have cost, when it fit and lost on time.
+  if (Base.AllowOffload && winner->Options.Offload.empty()) {
+    const FitCandidate *off = nullptr;
+    for (const FitCandidate &c : Tried)
+      if (c.Fits && !c.Options.Offload.empty() &&
+          (!off || c.StepSeconds < off->StepSeconds))
+        off = &c;
+    if (off)
+      out.Why += llvm::formatv("; offloading also fits ({0}, {1}) but its "
+                               "transfers make a step an estimated {2:f2} s "
+                               "against {3:f2} s",
+                               off->Label, formatBytes(off->PeakBytes),
+                               off->StepSeconds, winner->StepSeconds)
+                     .str();
+    else
+      out.Why += "; nothing needed offloading";
+  }
+  if (alternative)
+    out.Why += llvm::formatv(
+                   "; without offload the fastest fit is {0} ({1}, "
+                   "rank {2}): an estimated {3:f2} s per step",
+                   alternative->Label, formatBytes(alternative->PeakBytes),
+                   std::to_string(alternative->Rank), alternative->StepSeconds)
+                   .str();
+  else if (!winner->Options.Offload.empty() && Base.Offload.empty())
+    out.Why += "; nothing fits without offload";
   // Fused attention is exact (up to rounding) and on in every candidate.
   unsigned fused = 0;
   for (const PlanFunction &f : out.Best.ThePlan.Functions)
@@ -347,6 +463,11 @@ llvm::Expected<FitResult> Search::run() {
       return x.Fits;
     if (!x.Fits)
       return x.PeakBytes < y.PeakBytes;
+    if (Base.AllowOffload)
+      return std::make_tuple(a != w, x.Rank, x.StepSeconds,
+                             x.Options.Accumulate) <
+             std::make_tuple(b != w, y.Rank, y.StepSeconds,
+                             y.Options.Accumulate);
     return std::make_tuple(a != w, x.Rank, x.ExtraFlops, x.Options.Accumulate) <
            std::make_tuple(b != w, y.Rank, y.ExtraFlops, y.Options.Accumulate);
   });

@@ -34,6 +34,10 @@ struct FitCandidate {
   /// FLOPs, plus --fuse-update's norm pass (a forward and backward) when it
   /// has one.
   uint64_t ExtraFlops = 0;
+  /// The estimated step time (cuda plans, compiler/Cost.h: compute at the
+  /// nominal rate plus exposed transfers) and the pinned host pool.
+  double StepSeconds = 0;
+  uint64_t HostPeakBytes = 0;
   bool Fits = false;
 };
 

@@ -61,6 +61,10 @@ static const FlagInfo kFlags[] = {
      "With --memory-budget: auto-fit may train LoRA adapters (rank 8, alpha "
      "16, all-linear) instead of every weight, after everything else; qlora "
      "also stores their frozen base as NF4"},
+    {"allow-offload", nullptr,
+     "With --memory-budget and --device cuda: auto-fit may keep state in "
+     "pinned host memory (--offload), ranking every candidate by its "
+     "estimated step time (recomputed FLOPs and transfers on one scale)"},
     {"allow-optimizer", "NAME,...",
      "With --memory-budget: optimizers it may switch to (lomo, adalomo)"},
     {"on-nan", "stop|skip|continue",
@@ -86,12 +90,13 @@ static const FlagInfo kFlags[] = {
      "Attention as one fused op without the [seq, seq] scores (default "
      "fused; exact up to rounding) or as the graph's own "
      "MatMul/Softmax/MatMul (unfused)"},
-    {"offload", "optimizer,accumulators,parameters",
+    {"offload", "optimizer,accumulators,parameters,activations",
      "--device cuda: keep this state in pinned host memory (docs/offload.md): "
      "optimizer, the optimizer's state and the master weights it updates, "
      "updated on the CPU; accumulators, the gradient accumulators of --accum; "
      "parameters, every weight, copied to the device where it is used and "
-     "updated on the CPU"},
+     "updated on the CPU; activations, what the forward saves for the "
+     "backward (1 MiB or more), copied back before the backward reads it"},
     {"host-bandwidth", "GB/s",
      "The host-device bandwidth the report's step-time estimate assumes "
      "(default 25, PCIe 4.0 x16 as measured)"},
@@ -132,7 +137,8 @@ static llvm::Error parseOffload(llvm::StringRef value, CompileOptions &o) {
   };
   llvm::SmallVector<llvm::StringRef, 4> items;
   value.split(items, ',', -1, /*KeepEmpty=*/false);
-  bool optimizer = false, accumulators = false, parameters = false;
+  bool optimizer = false, accumulators = false, parameters = false,
+       activations = false;
   for (llvm::StringRef w : items) {
     w = w.trim();
     if (w == "optimizer")
@@ -142,15 +148,15 @@ static llvm::Error parseOffload(llvm::StringRef value, CompileOptions &o) {
     else if (w == "parameters")
       parameters = true;
     else if (w == "activations")
-      return fail(w + ": not built yet (optimizer, accumulators and "
-                      "parameters are; docs/offload.md)");
+      activations = true;
     else
       return flagError("offload", w,
-                       "optimizer, accumulators and/or parameters");
+                       "optimizer, accumulators, parameters and/or "
+                       "activations");
   }
-  if (!optimizer && !accumulators && !parameters)
+  if (!optimizer && !accumulators && !parameters && !activations)
     return flagError("offload", value,
-                     "optimizer, accumulators and/or parameters");
+                     "optimizer, accumulators, parameters and/or activations");
   if (o.Target != "cuda")
     return fail(value + " needs --device cuda: the cpu target has one memory "
                         "and nothing to offload to");
@@ -171,6 +177,8 @@ static llvm::Error parseOffload(llvm::StringRef value, CompileOptions &o) {
     what.push_back("accumulators");
   if (parameters)
     what.push_back("parameters");
+  if (activations)
+    what.push_back("activations");
   o.Offload = llvm::join(what, ",");
   return llvm::Error::success();
 }
@@ -410,6 +418,10 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
             "--memory-budget chooses --%s itself: give one or the other",
             technique);
   }
+  o.AllowOffload = sw("allow-offload");
+  if (o.AllowOffload && !o.MemoryBudget)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--allow-offload needs --memory-budget");
   if (has("allow-optimizer")) {
     if (!o.MemoryBudget)
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -518,6 +530,10 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
   if (has("offload"))
     if (auto e = parseOffload(get("offload"), o))
       return e;
+  if (o.AllowOffload && o.Target != "cuda")
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--allow-offload needs --device cuda: the cpu target has one memory");
   return o;
 }
 
@@ -619,6 +635,8 @@ std::string CompileOptions::flags() const {
   }
   if (AllowLora)
     add("allow", AllowQlora ? "lora,qlora" : "lora");
+  if (AllowOffload)
+    add("allow-offload", "");
   if (OnNan != NanPolicy::Stop)
     add("on-nan", OnNan == NanPolicy::Skip ? "skip" : "continue");
   if (DisableDropout)
@@ -681,7 +699,12 @@ std::string CompileOptions::rematerializePass() const {
 }
 
 std::string CompileOptions::offloadPass() const {
-  return Offload.empty() ? "" : ",offload{state=" + Offload + "}";
+  if (Offload.empty())
+    return "";
+  std::string s = ",offload{state=" + Offload;
+  if (OffloadMinBytes != kDefaultOffloadMinBytes)
+    s += " min_bytes=" + std::to_string(OffloadMinBytes);
+  return s + "}";
 }
 
 std::string CompileOptions::passPipeline(bool scheduled) const {

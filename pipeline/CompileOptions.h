@@ -75,6 +75,9 @@ struct CompileOptions {
   bool AllowLora = false;
   /// `--allow qlora`: auto-fit may also store LoRA's frozen base as NF4.
   bool AllowQlora = false;
+  /// `--allow-offload`: auto-fit may offload state (cuda), and ranks the
+  /// candidates of a setting by estimated step time (compiler/Cost.h).
+  bool AllowOffload = false;
   /// With Lora: the frozen matrices stored as NF4 (`--base-weights nf4`, the
   /// `quantize-base` pass; QLoRA).
   bool BaseNf4 = false;
@@ -94,8 +97,13 @@ struct CompileOptions {
   /// The backend the plan is for (compiler/Target.h): "cpu" or "cuda".
   std::string Target = "cpu";
   /// State kept in the pinned host pool (the `offload` pass's state=,
-  /// "optimizer,accumulators" or either; empty: none; cuda only).
+  /// "optimizer,accumulators,parameters,activations" or some of them, in
+  /// that order; empty: none; cuda only).
   std::string Offload;
+  /// Saved activations under this many bytes stay on the device (the
+  /// `offload` pass's min_bytes; tests set 0 for the small models).
+  static constexpr uint64_t kDefaultOffloadMinBytes = 1 << 20;
+  uint64_t OffloadMinBytes = kDefaultOffloadMinBytes;
   /// Host <-> device bytes per second the report's step estimate assumes
   /// (`--host-bandwidth`, in GB/s on the command line).
   static constexpr double kDefaultHostBandwidth = 25e9;

@@ -9,6 +9,44 @@
 
 using namespace headroom;
 
+/// A cuda plan's pinned host pool must fit the memory available now: pinned
+/// pages cannot be swapped, and running out midway would lose the run. The
+/// error lists what the pool holds, so the user can keep some of it on the
+/// device (fewer --offload kinds).
+static llvm::Error checkHostPool(const Plan &plan) {
+  uint64_t host = plan.Report.HostPeakBytes(), available = availableCpuBytes();
+  if (!host || !available || host <= available)
+    return llvm::Error::success();
+  uint64_t bytes[3] = {0, 0, 0}; // optimizer state + masters, accumulators,
+                                 // parameters without optimizer state
+  bool optimizerOnHost = false;
+  for (const PlanState &s : plan.States)
+    optimizerOnHost |= s.Host && s.Kind == StateKind::Optimizer;
+  for (const PlanState &s : plan.States) {
+    if (!s.Host)
+      continue;
+    int k = s.Kind == StateKind::Gradient                    ? 1
+            : s.Kind == StateKind::Param && !optimizerOnHost ? 2
+                                                             : 0;
+    bytes[k] += s.Type.sizeInBytes();
+  }
+  std::string holds;
+  const char *names[3] = {"optimizer", "accumulators", "parameters"};
+  for (int k = 0; k < 3; ++k)
+    if (bytes[k])
+      holds += std::string(holds.empty() ? "" : ", ") + names[k] + " " +
+               formatBytes(bytes[k]);
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "the plan's pinned host pool of %s (%s, and %s of host values) exceeds "
+      "the %s of memory available here; offload fewer kinds of state "
+      "(--offload), or run where the host has more memory",
+      formatBytes(host).c_str(), holds.c_str(),
+      formatBytes(plan.Report.HostArenaBytes + plan.Report.HostWorkspace)
+          .c_str(),
+      formatBytes(available).c_str());
+}
+
 llvm::Expected<std::unique_ptr<Executor>>
 headroom::createExecutor(Plan plan, const ExecutorOptions &options) {
   if (plan.TargetName == "cpu") {
@@ -24,6 +62,8 @@ headroom::createExecutor(Plan plan, const ExecutorOptions &options) {
     return createCpuExecutor(std::move(plan), options);
   }
   if (plan.TargetName == "cuda") {
+    if (llvm::Error e = checkHostPool(plan))
+      return e;
     if (const char *emulate = std::getenv("HEADROOM_CUDA_EMULATOR");
         emulate && std::string(emulate) == "1")
       return createEmulatedCudaExecutor(std::move(plan), options);

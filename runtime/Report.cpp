@@ -1,6 +1,7 @@
 //===- Report.cpp - Rendering a plan's memory report ----------------------===//
 #include "runtime/Report.h"
 
+#include "compiler/Cost.h"
 #include "compiler/StateQuantization.h"
 
 #include "llvm/Support/Format.h"
@@ -130,28 +131,6 @@ static uint64_t hostState(const Plan &plan, StateKind k) {
     if (s.Host && s.Kind == k)
       bytes += s.Type.sizeInBytes();
   return bytes;
-}
-
-StepEstimate headroom::estimateStep(const Plan &plan) {
-  const MemoryReport &r = plan.Report;
-  StepEstimate e;
-  bool low = false;
-  for (const PlanFunction &f : plan.Functions)
-    for (const KernelCall &c : f.Calls)
-      if ((c.Kind == OpKind::MatMul || c.Kind == OpKind::Gemm) &&
-          !c.Outputs.empty()) {
-        DType t = plan.Buffers[c.Outputs[0]].dtype();
-        low |= t == DType::BF16 || t == DType::F16;
-      }
-  e.LowPrecision = low;
-  e.FlopsPerSecond = low ? kNominalLowFlops : kNominalF32Flops;
-  e.ComputeSeconds = double(r.StepFlops) / e.FlopsPerSecond;
-  e.TransferSeconds = double(r.ToHostBytes + r.ToDeviceBytes) /
-                      (r.HostBandwidth > 0 ? r.HostBandwidth : 25e9);
-  // Transfers and host calls are on the compute stream: all exposed.
-  e.ExposedSeconds = e.TransferSeconds;
-  e.StepSeconds = e.ComputeSeconds + e.ExposedSeconds;
-  return e;
 }
 
 /// The host pool's lines and the step estimate (cuda plans).

@@ -32,20 +32,6 @@ struct Nf4Weights {
 };
 Nf4Weights countNf4(const Plan &plan);
 
-/// The cost model's step time for a cuda plan (docs/offload.md): the
-/// step's FLOPs at the target's nominal rate (an H100 SXM's dense bf16/fp16
-/// tensor rate when the matmuls compute low, else its f32 rate: cuBLASLt
-/// runs f32 without TF32) plus the transfer bytes at HostBandwidth, all
-/// exposed: transfers and host calls run on the compute stream. Host calls'
-/// own time is not modelled.
-constexpr double kNominalLowFlops = 989e12, kNominalF32Flops = 67e12;
-struct StepEstimate {
-  bool LowPrecision = false;
-  double FlopsPerSecond = 0, ComputeSeconds = 0, TransferSeconds = 0,
-         ExposedSeconds = 0, StepSeconds = 0;
-};
-StepEstimate estimateStep(const Plan &plan);
-
 void printReportTable(const Plan &plan, llvm::StringRef title,
                       llvm::raw_ostream &os);
 /// At least peak_bytes, lower_bound_bytes, target, alignment_bytes and

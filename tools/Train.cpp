@@ -567,6 +567,9 @@ static int runAutoFitReport(const CompileOptions &options) {
                              {"extra_flops", int64_t(c.ExtraFlops)},
                              {"approximate", c.Options.Optimizer.Int8State},
                              {"micro_steps", int64_t(c.Options.Accumulate)},
+                             {"offload", c.Options.Offload},
+                             {"host_peak_bytes", int64_t(c.HostPeakBytes)},
+                             {"estimated_step_seconds", c.StepSeconds},
                              {"fits", c.Fits}});
     llvm::json::Object root{
         {"memory_budget_bytes", int64_t(options.MemoryBudget)},

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/KernelUtil.h"
+#include "kernels/cpu/Parallel.h"
 #include "kernels/cuda/HostKernel.h"
 #include "kernels/cuda/Launch.h"
 
@@ -77,13 +78,62 @@ llvm::Error cuda::runKernel(const KernelContext &ctx) {
 }
 
 #if defined(HEADROOM_CUDA_EMULATED)
+/// Ops whose element i reads element i of each operand of the output's size
+/// (scalars aside) and nothing else: on the host they run as threads over
+/// chunks of elements, which changes no bit. (The 8-bit AdamW works on
+/// blocks; it runs whole.)
+static bool splitsByElement(llvm::StringRef op) {
+  return op == "Accumulate" || op == "SgdUpdate" || op == "MomentumUpdate" ||
+         op == "AdamWUpdate" || op == "Cast";
+}
+
+/// `views` with every view of `n` elements cut to [lo, lo + len).
+static void cutViews(llvm::ArrayRef<TensorView> views, int64_t n, int64_t lo,
+                     const int64_t &len,
+                     llvm::SmallVectorImpl<TensorView> &out) {
+  for (const TensorView &v : views) {
+    TensorView c = v;
+    if (v.present() && v.numElements() == n) {
+      c.Data = static_cast<char *>(v.Data) + lo * int64_t(dtypeSize(v.Type));
+      c.Shape = llvm::makeArrayRef(&len, 1);
+    }
+    out.push_back(c);
+  }
+}
+
 llvm::Error cuda::runOnHost(const HostKernelCall &call) {
-  KernelContext ctx(call.Base);
-  ctx.Step = call.Step;
-  ctx.RunSeed = call.RunSeed;
-  ctx.RandomStream = call.RandomStream;
-  ctx.Constants = call.Constants;
-  return runKernel(ctx);
+  auto run = [&](const cpu::KernelContext &base) {
+    KernelContext ctx(base);
+    ctx.Step = call.Step;
+    ctx.RunSeed = call.RunSeed;
+    ctx.RandomStream = call.RandomStream;
+    ctx.Constants = call.Constants;
+    return runKernel(ctx);
+  };
+  const cpu::KernelContext &b = call.Base;
+  int64_t n = b.Outputs.empty() ? 0 : b.Outputs[0].numElements();
+  if (!splitsByElement(b.Op) || n < 2 * cpu::kParallelGrain)
+    return run(b);
+  std::mutex failed;
+  std::string error;
+  cpu::parallelFor(n, cpu::kParallelGrain, [&](int64_t lo, int64_t hi) {
+    const int64_t len = hi - lo;
+    llvm::SmallVector<TensorView, 6> ins, outs;
+    cutViews(b.Inputs, n, lo, len, ins);
+    cutViews(b.Outputs, n, lo, len, outs);
+    cpu::KernelContext part{
+        b.Op, ins, outs, b.Attrs, b.Seed, b.Workspace, b.WorkspaceBytes};
+    if (llvm::Error e = run(part)) {
+      std::lock_guard<std::mutex> lock(failed);
+      if (error.empty())
+        error = llvm::toString(std::move(e));
+      else
+        llvm::consumeError(std::move(e));
+    }
+  });
+  if (!error.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), error);
+  return llvm::Error::success();
 }
 #endif
 

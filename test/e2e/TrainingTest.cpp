@@ -23,6 +23,7 @@
 #include "../unit/TestUtil.h"
 #include "kernels/cpu/CpuTarget.h"
 #include "runtime/Adapters.h"
+#include "runtime/Devices.h"
 #include "runtime/ModelIO.h"
 #include "runtime/PlanFile.h"
 
@@ -1967,6 +1968,9 @@ TEST(Offload, TrainsToBitIdenticalWeights) {
        "parameters"},
       {"llama", "--optimizer sgd --accum 4 --clip-grad-norm 0.5",
        "accumulators,parameters"},
+      {"gpt", "--optimizer adamw --precision bf16", "activations"},
+      {"llama", "--optimizer lomo --recompute every=1 --accum 2",
+       "accumulators,activations"},
   };
   useCudaEmulator();
   for (const Case &c : cases) {
@@ -1976,13 +1980,15 @@ TEST(Offload, TrainsToBitIdenticalWeights) {
         std::string("--batch 8 --device cuda --lr 0.01 ") + c.Flags;
     std::vector<double> withLosses, withoutLosses;
     auto with = trainFromFlags(c.Model, flags + " --offload " + c.Offload, 3,
-                               withLosses, 7);
+                               withLosses, 7, [](CompileOptions &o) {
+                                 o.OffloadMinBytes = 0; // the small models
+                               });
     auto without = trainFromFlags(c.Model, flags, 3, withoutLosses, 7);
     ASSERT_TRUE(with && without) << what;
     EXPECT_EQ(withLosses, withoutLosses) << what;
     expectSameStates(*with, *without, what);
     const Plan &p = with->executor().plan(), &q = without->executor().plan();
-    EXPECT_GT(p.Report.HostState, 0u) << what;
+    EXPECT_GT(p.Report.HostState + p.Report.HostArenaBytes, 0u) << what;
     EXPECT_EQ(with->executor().hostPoolBytes(), p.Report.HostPeakBytes())
         << what;
     EXPECT_EQ(without->executor().hostPoolBytes(), 0u) << what;
@@ -2007,6 +2013,31 @@ TEST(Offload, TrainsToBitIdenticalWeights) {
         EXPECT_EQ(l.Functions[f].Calls[k].Host, p.Functions[f].Calls[k].Host)
             << what;
   }
+}
+
+} // namespace
+
+namespace {
+
+/// A cuda plan whose pinned host pool exceeds the memory available here is
+/// refused before anything is allocated, with what the pool holds.
+TEST(Offload, RefusesAHostPoolLargerThanTheHost) {
+  if (!availableCpuBytes())
+    GTEST_SKIP() << "MemAvailable is unknown here";
+  Plan plan;
+  plan.TargetName = "cuda";
+  plan.Alignment = 256;
+  TensorType huge(DType::F32, {int64_t(1) << 42}); // 16 TiB
+  plan.States.push_back(
+      {"w.exp_avg", huge, StateKind::Optimizer, StateInit::Zeros, true});
+  plan.Report.OptimizerState = plan.Report.HostState = huge.sizeInBytes();
+  auto e = createExecutor(std::move(plan));
+  ASSERT_FALSE(static_cast<bool>(e));
+  std::string msg = llvm::toString(e.takeError());
+  EXPECT_NE(msg.find("pinned host pool of 16.00 TiB (optimizer 16.00 TiB"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("offload fewer kinds of state"), std::string::npos) << msg;
 }
 
 } // namespace

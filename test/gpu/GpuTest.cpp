@@ -309,6 +309,70 @@ TEST(GpuMemory, AStepTakesThePlannedBytes) {
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Offload (docs/offload.md)
+//===----------------------------------------------------------------------===//
+
+/// On the GPU, offloaded state gives the weights of the same flags without
+/// offload bit for bit (host calls run the device kernels' code compiled
+/// for the host, products rounded on their own; copies are exact), in a
+/// CUDA graph with host nodes, and the executor's pinned pool is the
+/// planned host peak.
+TEST(GpuOffload, SameBitsAsOnTheDevice) {
+  struct Case {
+    const char *Model;
+    OptimizerKind Optimizer;
+    unsigned Accum;
+    DType Precision;
+    bool MasterWeights;
+    const char *Offload;
+  };
+  using K = OptimizerKind;
+  const Case cases[] = {
+      {"gpt", K::Lomo, 2, DType::BF16, false, "accumulators"},
+      {"llama", K::AdamW, 2, DType::BF16, true, "optimizer,accumulators"},
+      {"gpt", K::Momentum, 1, DType::F32, true, "parameters"},
+      {"llama", K::AdamW, 1, DType::BF16, true, "activations"},
+  };
+  for (const Case &c : cases) {
+    std::string what = std::string(c.Model) + " " + c.Offload;
+    CompileOptions o;
+    o.Import.Batch = 8;
+    o.Optimizer.Kind = c.Optimizer;
+    o.Optimizer.Lr = c.Optimizer == K::AdamW ? 1e-3 : 0.05;
+    o.Accumulate = c.Accum;
+    o.Precision = c.Precision;
+    o.MasterWeights = c.MasterWeights;
+    o.DisableDropout = true;
+    o.Target = "cuda";
+    o.OffloadMinBytes = 0;
+    std::string model = modelFile(std::string(c.Model) + ".onnx");
+    auto data = loadDataset(modelFile(std::string(c.Model) + ".train.npz"));
+    ASSERT_TRUE(static_cast<bool>(data)) << llvm::toString(data.takeError());
+    auto plain = compileTrainer(model, o, 7);
+    o.Offload = c.Offload;
+    auto offloaded = compileTrainer(model, o, 7);
+    ASSERT_TRUE(static_cast<bool>(plain)) << llvm::toString(plain.takeError());
+    ASSERT_TRUE(static_cast<bool>(offloaded))
+        << llvm::toString(offloaded.takeError());
+    std::vector<int64_t> ord = order(data->Samples);
+    for (int64_t s = 0; s < 3; ++s) {
+      int64_t start = (s * (*plain)->batch()) % data->Samples;
+      auto a = (*plain)->step(*data, ord, start);
+      auto b = (*offloaded)->step(*data, ord, start);
+      ASSERT_TRUE(static_cast<bool>(a)) << llvm::toString(a.takeError());
+      ASSERT_TRUE(static_cast<bool>(b)) << llvm::toString(b.takeError());
+      EXPECT_EQ(a->Loss, b->Loss) << what << " step " << s;
+    }
+    const Executor &e = (*offloaded)->executor();
+    EXPECT_EQ(e.hostPoolBytes(), e.plan().Report.HostPeakBytes()) << what;
+    for (const PlanState &st : (*plain)->executor().plan().States)
+      EXPECT_TRUE(*(*plain)->executor().readState(st.Name) ==
+                  *e.readState(st.Name))
+          << what << ": " << st.Name;
+  }
+}
+
 TEST(GpuErrors, NoCudaPlanOnCpuExecutor) {
   CompileOptions o;
   o.Import.Batch = 2;

@@ -482,6 +482,53 @@ TEST(AutoFitTest, StoresTheBaseInNf4OnlyWhenAllowed) {
   EXPECT_EQ(flagError("--batch 2 --memory-budget 1GiB --allow qlora"), "");
 }
 
+/// --allow-offload: a budget the exact setting meets only with state on the
+/// host is met by offloading (exact, rank 0), the candidates of a setting
+/// ranked by estimated step time; the explanation names the host pool, the
+/// estimate, and the fastest fit without offload. Without the flag nothing
+/// offloads.
+TEST(AutoFitTest, OffloadsOnlyWhenAllowedAndSaysWhatItCosts) {
+  std::string path = autofitZoo("autofit_offload");
+  ASSERT_FALSE(path.empty());
+  std::string flags = "--batch 4 --device cuda --optimizer adamw";
+  // The f32 state and cuBLASLt's workspace alone: no f32 step fits on the
+  // device, a bf16 one without master weights does.
+  MemoryReport f32 = compilePlan(path, fromText(flags)).Report;
+  CompileOptions o = fromText(flags);
+  o.MemoryBudget = f32.StateBytes() + f32.LibraryBytes;
+  auto plain = takeOrFail(autoFit(path, o));
+  EXPECT_GT(plain.Tried.front().Rank, 0);
+  for (const FitCandidate &c : plain.Tried)
+    EXPECT_EQ(c.Options.Offload, "") << c.Label;
+  o.AllowOffload = true;
+  auto fit = takeOrFail(autoFit(path, o));
+  const FitCandidate &winner = fit.Tried.front();
+  EXPECT_EQ(winner.Rank, 0) << winner.Label;
+  EXPECT_NE(winner.Options.Offload, "") << winner.Label;
+  EXPECT_LE(winner.PeakBytes, o.MemoryBudget);
+  EXPECT_GT(winner.HostPeakBytes, 0u);
+  EXPECT_EQ(fit.Best.ThePlan.Report.HostPeakBytes(), winner.HostPeakBytes);
+  for (const FitCandidate &c : fit.Tried) {
+    if (c.Fits && c.Rank == 0) {
+      EXPECT_GE(c.StepSeconds, winner.StepSeconds) << c.Label;
+    }
+  }
+  EXPECT_NE(fit.Why.find("--offload " + winner.Options.Offload),
+            std::string::npos)
+      << fit.Why;
+  EXPECT_NE(fit.Why.find("an estimated"), std::string::npos) << fit.Why;
+  EXPECT_NE(fit.Why.find("without offload the fastest fit is"),
+            std::string::npos)
+      << fit.Why;
+  EXPECT_NE(flagError("--batch 2 --device cuda --allow-offload")
+                .find("--allow-offload needs --memory-budget"),
+            std::string::npos);
+  EXPECT_NE(flagError("--batch 2 --device cpu --memory-budget 1GiB "
+                      "--allow-offload")
+                .find("--allow-offload needs --device cuda"),
+            std::string::npos);
+}
+
 /// --output-head fused plans no [tokens, vocabulary] logits: with a
 /// vocabulary large next to the model (32000, d 64), the saved activations
 /// lose the logits and the peak loses the logits and their gradient; the
