@@ -124,8 +124,7 @@ Nf4Weights headroom::countNf4(const Plan &plan) {
   return w;
 }
 
-/// Bytes of the slots of kind `k` that live in the host pool (offload).
-static uint64_t hostState(const Plan &plan, StateKind k) {
+uint64_t headroom::hostStateBytes(const Plan &plan, StateKind k) {
   uint64_t bytes = 0;
   for (const PlanState &s : plan.States)
     if (s.Host && s.Kind == k)
@@ -142,9 +141,9 @@ static void printHostAndEstimate(const Plan &plan, llvm::raw_ostream &os) {
   };
   if (r.HostPeakBytes()) {
     os << "  host pool (pinned host memory; offload):\n";
-    line("parameters (master weights)", hostState(plan, StateKind::Param));
-    line("optimizer state", hostState(plan, StateKind::Optimizer));
-    line("gradient accumulators", hostState(plan, StateKind::Gradient));
+    line("parameters (master weights)", hostStateBytes(plan, StateKind::Param));
+    line("optimizer state", hostStateBytes(plan, StateKind::Optimizer));
+    line("gradient accumulators", hostStateBytes(plan, StateKind::Gradient));
     line("values on the host (arena)", r.HostArenaBytes);
     line("workspace (host calls)", r.HostWorkspace);
     line("alignment padding (state)", r.HostStatePadding);
@@ -197,12 +196,12 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
      << plan.Alignment << " B)\n";
   // On the device; what lives in the host pool is listed below.
   Row rows[] = {
-      {"parameters", r.Parameters - hostState(plan, StateKind::Param)},
+      {"parameters", r.Parameters - hostStateBytes(plan, StateKind::Param)},
       {"gradient accumulators",
-       r.GradientState - hostState(plan, StateKind::Gradient)},
+       r.GradientState - hostStateBytes(plan, StateKind::Gradient)},
       {"gradients", r.Gradients},
       {"optimizer state",
-       r.OptimizerState - hostState(plan, StateKind::Optimizer)},
+       r.OptimizerState - hostStateBytes(plan, StateKind::Optimizer)},
       {"activations (saved for backward)", r.Activations},
       {"temporaries", r.Temporaries},
       {"recomputed (in the backward)", r.Recomputed},
@@ -289,9 +288,9 @@ void headroom::printReportJson(const Plan &plan, llvm::raw_ostream &os) {
 
 llvm::json::Value headroom::reportJson(const Plan &plan) {
   const MemoryReport &r = plan.Report;
-  uint64_t hostParams = hostState(plan, StateKind::Param),
-           hostOptimizer = hostState(plan, StateKind::Optimizer),
-           hostAccumulators = hostState(plan, StateKind::Gradient);
+  uint64_t hostParams = hostStateBytes(plan, StateKind::Param),
+           hostOptimizer = hostStateBytes(plan, StateKind::Optimizer),
+           hostAccumulators = hostStateBytes(plan, StateKind::Gradient);
   // On the device (sums to peak_bytes); the host pool's are under "host".
   llvm::json::Object breakdown{
       {"parameters", int64_t(r.Parameters - hostParams)},

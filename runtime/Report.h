@@ -32,6 +32,9 @@ struct Nf4Weights {
 };
 Nf4Weights countNf4(const Plan &plan);
 
+/// Bytes of the slots of kind `k` that live in the host pool (offload).
+uint64_t hostStateBytes(const Plan &plan, StateKind k);
+
 void printReportTable(const Plan &plan, llvm::StringRef title,
                       llvm::raw_ostream &os);
 /// At least peak_bytes, lower_bound_bytes, target, alignment_bytes and

@@ -427,11 +427,16 @@ struct Part {
   uint64_t Bytes;
 };
 
-/// The peak, part by part (what the table's rows add up to).
-std::vector<Part> peakParts(const MemoryReport &r) {
-  return {{"parameters", "#6d6d6d", r.Parameters},
-          {"optimizer state", "#9c755f", r.OptimizerState},
-          {"gradient accumulators", "#b07aa1", r.GradientState},
+/// The device's peak, part by part (what the table's rows add up to; state
+/// in the host pool is not on the device).
+std::vector<Part> peakParts(const Plan &plan) {
+  const MemoryReport &r = plan.Report;
+  return {{"parameters", "#6d6d6d",
+           r.Parameters - hostStateBytes(plan, StateKind::Param)},
+          {"optimizer state", "#9c755f",
+           r.OptimizerState - hostStateBytes(plan, StateKind::Optimizer)},
+          {"gradient accumulators", "#b07aa1",
+           r.GradientState - hostStateBytes(plan, StateKind::Gradient)},
           {"frozen weights", "#8c8c8c", r.Frozen},
           {"buffers", "#bab0ac", r.Buffers},
           {"alignment padding (state)", "#d9d9d9", r.StatePadding},
@@ -446,8 +451,8 @@ std::vector<Part> peakParts(const MemoryReport &r) {
 }
 
 /// The peak as one bar of its parts against the budget.
-void drawBreakdown(const MemoryReport &r, uint64_t budget,
-                   llvm::raw_ostream &os) {
+void drawBreakdown(const Plan &plan, uint64_t budget, llvm::raw_ostream &os) {
+  const MemoryReport &r = plan.Report;
   const double W = 960, H = 92, left = 16, right = 16, barY = 38, barH = 26;
   uint64_t peak = r.PeakBytes();
   double scale = double(std::max(peak, budget)) * 1.03 + 1;
@@ -455,7 +460,7 @@ void drawBreakdown(const MemoryReport &r, uint64_t budget,
   auto x = [&](double b) { return left + pw * b / scale; };
   Svg svg(os, W, H, "the peak by part");
   double at = 0;
-  for (const Part &p : peakParts(r)) {
+  for (const Part &p : peakParts(plan)) {
     if (!p.Bytes)
       continue;
     std::string title = std::string(p.Name) + ": " + formatBytes(p.Bytes);
@@ -479,11 +484,12 @@ void drawBreakdown(const MemoryReport &r, uint64_t budget,
   }
 }
 
-void partsTable(const MemoryReport &r, llvm::raw_ostream &os) {
+void partsTable(const Plan &plan, llvm::raw_ostream &os) {
+  const MemoryReport &r = plan.Report;
   uint64_t peak = std::max<uint64_t>(r.PeakBytes(), 1);
   os << "<table class=\"parts\">\n<tr><th>part</th><th>bytes</th>"
         "<th>share of the peak</th></tr>\n";
-  for (const Part &p : peakParts(r)) {
+  for (const Part &p : peakParts(plan)) {
     if (!p.Bytes)
       continue;
     os << "<tr><td><span class=\"swatch\" style=\"background:" << p.Color
@@ -603,8 +609,20 @@ void headroom::printReportHtml(const ReportPage &page, llvm::raw_ostream &os) {
                              : page.BudgetBytes - peak)
          << (over ? " over" : " to spare") << ")";
     os << ".</p>\n<h2>What fills the peak</h2>\n";
-    drawBreakdown(r, page.BudgetBytes, os);
-    partsTable(r, os);
+    drawBreakdown(*page.ThePlan, page.BudgetBytes, os);
+    partsTable(*page.ThePlan, os);
+    if (uint64_t host = r.HostPeakBytes())
+      os << "<p class=\"note\">Offload: the pinned host pool holds "
+         << "<b data-host-bytes=\"" << host << "\">" << formatBytes(host)
+         << "</b> (optimizer state and master weights "
+         << formatBytes(hostStateBytes(*page.ThePlan, StateKind::Optimizer) +
+                        hostStateBytes(*page.ThePlan, StateKind::Param))
+         << ", accumulators "
+         << formatBytes(hostStateBytes(*page.ThePlan, StateKind::Gradient))
+         << ", values in flight " << formatBytes(r.HostArenaBytes)
+         << "); per step " << formatBytes(r.ToHostBytes)
+         << " go to the host and " << formatBytes(r.ToDeviceBytes)
+         << " to the device (docs/offload.md).</p>\n";
     if (!page.ThePlan->Adapters.empty()) {
       const Plan &plan = *page.ThePlan;
       os << "<p class=\"note\">LoRA: " << plan.Adapters.size()
