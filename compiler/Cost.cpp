@@ -132,11 +132,39 @@ StepEstimate headroom::estimateStep(const Plan &plan) {
       }
   e.LowPrecision = low;
   e.FlopsPerSecond = low ? kNominalLowFlops : kNominalF32Flops;
-  e.ComputeSeconds = double(r.StepFlops) / e.FlopsPerSecond;
-  e.TransferSeconds = double(r.ToHostBytes + r.ToDeviceBytes) /
-                      (r.HostBandwidth > 0 ? r.HostBandwidth : 25e9);
-  // Transfers and host calls are on the compute stream: all exposed.
-  e.ExposedSeconds = e.TransferSeconds;
-  e.StepSeconds = e.ComputeSeconds + e.ExposedSeconds;
+  double bandwidth = r.HostBandwidth > 0 ? r.HostBandwidth : 25e9;
+  // Each function of the driver as the executor runs it on two streams
+  // (compiler/Streams.h): a copy call starts when the copy stream is free
+  // and the compute calls before it are done; a compute call that waits for
+  // a copy call starts after it.
+  for (const DriverCall &d : plan.Driver) {
+    const PlanFunction *f = plan.function(d.Function);
+    if (!f)
+      continue;
+    std::vector<double> done(f->Calls.size(), 0);
+    double compute = 0, copy = 0, computeBusy = 0, copyBusy = 0;
+    for (size_t i = 0; i < f->Calls.size(); ++i) {
+      const KernelCall &c = f->Calls[i];
+      if (c.onCopyStream()) {
+        double t =
+            c.Kind == OpKind::ToHost || c.Kind == OpKind::ToDevice
+                ? double(plan.Buffers[c.Outputs[0]].sizeInBytes()) / bandwidth
+                : 0.0;
+        copy = std::max(copy, compute) + t;
+        copyBusy += t;
+        done[i] = copy;
+        continue;
+      }
+      if (c.WaitFor >= 0 && size_t(c.WaitFor) < i)
+        compute = std::max(compute, done[c.WaitFor]);
+      double t = double(c.Flops) / e.FlopsPerSecond;
+      compute += t;
+      computeBusy += t;
+    }
+    e.StepSeconds += d.Repeat * std::max(compute, copy);
+    e.ComputeSeconds += d.Repeat * computeBusy;
+    e.TransferSeconds += d.Repeat * copyBusy;
+  }
+  e.ExposedSeconds = std::max(0.0, e.StepSeconds - e.ComputeSeconds);
   return e;
 }

@@ -21,13 +21,15 @@ uint64_t nodeFlops(const Node &n);
 
 struct Plan;
 
-/// The cost model's step time for a cuda plan (docs/offload.md): the
-/// step's FLOPs at the target's nominal rate (an H100 SXM's dense bf16/fp16
-/// tensor rate when the matmuls compute low, else its f32 rate: cuBLASLt
-/// runs f32 without TF32) plus the transfer bytes at the report's
-/// HostBandwidth, all exposed: transfers and host calls run on the compute
-/// stream. Host calls' own time is not modelled. Auto-fit ranks candidates
-/// by it, so recomputed FLOPs and transfers weigh on one scale.
+/// The cost model's step time for a cuda plan (docs/offload.md): each call
+/// of the step's functions on its stream (compiler/Streams.h), a kernel
+/// taking its FLOPs at the target's nominal rate (an H100 SXM's dense
+/// bf16/fp16 tensor rate when the matmuls compute low, else its f32 rate:
+/// cuBLASLt runs f32 without TF32), a transfer its bytes at the report's
+/// HostBandwidth, with the waits the plan has; the step is when both
+/// streams are done. Exposed transfer time is the step less its compute.
+/// Host calls' own time is not modelled. Auto-fit ranks candidates by it,
+/// so recomputed FLOPs and transfers weigh on one scale.
 constexpr double kNominalLowFlops = 989e12, kNominalF32Flops = 67e12;
 struct StepEstimate {
   bool LowPrecision = false;

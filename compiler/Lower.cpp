@@ -4,6 +4,7 @@
 #include "compiler/Cost.h"
 #include "compiler/MemoryPlan.h"
 #include "compiler/Pools.h"
+#include "compiler/Streams.h"
 #include "compiler/Target.h"
 #include "compiler/UpdateAnalysis.h"
 #include "compiler/Verifier.h"
@@ -174,6 +175,17 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
         "@%s keeps values in a host pool, which the %s target does not have "
         "(offload is for --device cuda)",
         F.name().c_str(), T.name().str().c_str());
+  // The copy stream: a device value a copy call reads lives until the
+  // compute stream joins that call (compiler/Streams.h).
+  StreamSchedule streams;
+  if (Pools.any()) {
+    streams = scheduleStreams(Calls, Pools);
+    for (size_t k = 0; k < Calls.size(); ++k)
+      if (streams.OnCopy[k])
+        for (Value *v : Calls[k]->operands())
+          if (v && !Pools.onHost(v))
+            LastUse[v] = std::max(LastUse.lookup(v), streams.JoinedAt[k]);
+  }
   llvm::DenseMap<int, int> arenaSlot; // buffer id -> index in ArenaBuffers
   auto addArena = [&](const Value *v, int first) {
     if (Pools.onHost(v)) {
@@ -225,6 +237,9 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
     call.Attrs = n.attrs();
     call.Id = pos;
     call.Host = Pools.runsOnHost(n);
+    call.Flops = flops;
+    if (!streams.WaitFor.empty())
+      call.WaitFor = streams.WaitFor[pos];
     if (n.is(OpKind::ToHost))
       ToHostBytes += n.result(0)->type().sizeInBytes();
     if (n.is(OpKind::ToDevice))

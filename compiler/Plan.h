@@ -60,6 +60,16 @@ struct KernelCall {
   /// Runs on the CPU over host-pool buffers (compiler/Pools.h): the
   /// device kernel's code compiled for the host.
   bool Host = false;
+  /// A compute-stream call first waits for the copy-stream call at this
+  /// position of the function (compiler/Streams.h); -1: none.
+  int WaitFor = -1;
+  /// Its floating-point operations (compiler/Cost.h): the step estimate's
+  /// compute time.
+  uint64_t Flops = 0;
+  /// Whether it runs on the copy stream: transfers and host calls.
+  bool onCopyStream() const {
+    return Host || Kind == OpKind::ToHost || Kind == OpKind::ToDevice;
+  }
 };
 
 struct PlanFunction {

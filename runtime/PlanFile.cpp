@@ -240,6 +240,8 @@ static void toProto(const Plan &plan, const PlanSource &source,
       pc->mutable_more_states()->Add(c.MoreStates.begin(), c.MoreStates.end());
       pc->set_id(c.Id);
       pc->set_host(c.Host);
+      pc->set_wait_for(c.WaitFor);
+      pc->set_flops(c.Flops);
     }
   }
   p.set_arena_bytes(plan.ArenaBytes);
@@ -433,6 +435,8 @@ llvm::Error PlanReader::readFunction(const pb::Function &p,
     c.MoreStates.assign(pc.more_states().begin(), pc.more_states().end());
     c.Id = pc.id();
     c.Host = pc.host();
+    c.WaitFor = pc.wait_for();
+    c.Flops = pc.flops();
     std::string callWhere = (where + " call " + llvm::Twine(f.Calls.size()) +
                              " (op '" + c.Op + "')")
                                 .str();
@@ -557,7 +561,14 @@ llvm::Error PlanReader::checkPools() const {
       if (onHost(b))
         return invalid("@" + f.Name + ": argument or result buffer " +
                        llvm::Twine(b) + " is in the host pool");
-    for (const KernelCall &c : f.Calls) {
+    for (size_t i = 0; i < f.Calls.size(); ++i) {
+      const KernelCall &c = f.Calls[i];
+      if (c.WaitFor != -1 &&
+          (c.onCopyStream() || c.WaitFor < 0 || size_t(c.WaitFor) >= i ||
+           !f.Calls[c.WaitFor].onCopyStream()))
+        return invalid("@" + f.Name + " call " + llvm::Twine(c.Id) +
+                       " waits for call " + llvm::Twine(c.WaitFor) +
+                       ", not an earlier copy-stream call of a compute call");
       bool in = c.Host || c.Kind == OpKind::ToDevice;
       bool out = c.Host || c.Kind == OpKind::ToHost;
       bool fits = true;

@@ -156,11 +156,11 @@ static void printHostAndEstimate(const Plan &plan, llvm::raw_ostream &os) {
     return;
   StepEstimate e = estimateStep(plan);
   os << llvm::format("  step estimate: %.3g s = %.3g s of compute at %.0f "
-                     "TFLOP/s (%s, nominal) + %.3g s of transfers at %.3g "
-                     "GB/s, exposed (on the compute stream)\n",
+                     "TFLOP/s (%s, nominal) + %.3g s of transfers exposed "
+                     "(of %.3g s at %.3g GB/s on the copy stream)\n",
                      e.StepSeconds, e.ComputeSeconds, e.FlopsPerSecond / 1e12,
                      e.LowPrecision ? "bf16/fp16" : "f32", e.ExposedSeconds,
-                     r.HostBandwidth / 1e9);
+                     e.TransferSeconds, r.HostBandwidth / 1e9);
 }
 
 /// The timeline's categories, as the report names a value's.

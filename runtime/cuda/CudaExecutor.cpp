@@ -262,8 +262,20 @@ private:
   uint64_t Step = 0;
   void *Stream = nullptr;
   void *BlasLt = nullptr;
+  /// The stream the call being issued goes to (runCall): Stream, or the
+  /// copy stream for transfers and host calls.
+  void *Current = nullptr;
 #if !defined(HEADROOM_CUDA_EMULATED)
   std::map<std::string, cudaGraphExec_t> Graphs;
+  void *CopyStream = nullptr;
+  /// Per function with copy-stream calls: an event after each copy call
+  /// (Done), one the copy stream waits on before a group (Progress), and
+  /// the copy stream's end, all indexed by call.
+  struct FunctionEvents {
+    std::vector<cudaEvent_t> Done, Progress;
+    cudaEvent_t End = nullptr;
+  };
+  std::map<std::string, FunctionEvents> Events;
   std::map<const KernelCall *, std::unique_ptr<HostTask>> HostTasks;
 #endif
 };
@@ -275,6 +287,15 @@ CudaExecutor::~CudaExecutor() {
     cudaStreamSynchronize(static_cast<cudaStream_t>(Stream));
   for (auto &[name, g] : Graphs)
     cudaGraphExecDestroy(g);
+  for (auto &[name, ev] : Events) {
+    for (cudaEvent_t e : llvm::concat<cudaEvent_t>(ev.Done, ev.Progress))
+      if (e)
+        cudaEventDestroy(e);
+    if (ev.End)
+      cudaEventDestroy(ev.End);
+  }
+  if (CopyStream)
+    cudaStreamDestroy(static_cast<cudaStream_t>(CopyStream));
   if (BlasLt)
     cublasLt()->Destroy(static_cast<cublasLtHandle_t>(BlasLt));
   if (Stream)
@@ -308,6 +329,39 @@ Error CudaExecutor::allocate() {
                       "creating a stream"))
     return e;
   Stream = stream;
+  Current = Stream;
+  // A copy stream and its events for functions with transfers or host
+  // calls (compiler/Streams.h).
+  for (const PlanFunction &f : ThePlan.Functions) {
+    if (llvm::none_of(f.Calls,
+                      [](const KernelCall &c) { return c.onCopyStream(); }))
+      continue;
+    if (!CopyStream) {
+      cudaStream_t copy;
+      if (Error e =
+              check(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking),
+                    "creating the copy stream"))
+        return e;
+      CopyStream = copy;
+    }
+    FunctionEvents &ev = Events[f.Name];
+    ev.Done.assign(f.Calls.size(), nullptr);
+    ev.Progress.assign(f.Calls.size(), nullptr);
+    auto make = [](cudaEvent_t &e) {
+      return check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                   "creating an event");
+    };
+    for (size_t i = 0; i < f.Calls.size(); ++i) {
+      if (!f.Calls[i].onCopyStream())
+        continue;
+      if (Error e = make(ev.Done[i]))
+        return e;
+      if (Error e = make(ev.Progress[i]))
+        return e;
+    }
+    if (Error e = make(ev.End))
+      return e;
+  }
   std::string why;
   const CublasLtApi *api = cublasLt(&why);
   if (!api)
@@ -478,7 +532,7 @@ Error CudaExecutor::runHost(const PlanFunction &f, const KernelCall &c) {
   std::unique_ptr<HostTask> &task = HostTasks[&c];
   if (!task)
     task.reset(new HostTask{this, &f, &c});
-  return check(cudaLaunchHostFunc(static_cast<cudaStream_t>(Stream),
+  return check(cudaLaunchHostFunc(static_cast<cudaStream_t>(Current),
                                   hostTaskEntry, task.get()),
                "queueing a host call");
 #endif
@@ -491,10 +545,10 @@ Error CudaExecutor::runCall(const PlanFunction &f, const KernelCall &c,
   switch (c.Kind) {
   case OpKind::ToHost:
     return toHost(Pointers[c.Outputs[0]], Pointers[c.Inputs[0]],
-                  ThePlan.Buffers[c.Inputs[0]].sizeInBytes(), Stream);
+                  ThePlan.Buffers[c.Inputs[0]].sizeInBytes(), Current);
   case OpKind::ToDevice:
     return toDevice(Pointers[c.Outputs[0]], hostView(c.Inputs[0]).Data,
-                    ThePlan.Buffers[c.Inputs[0]].sizeInBytes(), Stream);
+                    ThePlan.Buffers[c.Inputs[0]].sizeInBytes(), Current);
   case OpKind::Read:
     if (c.Attrs.count("copy") && stateBytes(c.State))
       return onDevice(Pointers[c.Outputs[0]], state(c.State),
@@ -547,11 +601,66 @@ Error CudaExecutor::runCall(const PlanFunction &f, const KernelCall &c,
   return Error::success();
 }
 
+/// The function's calls on their streams (compiler/Streams.h): kernels on
+/// the compute stream; transfers and host calls on the copy stream, which
+/// first waits for the compute calls scheduled before it; a compute call
+/// waits for the copy call its plan names; the compute stream joins the
+/// copy stream at the end. The emulator runs them in order.
 Error CudaExecutor::runCalls(const PlanFunction &f, const Staging &s) {
   unsigned grad = 0;
+#if defined(HEADROOM_CUDA_EMULATED)
   for (const KernelCall &c : f.Calls)
     if (Error e = runCall(f, c, s, grad))
       return e;
+#else
+  const FunctionEvents *ev = nullptr;
+  if (auto it = Events.find(f.Name); it != Events.end())
+    ev = &it->second;
+  auto record = [](cudaEvent_t e, void *stream) {
+    return check(cudaEventRecord(e, static_cast<cudaStream_t>(stream)),
+                 "recording an event");
+  };
+  auto waitOn = [](void *stream, cudaEvent_t e) {
+    return check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), e, 0),
+                 "waiting for an event");
+  };
+  bool computeSinceWait = true; // the copy stream has not joined yet
+  int waited = -1;
+  for (size_t i = 0; i < f.Calls.size(); ++i) {
+    const KernelCall &c = f.Calls[i];
+    if (ev && c.onCopyStream()) {
+      if (computeSinceWait) {
+        if (Error e = record(ev->Progress[i], Stream))
+          return e;
+        if (Error e = waitOn(CopyStream, ev->Progress[i]))
+          return e;
+        computeSinceWait = false;
+      }
+      Current = CopyStream;
+      Error e = runCall(f, c, s, grad);
+      Current = Stream;
+      if (e)
+        return e;
+      if (Error e = record(ev->Done[i], CopyStream))
+        return e;
+      continue;
+    }
+    if (ev && c.WaitFor > waited) {
+      if (Error e = waitOn(Stream, ev->Done[c.WaitFor]))
+        return e;
+      waited = c.WaitFor;
+    }
+    if (Error e = runCall(f, c, s, grad))
+      return e;
+    computeSinceWait = true;
+  }
+  if (ev) {
+    if (Error e = record(ev->End, CopyStream))
+      return e;
+    if (Error e = waitOn(Stream, ev->End))
+      return e;
+  }
+#endif
   for (size_t i = 0; i < f.Results.size(); ++i)
     if (uint64_t bytes = ThePlan.Buffers[f.Results[i]].sizeInBytes())
       if (Error e = toHost(s.Base + s.Results[i], Pointers[f.Results[i]], bytes,

@@ -1,7 +1,10 @@
 //===- PlanTest.cpp - Lowering hazards: in-place reuse and state aliasing -===//
+#include "compiler/Plan.h"
 #include "TestUtil.h"
 #include "compiler/Parser.h"
+#include "compiler/Streams.h"
 #include "kernels/cpu/CpuTarget.h"
+#include "kernels/cuda/CudaTarget.h"
 #include "passes/PassManager.h"
 #include "runtime/Devices.h"
 #include "runtime/Executor.h"
@@ -129,6 +132,62 @@ TEST(Devices, BetterOpenBlasCore) {
   EXPECT_EQ(betterOpenBlasCoreFor(false, "Haswell"), "");
   EXPECT_EQ(betterOpenBlasCoreFor(false, "Prescott"), "");
   EXPECT_FALSE(openBlasCore().empty());
+}
+
+} // namespace
+
+namespace {
+
+/// The copy stream (compiler/Streams.h): transfers and host calls run on
+/// it; a group of them is joined by the compute stream at its first call
+/// after the next group, and the gradient a group copies lives, in the plan,
+/// until that join (two gradients in flight, not one).
+TEST(StreamsTest, GroupsAreJoinedAfterTheNextGroup) {
+  auto m = takeOrFail(parseModule("state @w : f32[64] param\n"
+                                  "state @v : f32[64] param\n"
+                                  "state @w.grad : f32[64] grad host\n"
+                                  "state @v.grad : f32[64] grad host\n"
+                                  "func @step(%x: f32[64]) {\n"
+                                  "  %w = Read(@w) : f32[64]\n"
+                                  "  %v = Read(@v) : f32[64]\n"
+                                  "  %g = Mul(%x, %w) : f32[64]\n"
+                                  "  %h = ToHost(%g) : f32[64]\n"
+                                  "  Accumulate(@w.grad, %h) {first = 0, "
+                                  "scale = 1.0}\n"
+                                  "  %k = Mul(%x, %v) : f32[64]\n"
+                                  "  %kh = ToHost(%k) : f32[64]\n"
+                                  "  Accumulate(@v.grad, %kh) {first = 0, "
+                                  "scale = 1.0}\n"
+                                  "  %t = Mul(%x, %x) : f32[64]\n"
+                                  "  %u = Add(%t, %x) : f32[64]\n"
+                                  "  return %u\n"
+                                  "}\n"));
+  const Function &f = *m->functions().front();
+  std::vector<const Node *> calls;
+  for (const Node &n : f.nodes())
+    if (!n.info()->has(opflags::Terminator))
+      calls.push_back(&n);
+  PoolAssignment pools(f);
+  StreamSchedule s = scheduleStreams(calls, pools);
+  std::vector<bool> copy = {false, false, false, true,  true,
+                            false, true,  true,  false, false};
+  EXPECT_EQ(s.OnCopy, copy);
+  // %t, the first compute call after the second group, joins the first.
+  EXPECT_EQ(s.WaitFor[8], 4);
+  EXPECT_EQ(s.WaitFor[9], -1);
+  EXPECT_EQ(s.WaitFor[5], -1);
+  EXPECT_EQ(s.JoinedAt[3], 8);
+  EXPECT_EQ(s.JoinedAt[4], 8);
+  EXPECT_EQ(s.JoinedAt[6], 10); // the function's end
+  // Lowered: %g lives until the join, past %k's birth, so the two do not
+  // share a place.
+  Plan plan = takeOrFail(lowerModule(*m, cudaTarget()));
+  const PlanFunction &pf = plan.Functions.front();
+  const Placement &g = plan.Placements[pf.Calls[2].Outputs[0]];
+  const Placement &k = plan.Placements[pf.Calls[5].Outputs[0]];
+  EXPECT_NE(g.Offset, k.Offset);
+  EXPECT_EQ(pf.Calls[8].WaitFor, 4);
+  EXPECT_TRUE(pf.Calls[3].onCopyStream());
 }
 
 } // namespace
