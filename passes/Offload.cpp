@@ -64,6 +64,7 @@ private:
   bool moveSlots(Module &m) const;
   bool offloadActivations(Function &f) const;
   static void insertTransfers(Function &f);
+  static void prefetch(Function &f);
   OffloadOptions O;
 };
 
@@ -204,12 +205,48 @@ bool Offload::offloadActivations(Function &f) const {
   return !saved.empty();
 }
 
+/// Each copy to the device moves up to before the first reader of the copy
+/// before it (when its operand is made by then): it runs on the copy stream
+/// while that reader computes, one transfer ahead, and its buffer is in
+/// flight that long (planned).
+void Offload::prefetch(Function &f) {
+  llvm::DenseMap<const Node *, int> position;
+  std::vector<Node *> loads;
+  for (Node &n : f.nodes()) {
+    position[&n] = position.size();
+    if (n.is(OpKind::ToDevice))
+      loads.push_back(&n);
+  }
+  auto firstReader = [&](const Node *n) -> Node * {
+    Node *first = nullptr;
+    for (Node *u : n->result(0)->users())
+      if (!first || position.lookup(u) < position.lookup(first))
+        first = u;
+    return first;
+  };
+  for (size_t i = 1; i < loads.size(); ++i) {
+    Node *load = loads[i];
+    Node *target = firstReader(loads[i - 1]);
+    const Node *def = load->operand(0)->definingNode();
+    if (!target || target->info()->has(opflags::Terminator) ||
+        position.lookup(target) >= position.lookup(load) ||
+        (def && position.lookup(def) >= position.lookup(target)))
+      continue;
+    f.nodes().remove(load);
+    f.nodes().insert(target->getIterator(), load);
+    // Positions between are off by one now; what the next load compares
+    // (its own, its reader's predecessor) keeps its order.
+    position[load] = position.lookup(target) - 1;
+  }
+}
+
 llvm::Expected<bool> Offload::run(Module &m) {
   bool changed = moveSlots(m);
   for (const auto &f : m.functions()) {
     if (O.Activations)
       changed |= offloadActivations(*f);
     insertTransfers(*f);
+    prefetch(*f);
   }
   return changed;
 }
