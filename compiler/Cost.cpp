@@ -119,6 +119,22 @@ uint64_t headroom::nodeFlops(const Node &n) {
   return elements;
 }
 
+/// The bytes a host call reads and writes: its buffers (copies of a Read
+/// or Assign once), and an update's slots twice (read and written).
+static uint64_t hostCallBytes(const Plan &plan, const KernelCall &c) {
+  if (c.Kind == OpKind::Read)
+    return c.Attrs.count("copy") ? plan.States[c.State].Type.sizeInBytes() : 0;
+  uint64_t bytes = 0;
+  for (int b : llvm::concat<const int>(c.Inputs, c.Outputs))
+    if (b >= 0)
+      bytes += plan.Buffers[b].sizeInBytes();
+  if (c.Kind != OpKind::Assign && c.State >= 0)
+    for (int s :
+         llvm::concat<const int>(llvm::makeArrayRef(c.State), c.MoreStates))
+      bytes += 2 * plan.States[s].Type.sizeInBytes();
+  return bytes;
+}
+
 StepEstimate headroom::estimateStep(const Plan &plan) {
   const MemoryReport &r = plan.Report;
   StepEstimate e;
@@ -142,16 +158,17 @@ StepEstimate headroom::estimateStep(const Plan &plan) {
     if (!f)
       continue;
     std::vector<double> done(f->Calls.size(), 0);
-    double compute = 0, copy = 0, computeBusy = 0, copyBusy = 0;
+    double compute = 0, copy = 0, computeBusy = 0, copyBusy = 0, hostBusy = 0;
     for (size_t i = 0; i < f->Calls.size(); ++i) {
       const KernelCall &c = f->Calls[i];
       if (c.onCopyStream()) {
+        bool transfer = c.Kind == OpKind::ToHost || c.Kind == OpKind::ToDevice;
         double t =
-            c.Kind == OpKind::ToHost || c.Kind == OpKind::ToDevice
+            transfer
                 ? double(plan.Buffers[c.Outputs[0]].sizeInBytes()) / bandwidth
-                : 0.0;
+                : double(hostCallBytes(plan, c)) / kHostBytesPerSecond;
         copy = std::max(copy, compute) + t;
-        copyBusy += t;
+        (transfer ? copyBusy : hostBusy) += t;
         done[i] = copy;
         continue;
       }
@@ -164,6 +181,7 @@ StepEstimate headroom::estimateStep(const Plan &plan) {
     e.StepSeconds += d.Repeat * std::max(compute, copy);
     e.ComputeSeconds += d.Repeat * computeBusy;
     e.TransferSeconds += d.Repeat * copyBusy;
+    e.HostSeconds += d.Repeat * hostBusy;
   }
   e.ExposedSeconds = std::max(0.0, e.StepSeconds - e.ComputeSeconds);
   return e;

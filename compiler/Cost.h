@@ -27,14 +27,18 @@ struct Plan;
 /// bf16/fp16 tensor rate when the matmuls compute low, else its f32 rate:
 /// cuBLASLt runs f32 without TF32), a transfer its bytes at the report's
 /// HostBandwidth, with the waits the plan has; the step is when both
-/// streams are done. Exposed transfer time is the step less its compute.
-/// Host calls' own time is not modelled. Auto-fit ranks candidates by it,
-/// so recomputed FLOPs and transfers weigh on one scale.
+/// streams are done. Exposed time is the step less its compute.
+/// A host call (an offloaded update) takes the bytes it reads and writes at
+/// kHostBytesPerSecond: what a 16-core host does with the update ops
+/// (this 2-core machine: 3.9 GB/s, `HostKernel.DISABLED_AdamWThroughput`).
+/// Auto-fit ranks candidates by it, so recomputed FLOPs, transfers and host
+/// work weigh on one scale.
 constexpr double kNominalLowFlops = 989e12, kNominalF32Flops = 67e12;
+constexpr double kHostBytesPerSecond = 20e9;
 struct StepEstimate {
   bool LowPrecision = false;
   double FlopsPerSecond = 0, ComputeSeconds = 0, TransferSeconds = 0,
-         ExposedSeconds = 0, StepSeconds = 0;
+         HostSeconds = 0, ExposedSeconds = 0, StepSeconds = 0;
 };
 StepEstimate estimateStep(const Plan &plan);
 

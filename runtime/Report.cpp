@@ -156,11 +156,13 @@ static void printHostAndEstimate(const Plan &plan, llvm::raw_ostream &os) {
     return;
   StepEstimate e = estimateStep(plan);
   os << llvm::format("  step estimate: %.3g s = %.3g s of compute at %.0f "
-                     "TFLOP/s (%s, nominal) + %.3g s of transfers exposed "
-                     "(of %.3g s at %.3g GB/s on the copy stream)\n",
+                     "TFLOP/s (%s, nominal) + %.3g s exposed of the copy "
+                     "stream's %.3g s of transfers at %.3g GB/s and %.3g s of "
+                     "host calls at %.0f GB/s\n",
                      e.StepSeconds, e.ComputeSeconds, e.FlopsPerSecond / 1e12,
                      e.LowPrecision ? "bf16/fp16" : "f32", e.ExposedSeconds,
-                     e.TransferSeconds, r.HostBandwidth / 1e9);
+                     e.TransferSeconds, r.HostBandwidth / 1e9, e.HostSeconds,
+                     kHostBytesPerSecond / 1e9);
 }
 
 /// The timeline's categories, as the report names a value's.
@@ -376,7 +378,8 @@ llvm::json::Value headroom::reportJson(const Plan &plan) {
                            {"compute_seconds", e.ComputeSeconds},
                            {"nominal_flops_per_second", e.FlopsPerSecond},
                            {"transfer_seconds", e.TransferSeconds},
-                           {"exposed_transfer_seconds", e.ExposedSeconds}};
+                           {"host_call_seconds", e.HostSeconds},
+                           {"exposed_seconds", e.ExposedSeconds}};
   }
   Nf4Weights nf4 = countNf4(plan);
   root["nf4_base_weights"] =

@@ -212,6 +212,12 @@ public:
 
 private:
   Error runHost(const PlanFunction &f, const KernelCall &c);
+  /// The views a kernel call takes: its inputs (and their constants), its
+  /// outputs, then its state slots; host-pool views for a host call.
+  void callViews(const KernelCall &c, bool host,
+                 llvm::SmallVectorImpl<cpu::TensorView> &ins,
+                 llvm::SmallVectorImpl<cpu::TensorView> &outs,
+                 llvm::SmallVectorImpl<const Tensor *> &constants) const;
   Error runHostCall(const PlanFunction &f, const KernelCall &c);
   /// A buffer as a host call sees it: host-pool bytes, or a constant's
   /// host tensor.
@@ -464,6 +470,24 @@ Error CudaExecutor::allocate() {
   return synchronize(Stream);
 }
 
+void CudaExecutor::callViews(
+    const KernelCall &c, bool host, llvm::SmallVectorImpl<cpu::TensorView> &ins,
+    llvm::SmallVectorImpl<cpu::TensorView> &outs,
+    llvm::SmallVectorImpl<const Tensor *> &constants) const {
+  for (int b : c.Inputs) {
+    ins.push_back(host ? hostView(b) : view(b));
+    constants.push_back(b >= 0 ? HostConstants[b] : nullptr);
+  }
+  for (int b : c.Outputs)
+    outs.push_back(host ? hostView(b) : view(b));
+  if (c.State >= 0) // update ops write their slots in place
+    for (int s :
+         llvm::concat<const int>(llvm::makeArrayRef(c.State), c.MoreStates)) {
+      const TensorType &t = ThePlan.States[s].Type;
+      outs.push_back(cpu::TensorView{t.dtype(), t.shape(), state(s)});
+    }
+}
+
 Error CudaExecutor::runHostCall(const PlanFunction &f, const KernelCall &c) {
   switch (c.Kind) {
   case OpKind::Read:
@@ -482,18 +506,7 @@ Error CudaExecutor::runHostCall(const PlanFunction &f, const KernelCall &c) {
   }
   llvm::SmallVector<cpu::TensorView, 4> ins, outs;
   llvm::SmallVector<const Tensor *, 4> constants;
-  for (int b : c.Inputs) {
-    ins.push_back(hostView(b));
-    constants.push_back(b >= 0 ? HostConstants[b] : nullptr);
-  }
-  for (int b : c.Outputs)
-    outs.push_back(hostView(b));
-  if (c.State >= 0)
-    for (int s :
-         llvm::concat<const int>(llvm::makeArrayRef(c.State), c.MoreStates)) {
-      const TensorType &t = ThePlan.States[s].Type;
-      outs.push_back(cpu::TensorView{t.dtype(), t.shape(), state(s)});
-    }
+  callViews(c, /*host=*/true, ins, outs, constants);
   HostKernelCall call{
       {c.Op, ins, outs, c.Attrs, 0, HostWorkspace, ThePlan.HostWorkspaceBytes},
       StepStaging,
@@ -573,18 +586,7 @@ Error CudaExecutor::runCall(const PlanFunction &f, const KernelCall &c,
   }
   llvm::SmallVector<cpu::TensorView, 4> ins, outs;
   llvm::SmallVector<const Tensor *, 4> constants;
-  for (int b : c.Inputs) {
-    ins.push_back(view(b));
-    constants.push_back(b >= 0 ? HostConstants[b] : nullptr);
-  }
-  for (int b : c.Outputs)
-    outs.push_back(view(b));
-  if (c.State >= 0) // update ops write their slots in place
-    for (int s :
-         llvm::concat<const int>(llvm::makeArrayRef(c.State), c.MoreStates)) {
-      const TensorType &t = ThePlan.States[s].Type;
-      outs.push_back(cpu::TensorView{t.dtype(), t.shape(), state(s)});
-    }
+  callViews(c, /*host=*/false, ins, outs, constants);
   KernelContext ctx{
       {c.Op, ins, outs, c.Attrs, 0, Workspace, ThePlan.WorkspaceBytes}};
   ctx.Stream = Stream;

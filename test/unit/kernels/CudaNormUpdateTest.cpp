@@ -12,6 +12,7 @@
 #include "kernels/cpu/Parallel.h"
 #include "kernels/cuda/HostKernel.h"
 
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <optional>
@@ -533,6 +534,50 @@ TEST(HostKernel, ChunkedUpdateEqualsPieceByPiece) {
   if (cpu::kernelThreads() < 2)
     std::cout << "[ note ] one kernel thread here: the whole call ran in one "
                  "piece too\n";
+}
+
+} // namespace
+
+namespace {
+
+/// Information only (run with --gtest_also_run_disabled_tests): the host
+/// AdamW of an offloaded optimizer, f32 weights and moments, in GB/s of
+/// state touched (weight, gradient, two moments read, three written).
+TEST(HostKernel, DISABLED_AdamWThroughput) {
+  const int64_t n = int64_t(1) << 25;
+  const int64_t len = n;
+  Tensor g(ty(DType::F32, {n})), w(ty(DType::F32, {n})), m(ty(DType::F32, {n})),
+      v(ty(DType::F32, {n}));
+  Tensor stepSize(ty(DType::F32, {})), sqrtBc2(ty(DType::F32, {}));
+  stepSize.setDouble(0, 0.01);
+  sqrtBc2.setDouble(0, 0.0447);
+  AttributeMap attrs;
+  attrs["beta1"] = Attribute::getFloat(0.9);
+  attrs["one_minus_beta1"] = Attribute::getFloat(0.1);
+  attrs["beta2"] = Attribute::getFloat(0.999);
+  attrs["one_minus_beta2"] = Attribute::getFloat(0.001);
+  attrs["eps"] = Attribute::getFloat(1e-8);
+  auto view = [&](Tensor &t) {
+    return cpu::TensorView{DType::F32, llvm::makeArrayRef(&len, 1), t.data()};
+  };
+  cpu::TensorView ins[] = {view(g),
+                           {DType::F32, {}, stepSize.data()},
+                           {DType::F32, {}, sqrtBc2.data()}};
+  cpu::TensorView outs[] = {view(w), view(m), view(v)};
+  cuda::HostKernelCall call{
+      cpu::KernelContext{"AdamWUpdate", ins, outs, attrs}, nullptr, 0, 0, {}};
+  ASSERT_EQ(llvm::toString(cuda::runOnHost(call)), ""); // warm
+  auto start = std::chrono::steady_clock::now();
+  const int reps = 5;
+  for (int r = 0; r < reps; ++r)
+    ASSERT_EQ(llvm::toString(cuda::runOnHost(call)), "");
+  double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count() /
+      reps;
+  std::cout << "[ host adamw ] " << n << " f32 elements: " << s * 1e3 << " ms, "
+            << 7.0 * 4 * double(n) / s / 1e9 << " GB/s on "
+            << cpu::kernelThreads() << " threads\n";
 }
 
 } // namespace
