@@ -117,6 +117,7 @@ Search::tryCompile(CompileOptions o, int rank, const std::string &recompute) {
   if (c->ThePlan.TargetName == "cuda")
     f.StepSeconds = estimateStep(c->ThePlan).StepSeconds;
   f.HostPeakBytes = r.HostPeakBytes();
+  f.Fits &= !Base.HostMemoryBudget || f.HostPeakBytes <= Base.HostMemoryBudget;
   Tried.push_back(std::move(f));
   Compiles.push_back(std::move(*c));
   return &Tried.back();
@@ -375,6 +376,25 @@ llvm::Expected<FitResult> Search::run() {
           return c.takeError();
       }
     }
+  }
+  if (!winner && Base.HostMemoryBudget) {
+    // Offloading fits the device, but no host pool fits the host.
+    const FitCandidate *lean = nullptr;
+    for (const FitCandidate &c : Tried)
+      if (c.PeakBytes <= Base.MemoryBudget && c.HostPeakBytes &&
+          (!lean || c.HostPeakBytes < lean->HostPeakBytes))
+        lean = &c;
+    if (lean)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--memory-budget %s: nothing fits; offloading fits the device (%s "
+          "in %s) but its pinned host pool of %s exceeds the host memory "
+          "budget of %s (--host-memory-budget; by default the memory "
+          "available here)",
+          formatBytes(Base.MemoryBudget).c_str(), lean->Label.c_str(),
+          formatBytes(lean->PeakBytes).c_str(),
+          formatBytes(lean->HostPeakBytes).c_str(),
+          formatBytes(Base.HostMemoryBudget).c_str());
   }
   if (!winner) {
     auto lowest = std::min_element(

@@ -65,6 +65,9 @@ static const FlagInfo kFlags[] = {
      "With --memory-budget and --device cuda: auto-fit may keep state in "
      "pinned host memory (--offload), ranking every candidate by its "
      "estimated step time (recomputed FLOPs and transfers on one scale)"},
+    {"host-memory-budget", "SIZE",
+     "With --allow-offload: the pinned host memory a candidate may take "
+     "(default: the memory available on this machine now)"},
     {"allow-optimizer", "NAME,...",
      "With --memory-budget: optimizers it may switch to (lomo, adalomo)"},
     {"on-nan", "stop|skip|continue",
@@ -422,6 +425,20 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
   if (o.AllowOffload && !o.MemoryBudget)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "--allow-offload needs --memory-budget");
+  if (has("host-memory-budget")) {
+    if (!o.AllowOffload)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--host-memory-budget needs --allow-offload");
+    auto bytes = parseByteSize(get("host-memory-budget"));
+    if (!bytes || *bytes == 0) {
+      if (!bytes)
+        llvm::consumeError(bytes.takeError());
+      return flagError("host-memory-budget", get("host-memory-budget"),
+                       "a size such as 64GiB");
+    }
+    o.HostMemoryBudget = *bytes;
+  }
   if (has("allow-optimizer")) {
     if (!o.MemoryBudget)
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -637,6 +654,8 @@ std::string CompileOptions::flags() const {
     add("allow", AllowQlora ? "lora,qlora" : "lora");
   if (AllowOffload)
     add("allow-offload", "");
+  if (HostMemoryBudget)
+    add("host-memory-budget", std::to_string(HostMemoryBudget));
   if (OnNan != NanPolicy::Stop)
     add("on-nan", OnNan == NanPolicy::Skip ? "skip" : "continue");
   if (DisableDropout)

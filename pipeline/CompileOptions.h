@@ -78,6 +78,10 @@ struct CompileOptions {
   /// `--allow-offload`: auto-fit may offload state (cuda), and ranks the
   /// candidates of a setting by estimated step time (compiler/Cost.h).
   bool AllowOffload = false;
+  /// With AllowOffload: a candidate's pinned host pool must fit this
+  /// (`--host-memory-budget`; the tools default it to this machine's
+  /// available memory); 0: no limit.
+  uint64_t HostMemoryBudget = 0;
   /// With Lora: the frozen matrices stored as NF4 (`--base-weights nf4`, the
   /// `quantize-base` pass; QLoRA).
   bool BaseNf4 = false;

@@ -165,6 +165,9 @@ static llvm::Expected<CompileOptions> compileOptionsGiven() {
   auto options = compileOptionsFromFlags(flags, defaultDevice());
   if (options)
     options->Import.AllOutputs = AllOutputs;
+  // Offloaded candidates' pinned pools must fit this host unless told.
+  if (options && options->AllowOffload && !options->HostMemoryBudget)
+    options->HostMemoryBudget = availableCpuBytes();
   return options;
 }
 

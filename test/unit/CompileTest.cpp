@@ -520,6 +520,28 @@ TEST(AutoFitTest, OffloadsOnlyWhenAllowedAndSaysWhatItCosts) {
   EXPECT_NE(fit.Why.find("without offload the fastest fit is"),
             std::string::npos)
       << fit.Why;
+  // A host too small for any pool: nothing offloads; with a device budget
+  // only offloading meets, the error says which limit binds.
+  o.HostMemoryBudget = 4096;
+  auto small = takeOrFail(autoFit(path, o));
+  EXPECT_EQ(small.Tried.front().Options.Offload, "");
+  EXPECT_GT(small.Tried.front().Rank, 0);
+  const FitCandidate *leanest = &fit.Tried.front();
+  for (const FitCandidate &c : fit.Tried)
+    if (c.PeakBytes < leanest->PeakBytes)
+      leanest = &c;
+  ASSERT_NE(leanest->Options.Offload, "") << leanest->Label;
+  o.MemoryBudget = leanest->PeakBytes;
+  std::string hostError = errorOf(autoFit(path, o));
+  EXPECT_NE(hostError.find("offloading fits the device"), std::string::npos)
+      << hostError;
+  EXPECT_NE(hostError.find("exceeds the host memory budget of 4.00 KiB"),
+            std::string::npos)
+      << hostError;
+  EXPECT_NE(flagError("--batch 2 --device cuda --memory-budget 1GiB "
+                      "--host-memory-budget 1GiB")
+                .find("--host-memory-budget needs --allow-offload"),
+            std::string::npos);
   EXPECT_NE(flagError("--batch 2 --device cuda --allow-offload")
                 .find("--allow-offload needs --memory-budget"),
             std::string::npos);
