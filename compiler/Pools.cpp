@@ -15,15 +15,19 @@ bool headroom::touchesDeviceSlot(const Node &n) {
                       [](const StateSlot *s) { return !s->onHost(); });
 }
 
-static bool isConstant(const Value *v) {
+bool headroom::isConstantValue(const Value *v) {
   return v->definingNode() && v->definingNode()->is(OpKind::Constant);
 }
 
-bool headroom::allOperandsOnHost(
+bool headroom::runsOnHostByRule(
     const Node &n, llvm::function_ref<bool(const Value *)> onHost) {
+  if (touchesHostSlot(n))
+    return true;
+  if (touchesDeviceSlot(n))
+    return false;
   bool any = false;
   for (const Value *v : n.operands()) {
-    if (!v || isConstant(v))
+    if (!v || isConstantValue(v))
       continue;
     if (!onHost(v))
       return false;
@@ -37,9 +41,8 @@ PoolAssignment::PoolAssignment(const Function &f) : F(f) {
     if (n.info()->has(opflags::Terminator) || n.is(OpKind::Constant) ||
         n.is(OpKind::ToDevice))
       continue;
-    bool host = n.is(OpKind::ToHost) || touchesHostSlot(n);
-    if (!host && !touchesDeviceSlot(n))
-      host = allOperandsOnHost(n, [&](const Value *v) { return onHost(v); });
+    bool host = n.is(OpKind::ToHost) ||
+                runsOnHostByRule(n, [&](const Value *v) { return onHost(v); });
     if (!host)
       continue;
     if (!n.is(OpKind::ToHost))
@@ -67,7 +70,7 @@ llvm::Error PoolAssignment::check() const {
     if (n.is(OpKind::ToHost))
       wantHost = false;
     for (const Value *v : n.operands()) {
-      if (!v || isConstant(v) || onHost(v) == wantHost)
+      if (!v || isConstantValue(v) || onHost(v) == wantHost)
         continue;
       if (terminator)
         return fail(n, "returns %" + v->name() +

@@ -54,10 +54,14 @@ private:
 /// Whether `n` touches a slot of the host pool, and one of the device's.
 bool touchesHostSlot(const Node &n);
 bool touchesDeviceSlot(const Node &n);
-/// Whether `n` has value operands other than Constants and all of them
-/// satisfy `onHost`.
-bool allOperandsOnHost(const Node &n,
-                       llvm::function_ref<bool(const Value *)> onHost);
+/// Whether `v` is a Constant's result (in both pools).
+bool isConstantValue(const Value *v);
+/// The rule for a node other than a transfer, Constant or `return`: on the
+/// host when it touches a host slot, or, touching no device slot, when it
+/// has value operands other than Constants and all of them satisfy
+/// `onHost`. (The offload pass decides with it while it inserts transfers.)
+bool runsOnHostByRule(const Node &n,
+                      llvm::function_ref<bool(const Value *)> onHost);
 
 } // namespace headroom
 

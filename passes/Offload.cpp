@@ -1,8 +1,8 @@
 //===- Offload.cpp - State in the pinned host pool ------------------------===//
 //
-// `offload{state=optimizer,accumulators}` moves state slots to the plan's
-// host pool and inserts the transfers the pool rule (compiler/Pools.h)
-// then needs:
+// `offload{state=optimizer,accumulators,parameters,activations}` moves
+// state (and saved activations) to the plan's host pool and inserts the
+// transfers the pool rule (compiler/Pools.h) then needs:
 //   accumulators  every gradient accumulator (`grad` slots): each
 //                 micro-step's gradient goes to the host as soon as it is
 //                 complete (ToHost) and is added there; the last micro-step's
@@ -24,9 +24,11 @@
 //                 loss. With recomputation, what is saved is the block
 //                 inputs, and those are what moves.
 // A node runs where its slots are, on the host when all its operands are
-// there, else on the device; a value it reads from the other pool gets one
-// transfer, inserted before its first
-// such reader and shared by the later ones. A widening Cast that only host
+// there, else on the device. A device value a host node reads goes to the
+// host once, before its first such reader; a host value goes to the device
+// once per device reader, right before it (then one transfer earlier: see
+// prefetch), so a streamed weight is on the device only while it is used.
+// A widening Cast that only host
 // nodes read runs on the host, so the narrow value crosses (a bf16
 // gradient: half the bytes). Host nodes run the device kernels' code
 // compiled for the host, so offloading changes no result bit.
@@ -68,10 +70,6 @@ private:
   OffloadOptions O;
 };
 
-bool isConstant(const Value *v) {
-  return v->definingNode() && v->definingNode()->is(OpKind::Constant);
-}
-
 } // namespace
 
 /// Marks the slots to offload; whether any moved.
@@ -91,8 +89,7 @@ bool Offload::moveSlots(Module &m) const {
   if (O.Optimizer || O.Parameters)
     for (const auto &f : m.functions())
       for (const Node &n : f->nodes())
-        if (n.info()->has(opflags::WritesState) && touchesHostSlot(n) &&
-            !n.is(OpKind::Accumulate))
+        if (n.info()->has(opflags::WritesState) && touchesHostSlot(n))
           for (StateSlot *s : n.states())
             move(s);
   return moved;
@@ -120,14 +117,15 @@ void Offload::insertTransfers(Function &f) {
       continue;
     bool transfer = n->is(OpKind::ToHost) || n->is(OpKind::ToDevice);
     bool terminator = n->info()->has(opflags::Terminator);
-    bool onHost = n->is(OpKind::ToHost) || touchesHostSlot(*n) || hostCast(*n);
-    if (!transfer && !terminator && !onHost && !touchesDeviceSlot(*n))
-      onHost = allOperandsOnHost(
-          *n, [&](const Value *v) { return host.count(v) != 0; });
+    bool onHost = n->is(OpKind::ToHost) ||
+                  (!transfer && !terminator &&
+                   (hostCast(*n) || runsOnHostByRule(*n, [&](const Value *v) {
+                      return host.count(v) != 0;
+                    })));
     bool operandsOnHost = n->is(OpKind::ToDevice) || (onHost && !transfer);
     for (unsigned i = 0; !transfer && i < n->operands().size(); ++i) {
       Value *v = n->operand(i);
-      if (!v || isConstant(v) || bool(host.count(v)) == operandsOnHost)
+      if (!v || isConstantValue(v) || bool(host.count(v)) == operandsOnHost)
         continue;
       // A value goes to the host once; to the device once per reader,
       // right before it, so a weight streamed from the host is on the

@@ -658,6 +658,10 @@ bool OptimizerOptions::fused() const {
   return Kind == Kind::Lomo || Kind == Kind::AdaLomo || FuseUpdate;
 }
 
+bool OptimizerOptions::keepsState() const {
+  return Kind == Kind::Momentum || Kind == Kind::AdamW || Kind == Kind::AdaLomo;
+}
+
 llvm::StringRef OptimizerOptions::kindName() const {
   switch (Kind) {
   case OptimizerOptions::Kind::Sgd:

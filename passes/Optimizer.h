@@ -61,6 +61,9 @@ struct OptimizerOptions {
   /// Updates fused into the backward, one parameter at a time (lomo,
   /// adalomo, or FuseUpdate): no gradient outlives its update.
   bool fused() const;
+  /// Whether it keeps state beside the weights (momentum, adamw, adalomo):
+  /// what `--offload optimizer` moves.
+  bool keepsState() const;
   /// Whether a parameter of `elements` gets 8-bit moments (adamw with
   /// Int8State, at least Int8MinElements).
   bool int8Moments(int64_t elements) const;

@@ -201,9 +201,7 @@ llvm::Expected<const FitCandidate *> Search::bestAt(CompileOptions o,
 
 std::vector<std::string> Search::offloadSets(const CompileOptions &o) const {
   bool accum = o.Accumulate >= 2;
-  bool state = o.ApplyOptimizer && (o.Optimizer.Kind == Kind::Momentum ||
-                                    o.Optimizer.Kind == Kind::AdamW ||
-                                    o.Optimizer.Kind == Kind::AdaLomo);
+  bool state = o.ApplyOptimizer && o.Optimizer.keepsState();
   std::vector<std::string> sets;
   if (accum)
     sets.push_back("accumulators");

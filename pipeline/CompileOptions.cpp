@@ -166,9 +166,7 @@ static llvm::Error parseOffload(llvm::StringRef value, CompileOptions &o) {
   if (accumulators && o.Accumulate < 2)
     return fail("accumulators needs --accum K with K >= 2: one micro-batch "
                 "per step keeps no accumulators");
-  using K = enum OptimizerOptions::Kind;
-  if (optimizer && (!o.ApplyOptimizer || o.Optimizer.Kind == K::Sgd ||
-                    o.Optimizer.Kind == K::Lomo))
+  if (optimizer && (!o.ApplyOptimizer || !o.Optimizer.keepsState()))
     return fail("optimizer: --optimizer " +
                 (o.ApplyOptimizer ? o.Optimizer.kindName().str()
                                   : std::string("none")) +
