@@ -106,6 +106,12 @@ uint64_t headroom::nodeFlops(const Node &n) {
   case OpKind::Size:
   case OpKind::ConstantOfShape:
   case OpKind::Range:
+  case OpKind::AllReduce: // collectives: the library's work, not kernels'
+  case OpKind::AllReduceState:
+  case OpKind::ReduceScatter:
+  case OpKind::AllGather:
+  case OpKind::AllGatherState:
+  case OpKind::Broadcast:
     return 0;
   default:
     break;

@@ -20,6 +20,8 @@ llvm::StringRef headroom::stateKindName(StateKind k) {
     return "optimizer";
   case StateKind::Gradient:
     return "grad";
+  case StateKind::Replica:
+    return "replica";
   }
   llvm_unreachable("unknown state kind");
 }
@@ -61,6 +63,8 @@ llvm::Optional<StateKind> headroom::parseStateKind(llvm::StringRef s) {
     return StateKind::Optimizer;
   if (s == "grad")
     return StateKind::Gradient;
+  if (s == "replica")
+    return StateKind::Replica;
   return llvm::None;
 }
 
@@ -275,8 +279,14 @@ std::unique_ptr<Module> Module::clone() const {
     StateSlot *copy = m->addState(s->name(), s->type(), s->kind());
     copy->setInit(s->init());
     copy->setOnHost(s->onHost());
+    if (s->shardOf())
+      copy->setShardOf(*s->shardOf());
     states[s.get()] = copy;
   }
+  for (const auto &s : States)
+    if (s->replicaOf())
+      states[s.get()]->setReplicaOf(states.lookup(s->replicaOf()));
+  m->setRanks(Ranks);
   for (LoraAdapter a : Adapters) {
     a.Base = states.lookup(a.Base);
     a.A = states.lookup(a.A);

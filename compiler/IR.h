@@ -43,9 +43,11 @@ class Node;
 /// running statistics); optimizer slots hold moments and step counters.
 /// What a state slot holds: a trained parameter, a frozen weight, a
 /// non-trained buffer the step updates (BatchNorm statistics), optimizer
-/// state (moments, step counts), or a gradient kept across calls (the
-/// accumulators of gradient accumulation).
-enum class StateKind { Param, Frozen, Buffer, Optimizer, Gradient };
+/// state (moments, step counts), a gradient kept across calls (the
+/// accumulators of gradient accumulation), or the whole of a sharded
+/// parameter, gathered from every rank's shard after each update (ZeRO 1
+/// and 2's working weights; StateSlot::replicaOf names the shard).
+enum class StateKind { Param, Frozen, Buffer, Optimizer, Gradient, Replica };
 llvm::StringRef stateKindName(StateKind k);
 llvm::Optional<StateKind> parseStateKind(llvm::StringRef s);
 
@@ -78,6 +80,15 @@ public:
   /// then runs).
   bool onHost() const { return Host; }
   void setOnHost(bool host) { Host = host; }
+  /// Data parallelism (the `data-parallel` pass): a sharded slot holds this
+  /// rank's part of a tensor of type shardOf() -- elements
+  /// [rank s, rank s + s) of it flattened, s = shardElements(), zero past
+  /// its end -- and its type is [s]. Null when the slot holds the whole.
+  const TensorType *shardOf() const { return Whole ? &*Whole : nullptr; }
+  void setShardOf(TensorType whole) { Whole = std::move(whole); }
+  /// A Replica slot's shard: the sharded slot it is gathered from.
+  StateSlot *replicaOf() const { return Source; }
+  void setReplicaOf(StateSlot *s) { Source = s; }
 
 private:
   std::string Name;
@@ -85,7 +96,16 @@ private:
   StateKind Kind;
   StateInit Init = StateInit::Model;
   bool Host = false;
+  llvm::Optional<TensorType> Whole;
+  StateSlot *Source = nullptr;
 };
+
+/// The elements of each rank's shard of a tensor of `elements` elements
+/// split over `ranks` ranks: ceil(elements / ranks), the last rank's shard
+/// padded with zeros.
+inline int64_t shardElements(int64_t elements, unsigned ranks) {
+  return (elements + ranks - 1) / ranks;
+}
 
 /// An SSA value: a function argument or a node result.
 class Value {
@@ -310,11 +330,17 @@ public:
   llvm::ArrayRef<DriverStep> driver() const { return Driver; }
   void setDriver(std::vector<DriverStep> d) { Driver = std::move(d); }
 
+  /// The processes that run this module together (data parallelism: each
+  /// on its share of the batch; printed as a `ranks N` line). 1: alone.
+  unsigned ranks() const { return Ranks; }
+  void setRanks(unsigned n) { Ranks = n; }
+
 private:
   std::vector<std::unique_ptr<StateSlot>> States;
   std::vector<std::unique_ptr<Function>> Functions;
   std::vector<DriverStep> Driver;
   std::vector<LoraAdapter> Adapters;
+  unsigned Ranks = 1;
 };
 
 } // namespace headroom

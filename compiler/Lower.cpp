@@ -1,6 +1,7 @@
 //===- Lower.cpp - Lowering a Module to a memory-planned Plan -------------===//
 #include "compiler/Plan.h"
 
+#include "compiler/Collectives.h"
 #include "compiler/Cost.h"
 #include "compiler/MemoryPlan.h"
 #include "compiler/Pools.h"
@@ -89,6 +90,8 @@ public:
   std::vector<int> HostBuffers;
   std::vector<BufferLife> HostLives;
   uint64_t HostWorkspace = 0, ToHostBytes = 0, ToDeviceBytes = 0;
+  /// What its collectives move (compiler/Collectives.h).
+  uint64_t CollectiveBytes = 0, CollectiveElements = 0;
 
 private:
   bool readNeedsCopy(const Node &read) const;
@@ -244,6 +247,13 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
       ToHostBytes += n.result(0)->type().sizeInBytes();
     if (n.is(OpKind::ToDevice))
       ToDeviceBytes += n.result(0)->type().sizeInBytes();
+    if (isCollective(n.kind())) {
+      CollectiveBytes += collectiveBytes(n);
+      CollectiveElements +=
+          collectiveBytes(n) / dtypeSize(n.numOperands()
+                                             ? n.operand(0)->type().dtype()
+                                             : n.state()->type().dtype());
+    }
     for (Value *v : n.operands())
       call.Inputs.push_back(v ? Buffers.lookup(v) : -1);
     if (n.state())
@@ -364,15 +374,29 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
   plan.LibraryBytes = target.libraryBytes();
   llvm::DenseMap<const StateSlot *, int> stateIds;
   MemoryReport &r = plan.Report;
+  plan.Ranks = m.ranks();
+  r.Ranks = m.ranks();
   for (const auto &s : m.states()) {
     stateIds[s.get()] = plan.States.size();
-    plan.States.push_back(
-        {s->name(), s->type(), s->kind(), s->init(), s->onHost()});
+    PlanState ps{s->name(),   s->type(),  s->kind(), s->init(),
+                 s->onHost(), llvm::None, -1};
+    if (s->shardOf())
+      ps.ShardOf = *s->shardOf();
+    if (s->replicaOf())
+      ps.ReplicaOf = stateIds.lookup(s->replicaOf());
+    plan.States.push_back(std::move(ps));
     uint64_t bytes = s->type().sizeInBytes();
+    if (s->shardOf()) {
+      r.ShardBytes += bytes;
+      r.ShardWholeBytes += s->shardOf()->sizeInBytes();
+    }
+    if (s->replicaOf())
+      r.ReplicaBytes += bytes;
     if (s->onHost())
       r.HostState += bytes;
     switch (s->kind()) {
     case StateKind::Param:
+    case StateKind::Replica:
       r.Parameters += bytes;
       break;
     case StateKind::Frozen:
@@ -388,7 +412,7 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
       r.GradientState += bytes;
       break;
     }
-    if (s->kind() == StateKind::Param)
+    if (s->kind() == StateKind::Param || s->kind() == StateKind::Replica)
       r.LargestParameter = std::max(r.LargestParameter, bytes);
   }
   for (const LoraAdapter &a : m.adapters())
@@ -425,6 +449,8 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
         std::max(plan.HostWorkspaceBytes, fl.HostWorkspace);
     r.ToHostBytes += calls * fl.ToHostBytes;
     r.ToDeviceBytes += calls * fl.ToDeviceBytes;
+    r.CollectiveBytes += calls * fl.CollectiveBytes;
+    r.CollectiveElements += calls * fl.CollectiveElements;
     // Live bytes at each position by category (aligned sizes): the most
     // gradient bytes over every function, the timeline of the largest.
     int64_t positions = 0;

@@ -75,6 +75,7 @@ private:
 
   // Grammar.
   llvm::Error parseState(Module &m);
+  llvm::Error parseRanks(Module &m);
   llvm::Error parseFunction(Module &m);
   llvm::Error parseDriver(Module &m);
   llvm::Error parseLora(Module &m);
@@ -429,10 +430,22 @@ llvm::Error Parser::parseState(Module &m) {
     return type.takeError();
   auto kind = Tk.Kind == Tok::Ident ? parseStateKind(Tk.Text) : llvm::None;
   if (!kind)
-    return error(
-        "expected a state kind (param, frozen, buffer, optimizer or grad)");
+    return error("expected a state kind (param, frozen, buffer, optimizer, "
+                 "grad or replica)");
   next();
+  StateSlot *source = nullptr;
+  if (*kind == StateKind::Replica) {
+    if (Tk.Kind != Tok::StateId)
+      return error("expected the sharded state a replica is gathered from");
+    source = m.lookupState(Tk.Text);
+    if (!source)
+      return error("state @" + Tk.Text +
+                   " is not defined (a replica's shard "
+                   "comes before it)");
+    next();
+  }
   StateSlot *slot = m.addState(name.Text, *type, *kind);
+  slot->setReplicaOf(source);
   if (Tk.Kind == Tok::Ident && Tk.Text == "init") {
     next();
     auto init = Tk.Kind == Tok::Ident ? parseStateInit(Tk.Text) : llvm::None;
@@ -445,6 +458,26 @@ llvm::Error Parser::parseState(Module &m) {
     next();
     slot->setOnHost(true);
   }
+  if (Tk.Kind == Tok::Ident && Tk.Text == "shard") {
+    next();
+    auto whole = parseType();
+    if (!whole)
+      return whole.takeError();
+    slot->setShardOf(*whole);
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error Parser::parseRanks(Module &m) {
+  next(); // 'ranks'
+  if (!m.states().empty() || !m.functions().empty() || m.ranks() != 1)
+    return error("'ranks' comes once, before the states");
+  unsigned long long n = 0;
+  if (Tk.Kind != Tok::Int || llvm::getAsUnsignedInteger(Tk.Text, 10, n) ||
+      n == 0 || n > (1u << 20))
+    return error("expected the number of ranks (1 to 2^20)");
+  m.setRanks(unsigned(n));
+  next();
   return llvm::Error::success();
 }
 
@@ -710,6 +743,8 @@ llvm::Expected<std::unique_ptr<Module>> Parser::parse() {
     llvm::Error e = llvm::Error::success();
     if (isIdent("state"))
       e = parseState(*m);
+    else if (isIdent("ranks"))
+      e = parseRanks(*m);
     else if (isIdent("lora"))
       e = parseLora(*m);
     else if (isIdent("func"))
@@ -719,7 +754,7 @@ llvm::Expected<std::unique_ptr<Module>> Parser::parse() {
     else if (isIdent("driver"))
       e = error("the module already has a driver");
     else
-      e = error("expected 'state', 'lora', 'func' or 'driver'");
+      e = error("expected 'ranks', 'state', 'lora', 'func' or 'driver'");
     if (e)
       return e;
   }

@@ -35,6 +35,10 @@ struct PlanState {
   StateKind Kind;
   StateInit Init = StateInit::Model;
   bool Host = false; // in the pinned host pool (compiler/Pools.h)
+  /// Data parallelism: a shard of a tensor of this type (StateSlot::
+  /// shardOf), or a replica gathered from the shard at this state index.
+  llvm::Optional<TensorType> ShardOf;
+  int ReplicaOf = -1;
 };
 
 /// Where a buffer's bytes are.
@@ -125,6 +129,14 @@ struct MemoryReport {
            HostWorkspace = 0;
   /// Bytes copied each way per optimizer step (ToHost, ToDevice).
   uint64_t ToHostBytes = 0, ToDeviceBytes = 0;
+  /// Data parallelism: the ranks the step runs on (every figure here is
+  /// one rank's), the bytes and elements each rank's collectives move per
+  /// optimizer step (compiler/Collectives.h: the ZeRO paper's accounting),
+  /// the bytes of the sharded slots (this rank's shards) and what they
+  /// would be whole, and the replicas' bytes.
+  uint64_t Ranks = 1;
+  uint64_t CollectiveBytes = 0, CollectiveElements = 0;
+  uint64_t ShardBytes = 0, ShardWholeBytes = 0, ReplicaBytes = 0;
   /// The host <-> device bytes per second the step estimate assumes
   /// (`--host-bandwidth`; the compile pipeline sets it).
   double HostBandwidth = 25e9;
@@ -193,6 +205,9 @@ struct Plan {
   /// The backend the plan was made for (Target::name()) and its alignment.
   std::string TargetName = "cpu";
   uint64_t Alignment = 64;
+  /// The processes that run the plan together (data parallelism), each
+  /// with its own shards and share of every batch.
+  unsigned Ranks = 1;
   std::vector<PlanState> States;
   std::vector<PlanAdapter> Adapters;
   std::vector<TensorType> Buffers;

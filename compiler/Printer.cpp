@@ -142,16 +142,26 @@ static void printNode(const Node &n, const Namer &names,
 }
 
 void headroom::printModule(const Module &m, llvm::raw_ostream &os) {
+  if (m.ranks() != 1)
+    os << "ranks " << m.ranks() << '\n';
   for (const auto &s : m.states()) {
     os << "state ";
     printName(os, '@', s->name());
     os << " : ";
     s->type().print(os);
     os << ' ' << stateKindName(s->kind());
+    if (s->replicaOf()) {
+      os << ' ';
+      printName(os, '@', s->replicaOf()->name());
+    }
     if (s->init() != StateInit::Model)
       os << " init " << stateInitName(s->init());
     if (s->onHost())
       os << " host";
+    if (s->shardOf()) {
+      os << " shard ";
+      s->shardOf()->print(os);
+    }
     os << '\n';
   }
   for (const LoraAdapter &a : m.adapters()) {

@@ -12,6 +12,12 @@ bool Target::runByExecutor(const Node &n) {
   case OpKind::Return:
   case OpKind::ToHost:
   case OpKind::ToDevice:
+  case OpKind::AllReduce:
+  case OpKind::AllReduceState:
+  case OpKind::ReduceScatter:
+  case OpKind::AllGather:
+  case OpKind::AllGatherState:
+  case OpKind::Broadcast:
     return true;
   default:
     return false;

@@ -2,6 +2,7 @@
 #include "compiler/Verifier.h"
 
 #include "compiler/AttentionShape.h"
+#include "compiler/Collectives.h"
 #include "compiler/MatMulShape.h"
 #include "compiler/OutputHeadShape.h"
 #include "compiler/Pools.h"
@@ -44,6 +45,7 @@ private:
   }
   llvm::SmallPtrSet<const Value *, 32> Defined;
   llvm::SmallPtrSet<const StateSlot *, 32> States;
+  unsigned Ranks = 1;
 };
 } // namespace
 
@@ -122,7 +124,13 @@ llvm::Error Verifier::verifyNode(const Node &n) {
     return fail(n, "reads @" + n.state()->name() + " of type " +
                        n.state()->type().str() + " as " +
                        n.result(0)->type().str());
+  if (isCollective(n.kind())) {
+    std::string why = collectiveError(n, Ranks);
+    if (!why.empty())
+      return fail(n, why);
+  }
   if (info.has(opflags::WritesState) && n.numOperands() == 1 &&
+      !n.is(OpKind::AllGatherState) &&
       n.operand(0)->type() != n.state()->type())
     return fail(n, "writes " + n.operand(0)->type().str() + " to @" +
                        n.state()->name() + " of type " +
@@ -394,8 +402,14 @@ llvm::Error headroom::checkByteCounts(const Module &m) {
 llvm::Error Verifier::verify(const Module &m) {
   if (auto e = checkByteCounts(m))
     return e;
-  for (const auto &s : m.states())
+  Ranks = m.ranks();
+  for (const auto &s : m.states()) {
     States.insert(s.get());
+    std::string why = shardedSlotError(*s, Ranks);
+    if (!why.empty())
+      return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s",
+                                     why.c_str());
+  }
   for (const auto &f : m.functions())
     if (auto e = verifyFunction(*f))
       return e;

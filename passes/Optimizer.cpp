@@ -149,6 +149,9 @@ Value *sumOfSquares(Builder &b, llvm::ArrayRef<Value *> gs) {
                     DType::F32);
     total = total ? b.createValue("Add", {total, s}, f32) : s;
   }
+  // The data-parallel pass sums every rank's shard of it.
+  if (total && total->definingNode())
+    total->definingNode()->setAttr("grad_norm_sq", Attribute::getInt(1));
   return total;
 }
 

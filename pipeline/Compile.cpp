@@ -19,36 +19,40 @@ llvm::Expected<const Target *> headroom::lookupTarget(llvm::StringRef name) {
                                  name.str().c_str());
 }
 
-/// The import bindings of one micro-batch: --batch and the leading
-/// dimension of every --shape divided by --accum.
+/// The import bindings of one micro-batch of one rank: --batch and the
+/// leading dimension of every --shape divided by --ranks and --accum.
 static llvm::Expected<ImportOptions> microBatchImport(const CompileOptions &o) {
   ImportOptions import = o.Import;
-  if (o.Accumulate == 0)
+  if (o.Accumulate == 0 || o.Ranks == 0)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "--accum must be at least 1");
-  if (o.Accumulate == 1)
+                                   "--accum and --ranks must be at least 1");
+  uint64_t parts = uint64_t(o.Accumulate) * o.Ranks;
+  if (parts == 1)
     return import;
+  std::string split = o.Ranks == 1 ? "--accum " + std::to_string(o.Accumulate)
+                      : o.Accumulate == 1
+                          ? "--ranks " + std::to_string(o.Ranks)
+                          : "--ranks " + std::to_string(o.Ranks) +
+                                " x --accum " + std::to_string(o.Accumulate);
   if (import.Batch <= 0)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
-        "--accum %u needs --batch: the step's batch is split into "
-        "micro-batches",
-        o.Accumulate);
-  if (import.Batch % o.Accumulate)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "--batch %lld is not a multiple of --accum %u", (long long)import.Batch,
-        o.Accumulate);
-  import.Batch /= o.Accumulate;
+        "%s needs --batch: the step's batch is split into micro-batches",
+        split.c_str());
+  if (import.Batch % parts)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--batch %lld is not a multiple of %s",
+                                   (long long)import.Batch, split.c_str());
+  import.Batch /= parts;
   for (auto &[name, dims] : import.Shapes) {
     if (dims.empty())
       continue;
-    if (dims[0] % o.Accumulate)
+    if (dims[0] % int64_t(parts))
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
-          "--shape %s: %lld samples are not a multiple of --accum %u",
-          name.c_str(), (long long)dims[0], o.Accumulate);
-    dims[0] /= o.Accumulate;
+          "--shape %s: %lld samples are not a multiple of %s", name.c_str(),
+          (long long)dims[0], split.c_str());
+    dims[0] /= parts;
   }
   return import;
 }
@@ -117,6 +121,9 @@ static llvm::Expected<Compiled> lowerSteps(std::unique_ptr<Module> m,
   }
   if (auto e = runPasses(*m, options.rematerializePass().substr(1)))
     return e;
+  if (options.Ranks > 1)
+    if (auto e = runPasses(*m, options.dataParallelPass().substr(1)))
+      return e;
   if (!options.Offload.empty())
     if (auto e = runPasses(*m, options.offloadPass().substr(1)))
       return e;

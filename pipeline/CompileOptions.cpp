@@ -38,6 +38,13 @@ static const FlagInfo kFlags[] = {
      "of N+ elements (default 4096; an approximation of AdamW)"},
     {"accum", "K",
      "Gradient accumulation: split each step's --batch into K micro-batches"},
+    {"ranks", "N",
+     "Data parallelism (docs/distributed.md): the step runs on N processes, "
+     "each on --batch / N samples of every batch; every figure is per rank"},
+    {"zero", "0|1|2|3",
+     "With --ranks: what is sharded over the ranks (ZeRO): 0 nothing (DDP; "
+     "the default), 1 master weights and optimizer state, 2 also gradient "
+     "accumulators, 3 also parameters and frozen weights"},
     {"schedule", "auto|always|never",
      "Order of the step: auto (the lower peak of PyTorch's order and updates "
      "fused into the backward), always, never (PyTorch's order)"},
@@ -331,6 +338,16 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
   if (has("accum") &&
       (get("accum").getAsInteger(10, o.Accumulate) || o.Accumulate == 0))
     return flagError("accum", get("accum"), "a number of micro-batches >= 1");
+  if (has("ranks") && (get("ranks").getAsInteger(10, o.Ranks) || o.Ranks == 0 ||
+                       o.Ranks > (1u << 20)))
+    return flagError("ranks", get("ranks"), "a number of processes >= 1");
+  if (has("zero") && (get("zero").getAsInteger(10, o.Zero) || o.Zero > 3))
+    return flagError("zero", get("zero"), "0, 1, 2 or 3");
+  if (has("zero") && o.Ranks < 2)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--zero %u shards state over the ranks and needs --ranks 2 or more",
+        o.Zero);
   if (has("schedule")) {
     llvm::StringRef s = get("schedule");
     if (s == "auto")
@@ -627,6 +644,10 @@ std::string CompileOptions::flags() const {
   }
   if (Accumulate > 1)
     add("accum", std::to_string(Accumulate));
+  if (Ranks > 1) {
+    add("ranks", std::to_string(Ranks));
+    add("zero", std::to_string(Zero));
+  }
   if (RecomputeBudget)
     add("recompute", "budget=" + std::to_string(RecomputeBudget));
   else if (Recompute.Kind != RecomputeOptions::Policy::None)
@@ -715,6 +736,13 @@ std::string CompileOptions::rematerializePass() const {
          "}";
 }
 
+std::string CompileOptions::dataParallelPass() const {
+  if (Ranks == 1)
+    return "";
+  return ",data-parallel{ranks=" + std::to_string(Ranks) +
+         " zero=" + std::to_string(Zero) + "}";
+}
+
 std::string CompileOptions::offloadPass() const {
   if (Offload.empty())
     return "";
@@ -729,6 +757,7 @@ std::string CompileOptions::passPipeline(bool scheduled) const {
   if (Recompute.Kind != RecomputeOptions::Policy::None)
     s += ",recompute{" + Recompute.text() + "}";
   s += rematerializePass();
+  s += dataParallelPass();
   s += offloadPass();
   if (scheduled)
     s += ",schedule";

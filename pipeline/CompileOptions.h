@@ -43,6 +43,12 @@ struct CompileOptions {
   /// Gradient accumulation: each step runs Accumulate micro-batches of
   /// Batch / Accumulate samples (the `accumulate` pass).
   unsigned Accumulate = 1;
+  /// Data parallelism (the `data-parallel` pass): the processes one step
+  /// runs on, each on Batch / Ranks samples, and the ZeRO stage (what is
+  /// sharded over them: 0 nothing, 1 master weights and optimizer state, 2
+  /// also accumulators, 3 also weights).
+  unsigned Ranks = 1;
+  unsigned Zero = 0;
   /// Without an optimizer the step only reports gradients (ParamGrad).
   bool ApplyOptimizer = true;
   OptimizerOptions Optimizer;
@@ -124,6 +130,8 @@ struct CompileOptions {
   std::string basePipeline() const;
   /// ",rematerialize" with its options, as passPipeline appends it.
   std::string rematerializePass() const;
+  /// ",data-parallel{ranks=N zero=K}" with --ranks, else "".
+  std::string dataParallelPass() const;
   /// ",offload{state=...}" when state is offloaded, else "".
   std::string offloadPass() const;
 };

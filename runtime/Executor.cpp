@@ -49,6 +49,14 @@ static llvm::Error checkHostPool(const Plan &plan) {
 
 llvm::Expected<std::unique_ptr<Executor>>
 headroom::createExecutor(Plan plan, const ExecutorOptions &options) {
+  if (plan.Ranks > 1)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "the plan is one rank's part of a step on %u ranks (--ranks), and "
+        "this headroom runs single-process plans only so far: `headroom "
+        "report` plans it exactly (docs/distributed.md); train without "
+        "--ranks",
+        plan.Ranks);
   if (plan.TargetName == "cpu") {
     // Refused before any allocation: a peak over the memory available now
     // would swap or be killed midway.

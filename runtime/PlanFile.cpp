@@ -10,6 +10,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/PlanFile.h"
 
+#include "compiler/Collectives.h"
+
 #include "compiler/OpInfo.h"
 #include "compiler/StateQuantization.h"
 #include "runtime/ModelIO.h"
@@ -47,7 +49,7 @@ static const std::pair<DType, pb::ElementType> kElementTypes[] = {
 static const std::pair<StateKind, pb::StateKind> kStateKinds[] = {
     {StateKind::Param, pb::PARAM},       {StateKind::Frozen, pb::FROZEN},
     {StateKind::Buffer, pb::BUFFER},     {StateKind::Optimizer, pb::OPTIMIZER},
-    {StateKind::Gradient, pb::GRADIENT},
+    {StateKind::Gradient, pb::GRADIENT}, {StateKind::Replica, pb::REPLICA},
 };
 
 static std::string sha256Hex(llvm::StringRef bytes) {
@@ -148,6 +150,12 @@ static void toProto(const MemoryReport &r, pb::MemoryReport &p) {
   p.set_to_host_bytes(r.ToHostBytes);
   p.set_to_device_bytes(r.ToDeviceBytes);
   p.set_host_bandwidth(r.HostBandwidth);
+  p.set_ranks(r.Ranks);
+  p.set_collective_bytes(r.CollectiveBytes);
+  p.set_collective_elements(r.CollectiveElements);
+  p.set_shard_bytes(r.ShardBytes);
+  p.set_shard_whole_bytes(r.ShardWholeBytes);
+  p.set_replica_bytes(r.ReplicaBytes);
   for (const PeakValue &v : r.PeakValues) {
     pb::PeakValue *pv = p.add_peak_values();
     pv->set_name(v.Name);
@@ -190,6 +198,9 @@ static void toProto(const Plan &plan, const PlanSource &source,
         ps->set_kind(pkind);
     ps->set_init(uint32_t(s.Init));
     ps->set_host(s.Host);
+    if (s.ShardOf)
+      toProto(*s.ShardOf, *ps->mutable_shard_of());
+    ps->set_replica_of(uint32_t(s.ReplicaOf + 1));
   }
   for (const PlanAdapter &a : plan.Adapters) {
     pb::Adapter *pa = p.add_adapters();
@@ -248,6 +259,7 @@ static void toProto(const Plan &plan, const PlanSource &source,
   p.set_workspace_bytes(plan.WorkspaceBytes);
   p.set_host_arena_bytes(plan.HostArenaBytes);
   p.set_host_workspace_bytes(plan.HostWorkspaceBytes);
+  p.set_ranks(plan.Ranks);
   toProto(plan.Report, *p.mutable_report());
 }
 
@@ -706,6 +718,10 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
     return invalid("the library workspace of " +
                    llvm::Twine(p.library_bytes()) + " bytes is too large");
   P.LibraryBytes = p.library_bytes();
+  if (p.ranks() > (1u << 20))
+    return invalid("it runs on " + llvm::Twine(p.ranks()) +
+                   " ranks (at most 2^20)");
+  P.Ranks = std::max(1u, p.ranks());
   for (const pb::DriverCall &d : p.driver())
     P.Driver.push_back({d.function(), d.repeat(), d.same_batch()});
 
@@ -722,8 +738,30 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
       return invalid(where + ": unknown kind " + llvm::Twine(int(ps.kind())));
     if (ps.init() > uint32_t(StateInit::Nf4))
       return invalid(where + ": unknown init " + llvm::Twine(ps.init()));
-    P.States.push_back(
-        {ps.name(), *type, *kind, StateInit(ps.init()), ps.host()});
+    PlanState state{ps.name(), *type,      *kind, StateInit(ps.init()),
+                    ps.host(), llvm::None, -1};
+    if (ps.has_shard_of()) {
+      auto whole = readType(ps.shard_of(), where + " (the whole of its shard)");
+      if (!whole)
+        return whole.takeError();
+      if (*type != shardType(*whole, P.Ranks))
+        return invalid(where + ": " + type->str() + " is not a shard of " +
+                       whole->str() + " over " + llvm::Twine(P.Ranks) +
+                       " ranks");
+      state.ShardOf = *whole;
+    }
+    if (ps.replica_of()) {
+      size_t source = ps.replica_of() - 1;
+      if (source >= P.States.size() || !P.States[source].ShardOf ||
+          P.States[source].ShardOf->shape() != type->shape() ||
+          *kind != StateKind::Replica)
+        return invalid(where + ": a replica of state " + llvm::Twine(source) +
+                       ", which is not an earlier shard of its shape");
+      state.ReplicaOf = int(source);
+    } else if (*kind == StateKind::Replica) {
+      return invalid(where + ": a replica of no shard");
+    }
+    P.States.push_back(std::move(state));
   }
   for (const pb::Adapter &pa : p.adapters()) {
     for (const std::string *name : {&pa.base(), &pa.a(), &pa.b()})
@@ -845,6 +883,12 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
   r.UpdatePositions.assign(pr.update_positions().begin(),
                            pr.update_positions().end());
   r.HostState = pr.host_state();
+  r.Ranks = std::max<uint64_t>(1, pr.ranks());
+  r.CollectiveBytes = pr.collective_bytes();
+  r.CollectiveElements = pr.collective_elements();
+  r.ShardBytes = pr.shard_bytes();
+  r.ShardWholeBytes = pr.shard_whole_bytes();
+  r.ReplicaBytes = pr.replica_bytes();
   r.HostStatePadding = pr.host_state_padding();
   r.HostArenaBytes = pr.host_arena_bytes();
   r.HostWorkspace = pr.host_workspace();

@@ -42,7 +42,7 @@ static TensorCounts countTensors(const Plan &plan) {
     if (k < 0)
       continue;
     ++c.Tensors[k];
-    c.Values[k] += s.Type.numElements();
+    c.Values[k] += (s.ShardOf ? *s.ShardOf : s.Type).numElements();
   }
   for (const PlanFunction &f : plan.Functions)
     for (const KernelCall &call : f.Calls) {
@@ -165,6 +165,38 @@ static void printHostAndEstimate(const Plan &plan, llvm::raw_ostream &os) {
                      kHostBytesPerSecond / 1e9);
 }
 
+/// Collective volume in units of Psi, the trainable values (the ZeRO
+/// paper's: 2 for stages 0-2, 3 for stage 3).
+static double collectivePsi(const Plan &plan) {
+  uint64_t trainable = 0;
+  for (const PlanState &s : plan.States)
+    if (s.Kind == StateKind::Param)
+      trainable += (s.ShardOf ? *s.ShardOf : s.Type).numElements();
+  return trainable ? double(plan.Report.CollectiveElements) / double(trainable)
+                   : 0.0;
+}
+
+/// The data-parallel block: what is sharded, replicated and moved.
+static void printDataParallel(const Plan &plan, llvm::raw_ostream &os) {
+  const MemoryReport &r = plan.Report;
+  if (r.Ranks <= 1)
+    return;
+  auto line = [&](const char *name, uint64_t bytes) {
+    os << llvm::format("    %-32s %18llu B  %12s\n", name,
+                       (unsigned long long)bytes, formatBytes(bytes).c_str());
+  };
+  os << "  data parallel: " << r.Ranks
+     << " ranks (every figure here is one rank's):\n";
+  line("sharded state (this rank's)", r.ShardBytes);
+  line("  the same state whole", r.ShardWholeBytes);
+  line("replicas (gathered weights)", r.ReplicaBytes);
+  line("collectives per step", r.CollectiveBytes);
+  os << llvm::format("    %-32s %20.3f  (x the trainable values; the ZeRO "
+                     "paper: 2 for stages 0-2, 3 for stage 3)\n",
+                     static_cast<const char *>("collective volume (Psi)"),
+                     collectivePsi(plan));
+}
+
 /// The timeline's categories, as the report names a value's.
 static const char *const kCategoryNames[4] = {"activation", "gradient",
                                               "temporary", "recomputed"};
@@ -231,6 +263,7 @@ void headroom::printReportTable(const Plan &plan, llvm::StringRef title,
   line("activations kept at the loss", r.SavedActivations);
   line("gradients, most live at once", r.GradientsMaxLive);
   line("largest parameter", r.LargestParameter);
+  printDataParallel(plan, os);
   printHostAndEstimate(plan, os);
   os << llvm::format("  %-34s %20llu\n",
                      static_cast<const char *>("forward+backward passes/step"),
@@ -371,6 +404,14 @@ llvm::json::Value headroom::reportJson(const Plan &plan) {
       llvm::json::Object{{"to_host_bytes", int64_t(r.ToHostBytes)},
                          {"to_device_bytes", int64_t(r.ToDeviceBytes)},
                          {"host_bandwidth_bytes_per_second", r.HostBandwidth}};
+  root["data_parallel"] =
+      llvm::json::Object{{"ranks", int64_t(r.Ranks)},
+                         {"shard_bytes", int64_t(r.ShardBytes)},
+                         {"shard_whole_bytes", int64_t(r.ShardWholeBytes)},
+                         {"replica_bytes", int64_t(r.ReplicaBytes)},
+                         {"collective_bytes", int64_t(r.CollectiveBytes)},
+                         {"collective_elements", int64_t(r.CollectiveElements)},
+                         {"collective_psi", collectivePsi(plan)}};
   if (plan.TargetName == "cuda") {
     StepEstimate e = estimateStep(plan);
     root["step_estimate"] =

@@ -2028,8 +2028,8 @@ TEST(Offload, RefusesAHostPoolLargerThanTheHost) {
   plan.TargetName = "cuda";
   plan.Alignment = 256;
   TensorType huge(DType::F32, {int64_t(1) << 42}); // 16 TiB
-  plan.States.push_back(
-      {"w.exp_avg", huge, StateKind::Optimizer, StateInit::Zeros, true});
+  plan.States.push_back({"w.exp_avg", huge, StateKind::Optimizer,
+                         StateInit::Zeros, true, llvm::None, -1});
   plan.Report.OptimizerState = plan.Report.HostState = huge.sizeInBytes();
   auto e = createExecutor(std::move(plan));
   ASSERT_FALSE(static_cast<bool>(e));

@@ -89,7 +89,7 @@ TEST(ParserTest, ErrorsNameTheLocation) {
             "t.hr:3:14: state operands must come before value operands");
   EXPECT_EQ(parseError("state @w : f32[2] weights\n"),
             "t.hr:1:19: expected a state kind (param, frozen, buffer, "
-            "optimizer or grad)");
+            "optimizer, grad or replica)");
   EXPECT_EQ(
       parseError("func @f() {\n  %c = Constant() {value = dense<i64[3]> "
                  "[1, 2]} : i64[3]\n  return %c\n}"),
@@ -106,7 +106,7 @@ TEST(ParserTest, ErrorsNameTheLocation) {
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%\"x) : f32[2]\n}"),
             "t.hr:2:12: unterminated or malformed quoted name");
   EXPECT_EQ(parseError("bogus"),
-            "t.hr:1:1: expected 'state', 'lora', 'func' or 'driver'");
+            "t.hr:1:1: expected 'ranks', 'state', 'lora', 'func' or 'driver'");
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%x) : f32[2]\n}"),
             "t.hr:3:1: function @f does not end with 'return'");
   EXPECT_EQ(parseError("func @f(%x: f32[2]) {\n  %y = Neg(%x) : f32[2] "

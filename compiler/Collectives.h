@@ -1,0 +1,50 @@
+//===- Collectives.h - What data parallelism's ops mean ------------------===//
+//
+// The collectives the `data-parallel` pass inserts (Ops.def: AllReduce,
+// ReduceScatter, AllGather, AllGatherState, Broadcast) in one place: the
+// types they take and give, checked by the verifier, and the bytes each
+// moves per rank, counted by the report. A tensor of n elements is split
+// over N ranks in shards of s = ceil(n / N) elements (shardElements in
+// compiler/IR.h): rank r holds elements [r s, r s + s) of it flattened, the
+// last shard padded with zeros.
+//
+// Bytes moved follow the ZeRO paper's accounting (Rajbhandari et al. 2020,
+// section 7): a reduce-scatter or an all-gather of a tensor of B bytes moves
+// B per rank, an all-reduce (a reduce-scatter and an all-gather) 2B, a
+// broadcast B. (A ring sends (N-1)/N of that; the paper's round figures
+// are what users compare against.)
+//
+//===----------------------------------------------------------------------===//
+#ifndef HEADROOM_COMPILER_COLLECTIVES_H
+#define HEADROOM_COMPILER_COLLECTIVES_H
+
+#include "compiler/IR.h"
+
+#include <string>
+
+namespace headroom {
+
+inline bool isCollective(OpKind k) {
+  return k == OpKind::AllReduce || k == OpKind::AllReduceState ||
+         k == OpKind::ReduceScatter || k == OpKind::AllGather ||
+         k == OpKind::AllGatherState || k == OpKind::Broadcast;
+}
+
+/// The shard of `whole` each rank holds: [shardElements(numel, ranks)].
+inline TensorType shardType(const TensorType &whole, unsigned ranks) {
+  return TensorType(whole.dtype(), {shardElements(whole.numElements(), ranks)});
+}
+
+/// Why node `n`, a collective of a module of `ranks` ranks, is malformed;
+/// empty when it is not.
+std::string collectiveError(const Node &n, unsigned ranks);
+/// Why slot `s` of a module of `ranks` ranks is malformed as a shard or a
+/// replica; empty when it is not (or when it is neither).
+std::string shardedSlotError(const StateSlot &s, unsigned ranks);
+
+/// Bytes node `n` (a collective) moves per rank, as the ZeRO paper counts.
+uint64_t collectiveBytes(const Node &n);
+
+} // namespace headroom
+
+#endif // HEADROOM_COMPILER_COLLECTIVES_H
