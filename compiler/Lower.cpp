@@ -372,6 +372,10 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
   plan.TargetName = target.name().str();
   plan.Alignment = target.alignment();
   plan.LibraryBytes = target.libraryBytes();
+  if (m.ranks() > 1) {
+    plan.Report.CollectiveLibraryBytes = target.collectiveLibraryBytes();
+    plan.LibraryBytes += plan.Report.CollectiveLibraryBytes;
+  }
   llvm::DenseMap<const StateSlot *, int> stateIds;
   MemoryReport &r = plan.Report;
   plan.Ranks = m.ranks();

@@ -137,6 +137,8 @@ struct MemoryReport {
   uint64_t Ranks = 1;
   uint64_t CollectiveBytes = 0, CollectiveElements = 0;
   uint64_t ShardBytes = 0, ShardWholeBytes = 0, ReplicaBytes = 0;
+  /// Of LibraryBytes, what the collective library holds (NCCL's buffers).
+  uint64_t CollectiveLibraryBytes = 0;
   /// The host <-> device bytes per second the step estimate assumes
   /// (`--host-bandwidth`; the compile pipeline sets it).
   double HostBandwidth = 25e9;

@@ -46,6 +46,10 @@ llvm::Error Target::checkFloatTypes(const Node &n,
 }
 
 bool Target::mayReuseOperand0(const Node &n) const {
+  // Collectives that keep the shape run in place (NCCL, Gloo and MPI all
+  // take the same buffer for input and output).
+  if (n.is(OpKind::AllReduce) || n.is(OpKind::Broadcast))
+    return true;
   return n.info()->has(opflags::Elementwise) && n.numResults() == 1 &&
          n.numOperands() <= 2 && n.operand(0) &&
          n.result(0)->type() == n.operand(0)->type();

@@ -35,6 +35,10 @@ public:
   /// Bytes the backend's libraries hold while a plan runs, whatever it
   /// computes (planned beside the arena, reported as workspace).
   virtual uint64_t libraryBytes() const { return 0; }
+  /// What the collective library (NCCL on cuda) holds on the device per
+  /// rank when a plan runs on several ranks; included in the plan's
+  /// library bytes then.
+  virtual uint64_t collectiveLibraryBytes() const { return 0; }
   /// Success when the backend can run `n`; otherwise an error saying what it
   /// lacks (the caller names the node). Ops the executor runs itself (Read,
   /// Assign, ParamGrad, Constant, Return) are always supported.

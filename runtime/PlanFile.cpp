@@ -156,6 +156,7 @@ static void toProto(const MemoryReport &r, pb::MemoryReport &p) {
   p.set_shard_bytes(r.ShardBytes);
   p.set_shard_whole_bytes(r.ShardWholeBytes);
   p.set_replica_bytes(r.ReplicaBytes);
+  p.set_collective_library_bytes(r.CollectiveLibraryBytes);
   for (const PeakValue &v : r.PeakValues) {
     pb::PeakValue *pv = p.add_peak_values();
     pv->set_name(v.Name);
@@ -889,6 +890,7 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
   r.ShardBytes = pr.shard_bytes();
   r.ShardWholeBytes = pr.shard_whole_bytes();
   r.ReplicaBytes = pr.replica_bytes();
+  r.CollectiveLibraryBytes = pr.collective_library_bytes();
   r.HostStatePadding = pr.host_state_padding();
   r.HostArenaBytes = pr.host_arena_bytes();
   r.HostWorkspace = pr.host_workspace();

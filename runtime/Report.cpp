@@ -190,6 +190,7 @@ static void printDataParallel(const Plan &plan, llvm::raw_ostream &os) {
   line("sharded state (this rank's)", r.ShardBytes);
   line("  the same state whole", r.ShardWholeBytes);
   line("replicas (gathered weights)", r.ReplicaBytes);
+  line("collective library (NCCL)", r.CollectiveLibraryBytes);
   line("collectives per step", r.CollectiveBytes);
   os << llvm::format("    %-32s %20.3f  (x the trainable values; the ZeRO "
                      "paper: 2 for stages 0-2, 3 for stage 3)\n",
@@ -404,14 +405,15 @@ llvm::json::Value headroom::reportJson(const Plan &plan) {
       llvm::json::Object{{"to_host_bytes", int64_t(r.ToHostBytes)},
                          {"to_device_bytes", int64_t(r.ToDeviceBytes)},
                          {"host_bandwidth_bytes_per_second", r.HostBandwidth}};
-  root["data_parallel"] =
-      llvm::json::Object{{"ranks", int64_t(r.Ranks)},
-                         {"shard_bytes", int64_t(r.ShardBytes)},
-                         {"shard_whole_bytes", int64_t(r.ShardWholeBytes)},
-                         {"replica_bytes", int64_t(r.ReplicaBytes)},
-                         {"collective_bytes", int64_t(r.CollectiveBytes)},
-                         {"collective_elements", int64_t(r.CollectiveElements)},
-                         {"collective_psi", collectivePsi(plan)}};
+  root["data_parallel"] = llvm::json::Object{
+      {"ranks", int64_t(r.Ranks)},
+      {"shard_bytes", int64_t(r.ShardBytes)},
+      {"shard_whole_bytes", int64_t(r.ShardWholeBytes)},
+      {"replica_bytes", int64_t(r.ReplicaBytes)},
+      {"collective_library_bytes", int64_t(r.CollectiveLibraryBytes)},
+      {"collective_bytes", int64_t(r.CollectiveBytes)},
+      {"collective_elements", int64_t(r.CollectiveElements)},
+      {"collective_psi", collectivePsi(plan)}};
   if (plan.TargetName == "cuda") {
     StepEstimate e = estimateStep(plan);
     root["step_estimate"] =

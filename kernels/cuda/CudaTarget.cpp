@@ -59,6 +59,7 @@ public:
   llvm::StringRef name() const override { return "cuda"; }
   uint64_t alignment() const override { return 256; }
   uint64_t libraryBytes() const override { return kCublasLtWorkspaceBytes; }
+  uint64_t collectiveLibraryBytes() const override { return kNcclBytes; }
   bool hasHostPool() const override { return true; }
 
   uint64_t workspaceBytes(const Node &n) const override {
