@@ -91,3 +91,24 @@ uint64_t headroom::collectiveBytes(const Node &n) {
     return 0;
   }
 }
+
+static uint64_t align64(uint64_t n) { return (n + 63) & ~uint64_t(63); }
+
+uint64_t headroom::hostCollectiveWorkspace(OpKind k, DType t, int64_t elements,
+                                           unsigned ranks) {
+  bool reduces = k == OpKind::AllReduce || k == OpKind::AllReduceState ||
+                 k == OpKind::ReduceScatter;
+  if (!reduces)
+    return 0;
+  uint64_t shard = uint64_t(shardElements(elements, ranks));
+  bool wide = t == DType::F32 || t == DType::F64;
+  if (wide)
+    return k == OpKind::ReduceScatter ? 0 : align64(shard * dtypeSize(t));
+  return align64(uint64_t(elements) * 4) + align64(shard * 4);
+}
+
+uint64_t headroom::hostCollectiveWorkspace(const Node &n, unsigned ranks) {
+  const TensorType &t =
+      n.numOperands() ? n.operand(0)->type() : n.state()->type();
+  return hostCollectiveWorkspace(n.kind(), t.dtype(), t.numElements(), ranks);
+}

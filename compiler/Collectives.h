@@ -45,6 +45,16 @@ std::string shardedSlotError(const StateSlot &s, unsigned ranks);
 /// Bytes node `n` (a collective) moves per rank, as the ZeRO paper counts.
 uint64_t collectiveBytes(const Node &n);
 
+/// The scratch a host implementation of a collective of kind `k` over a
+/// tensor of `elements` elements of type `t` needs on `ranks` ranks
+/// (runtime/Communicator.h runCollective): a reduction sums bf16/f16 in f32
+/// (the widened tensor and its f32 shard), and AllReduce keeps its summed
+/// shard before gathering it. Each part starts at 64 bytes.
+uint64_t hostCollectiveWorkspace(OpKind k, DType t, int64_t elements,
+                                 unsigned ranks);
+/// That of node `n` of a module of `ranks` ranks.
+uint64_t hostCollectiveWorkspace(const Node &n, unsigned ranks);
+
 } // namespace headroom
 
 #endif // HEADROOM_COMPILER_COLLECTIVES_H

@@ -8,6 +8,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/xxhash.h"
 
@@ -30,10 +32,77 @@ static llvm::Error err(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
-std::string headroom::checkpointPath(llvm::StringRef dir) {
+std::string headroom::checkpointPath(llvm::StringRef dir, CheckpointRank rank,
+                                     int64_t step) {
   llvm::SmallString<256> p(dir);
-  llvm::sys::path::append(p, "checkpoint.hrc");
+  if (rank.Ranks <= 1)
+    llvm::sys::path::append(p, "checkpoint.hrc");
+  else
+    llvm::sys::path::append(p, "checkpoint.step" + llvm::Twine(step) + ".rank" +
+                                   llvm::Twine(rank.Rank) + "-of-" +
+                                   llvm::Twine(rank.Ranks) + ".hrc");
   return std::string(p.str());
+}
+
+static std::string manifestPath(llvm::StringRef dir) {
+  llvm::SmallString<256> p(dir);
+  llvm::sys::path::append(p, "checkpoint.hrm");
+  return std::string(p.str());
+}
+
+llvm::Error headroom::writeCheckpointManifest(llvm::StringRef dir, int64_t step,
+                                              unsigned ranks) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::json::Value(
+            llvm::json::Object{{"format", int64_t(kCheckpointFormatVersion)},
+                               {"ranks", int64_t(ranks)},
+                               {"step", step}})
+     << "\n";
+  return writeFileAtomically(manifestPath(dir), os.str());
+}
+
+/// The ranks and step of `dir`'s manifest; None when there is none.
+static llvm::Expected<llvm::Optional<std::pair<unsigned, int64_t>>>
+readManifest(llvm::StringRef dir) {
+  std::string path = manifestPath(dir);
+  if (!llvm::sys::fs::exists(path))
+    return llvm::None;
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buf)
+    return err(path + ": cannot read: " + buf.getError().message());
+  auto v = llvm::json::parse((*buf)->getBuffer());
+  if (!v)
+    return err(path +
+               ": not a checkpoint manifest: " + llvm::toString(v.takeError()));
+  const llvm::json::Object *o = v->getAsObject();
+  auto ranks = o ? o->getInteger("ranks") : llvm::None;
+  auto step = o ? o->getInteger("step") : llvm::None;
+  if (!ranks || !step || *ranks < 2 || *ranks > (1 << 20) || *step < 0)
+    return err(path + ": not a checkpoint manifest (ranks and step)");
+  return std::make_pair(unsigned(*ranks), *step);
+}
+
+void headroom::removeOtherSteps(llvm::StringRef dir, CheckpointRank rank,
+                                int64_t step, bool temporariesOnly) {
+  std::error_code ec;
+  std::string suffix = ".rank" + std::to_string(rank.Rank) + "-of-" +
+                       std::to_string(rank.Ranks) + ".hrc";
+  std::string keep =
+      llvm::sys::path::filename(checkpointPath(dir, rank, step)).str();
+  std::vector<std::string> stale;
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
+       it.increment(ec)) {
+    llvm::StringRef name = llvm::sys::path::filename(it->path());
+    // Other steps' files, and temporaries a killed run left (of any step).
+    bool temporary = name.contains(suffix + ".tmp-");
+    bool mine = name.startswith("checkpoint.step") &&
+                (temporary || (!temporariesOnly && name.endswith(suffix)));
+    if (mine && name != keep)
+      stale.push_back(it->path());
+  }
+  for (const std::string &p : stale)
+    llvm::sys::fs::remove(p);
 }
 
 static llvm::Error writeZeros(AtomicFile &f, uint64_t count) {
@@ -43,10 +112,11 @@ static llvm::Error writeZeros(AtomicFile &f, uint64_t count) {
 
 llvm::Error headroom::writeCheckpoint(llvm::StringRef dir,
                                       const CheckpointInfo &info,
-                                      const Executor &exec) {
+                                      const Executor &exec,
+                                      CheckpointRank rank) {
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
     return err(dir + ": cannot create the checkpoint folder: " + ec.message());
-  std::string path = checkpointPath(dir);
+  std::string path = checkpointPath(dir, rank, info.Step);
   auto file = AtomicFile::create(path);
   if (!file)
     return file.takeError();
@@ -195,8 +265,24 @@ headroom::parseCheckpoint(llvm::StringRef bytes, llvm::StringRef name) {
   return out;
 }
 
-llvm::Expected<LoadedCheckpoint> headroom::readCheckpoint(llvm::StringRef dir) {
-  std::string path = checkpointPath(dir);
+llvm::Expected<LoadedCheckpoint> headroom::readCheckpoint(llvm::StringRef dir,
+                                                          CheckpointRank rank) {
+  auto manifest = readManifest(dir);
+  if (!manifest)
+    return manifest.takeError();
+  bool single = llvm::sys::fs::exists(checkpointPath(dir));
+  if (!*manifest && !single && rank.Ranks > 1)
+    return err(dir + ": no checkpoint here (" + manifestPath(dir) +
+               " does not exist)");
+  unsigned written = *manifest ? (*manifest)->first : 1;
+  if (written != rank.Ranks && (*manifest || single))
+    return err("cannot resume from " + dir +
+               ": its checkpoint was written by " + llvm::Twine(written) +
+               (written == 1 ? " process" : " ranks") + " and this run has " +
+               llvm::Twine(rank.Ranks) +
+               " (resuming on another number of ranks is not supported)");
+  std::string path =
+      checkpointPath(dir, rank, *manifest ? (*manifest)->second : 0);
   if (!llvm::sys::fs::exists(path))
     return err(dir + ": no checkpoint here (" + path + " does not exist)");
   auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,

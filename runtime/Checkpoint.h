@@ -46,14 +46,36 @@ struct CheckpointInfo {
   std::string DataPath;
 };
 
-/// The checkpoint file of a checkpoint folder: DIR/checkpoint.hrc.
-std::string checkpointPath(llvm::StringRef dir);
+/// Which rank's part of a data-parallel run's checkpoint a file holds.
+/// With several ranks, each writes its own file (its shards and its copy of
+/// the rest), named by step and rank, and rank 0 then writes the manifest
+/// DIR/checkpoint.hrm naming the step every rank's file is complete for:
+/// a rank killed while writing leaves the previous step's files and
+/// manifest in place (docs/distributed.md).
+struct CheckpointRank {
+  unsigned Rank = 0, Ranks = 1;
+};
+
+/// The checkpoint file of a checkpoint folder: DIR/checkpoint.hrc, or with
+/// several ranks DIR/checkpoint.step<S>.rank<R>-of-<N>.hrc.
+std::string checkpointPath(llvm::StringRef dir, CheckpointRank rank = {},
+                           int64_t step = 0);
 
 /// Writes `info` and every state slot of `exec` to `dir`'s checkpoint
 /// (creating the folder), atomically, streaming the state through a 16 MiB
-/// buffer.
+/// buffer. With several ranks: this rank's file for step info.Step.
 llvm::Error writeCheckpoint(llvm::StringRef dir, const CheckpointInfo &info,
-                            const Executor &exec);
+                            const Executor &exec, CheckpointRank rank = {});
+
+/// The manifest of a data-parallel checkpoint: every rank's file for
+/// `step` is written (rank 0 writes it after they all are, atomically).
+llvm::Error writeCheckpointManifest(llvm::StringRef dir, int64_t step,
+                                    unsigned ranks);
+/// Removes this rank's files of steps other than `step` (after the
+/// manifest names it), and the temporaries a killed run of it left (only
+/// those with `temporariesOnly`).
+void removeOtherSteps(llvm::StringRef dir, CheckpointRank rank, int64_t step,
+                      bool temporariesOnly = false);
 
 struct CheckpointSlot {
   std::string Name;
@@ -76,7 +98,10 @@ struct LoadedCheckpoint {
   std::unique_ptr<llvm::MemoryBuffer> File;
   ParsedCheckpoint Parsed;
 };
-llvm::Expected<LoadedCheckpoint> readCheckpoint(llvm::StringRef dir);
+/// With several ranks, this rank's file of the step the manifest names; a
+/// checkpoint written by another number of ranks is an error saying so.
+llvm::Expected<LoadedCheckpoint> readCheckpoint(llvm::StringRef dir,
+                                                CheckpointRank rank = {});
 
 /// Fails, naming the difference, when a run described by `now` cannot
 /// continue the checkpoint `saved` (from `dir`): another plan or model,

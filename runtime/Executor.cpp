@@ -1,6 +1,8 @@
 //===- Executor.cpp - The executor of a plan's target ---------------------===//
 #include "runtime/Executor.h"
 
+#include "runtime/Communicator.h"
+
 #include "compiler/ByteSize.h"
 #include "runtime/Devices.h"
 #include "runtime/cuda/CudaExecutor.h"
@@ -49,13 +51,21 @@ static llvm::Error checkHostPool(const Plan &plan) {
 
 llvm::Expected<std::unique_ptr<Executor>>
 headroom::createExecutor(Plan plan, const ExecutorOptions &options) {
-  if (plan.Ranks > 1)
+  if (plan.Ranks > 1 && plan.TargetName != "cpu")
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
-        "the plan is one rank's part of a step on %u ranks (--ranks), and "
-        "this headroom runs single-process plans only so far: `headroom "
-        "report` plans it exactly (docs/distributed.md); train without "
-        "--ranks",
+        "the plan is one rank's part of a step on %u ranks (--ranks) on "
+        "--device %s, whose collective runtime (NCCL) is not built yet: "
+        "`headroom report` plans it exactly; --device cpu trains it "
+        "(docs/distributed.md)",
+        plan.Ranks, plan.TargetName.c_str());
+  if (plan.Ranks > 1 && (!options.Comm || options.Comm->size() != plan.Ranks))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "the plan is one rank's part of a step on %u ranks, and this "
+        "process is one of %u: launch it as `mpirun -np %u headroom ...` "
+        "(or srun -n %u)",
+        plan.Ranks, options.Comm ? options.Comm->size() : 1u, plan.Ranks,
         plan.Ranks);
   if (plan.TargetName == "cpu") {
     // Refused before any allocation: a peak over the memory available now

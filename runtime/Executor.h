@@ -16,6 +16,8 @@
 
 namespace headroom {
 
+class Communicator;
+
 struct ExecutorOptions {
   /// Seeds random ops (Dropout). Each run of a function advances the step;
   /// the seed of a call is derived from (Seed, step, call), so runs replay.
@@ -24,6 +26,9 @@ struct ExecutorOptions {
   /// graphs and replayed (off: every call is launched each run).
   int CudaDevice = 0;
   bool CudaGraphs = true;
+  /// The ranks a plan with Ranks > 1 runs with (runtime/Communicator.h):
+  /// its collectives go through it. Not owned.
+  Communicator *Comm = nullptr;
 };
 
 class Executor {

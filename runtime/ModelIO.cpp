@@ -1,6 +1,8 @@
 //===- ModelIO.cpp - Initial weights in, trained model out ----------------===//
 #include "runtime/ModelIO.h"
 
+#include "runtime/Communicator.h"
+
 #include "compiler/AtomicFile.h"
 
 #include "compiler/OnnxTensor.h"
@@ -82,16 +84,49 @@ static llvm::Error writeNf4(Executor &exec, llvm::StringRef name,
   return llvm::Error::success();
 }
 
+Tensor headroom::shardOf(const Tensor &whole, unsigned rank, unsigned ranks) {
+  int64_t n = whole.numElements(), s = shardElements(n, ranks);
+  Tensor out(TensorType(whole.type().dtype(), {s}));
+  uint64_t size = dtypeSize(whole.type().dtype());
+  int64_t first = std::min<int64_t>(n, int64_t(rank) * s);
+  int64_t count = std::min<int64_t>(s, n - first);
+  std::copy_n(whole.bytes().begin() + first * size, count * size, out.data());
+  return out;
+}
+
+llvm::Expected<Tensor> headroom::readWholeState(const Executor &exec,
+                                                Communicator *comm,
+                                                llvm::StringRef name) {
+  auto local = exec.readState(name);
+  if (!local)
+    return local.takeError();
+  const PlanState &s = exec.plan().States[exec.plan().stateIndex(name)];
+  if (!s.ShardOf)
+    return local;
+  if (!comm)
+    return err("state @" + name +
+               " is a shard: reading it whole needs the "
+               "run's ranks");
+  Tensor whole(*s.ShardOf);
+  if (auto e =
+          comm->allGather(local->bytes().data(), whole.data(),
+                          shardCounts(s.ShardOf->numElements(), comm->size()),
+                          dtypeSize(s.ShardOf->dtype())))
+    return e;
+  return whole;
+}
+
 llvm::Expected<Tensor> headroom::readWeight(const Executor &exec,
                                             llvm::StringRef name,
-                                            llvm::ArrayRef<int64_t> shape) {
+                                            llvm::ArrayRef<int64_t> shape,
+                                            Communicator *comm) {
   int index = exec.plan().stateIndex(name);
   if (index < 0 || exec.plan().States[index].Init != StateInit::Nf4)
-    return exec.readState(name);
+    return readWholeState(exec, comm, name);
   auto names = nf4SlotNames(name);
   Tensor slots[4];
   for (unsigned k = 0; k < 4; ++k) {
-    auto t = exec.readState(names[k]);
+    auto t = readWholeState(exec, comm, names[k]);
     if (!t)
       return t.takeError();
     slots[k] = std::move(*t);
@@ -114,7 +149,9 @@ llvm::Expected<Tensor> headroom::readWeight(const Executor &exec,
 }
 
 llvm::Expected<unsigned> headroom::loadInitialState(Executor &exec,
-                                                    llvm::StringRef modelPath) {
+                                                    llvm::StringRef modelPath,
+                                                    unsigned rank) {
+  const Plan &plan = exec.plan();
   auto model = readModel(modelPath);
   if (!model)
     return model.takeError();
@@ -134,9 +171,28 @@ llvm::Expected<unsigned> headroom::loadInitialState(Executor &exec,
       loaded += 4;
       continue;
     }
+    // Replicas of a sharded weight (data parallelism) start whole.
+    for (size_t r = 0; r < plan.States.size(); ++r) {
+      if (plan.States[r].ReplicaOf != slot)
+        continue;
+      Tensor whole = *t;
+      DType type = plan.States[r].Type.dtype();
+      if (isFloat(type) && isFloat(whole.type().dtype()))
+        whole = whole.convertedTo(type);
+      if (auto e = exec.writeState(plan.States[r].Name, whole))
+        return e;
+      ++loaded;
+    }
     DType stored = exec.plan().States[slot].Type.dtype();
     if (isFloat(stored) && isFloat(t->type().dtype()))
       *t = t->convertedTo(stored);
+    if (plan.States[slot].ShardOf) {
+      if (t->type().shape() != plan.States[slot].ShardOf->shape())
+        return err(modelPath + ": initializer '" + init.name() + "' is " +
+                   t->type().str() + ", the plan's weight " +
+                   plan.States[slot].ShardOf->str());
+      *t = shardOf(*t, rank, plan.Ranks);
+    }
     if (auto e = exec.writeState(init.name(), *t))
       return e;
     ++loaded;
@@ -144,10 +200,10 @@ llvm::Expected<unsigned> headroom::loadInitialState(Executor &exec,
   return loaded;
 }
 
-llvm::Error
-headroom::saveTrainedModel(const Executor &exec, llvm::StringRef modelPath,
-                           llvm::StringRef outPath,
-                           const std::map<std::string, Tensor> *overrides) {
+llvm::Error headroom::saveTrainedModel(
+    const Executor &exec, llvm::StringRef modelPath, llvm::StringRef outPath,
+    const std::map<std::string, Tensor> *overrides, Communicator *comm) {
+  bool writes = !comm || comm->rank() == 0;
   auto model = readModel(modelPath);
   if (!model)
     return model.takeError();
@@ -160,10 +216,11 @@ headroom::saveTrainedModel(const Executor &exec, llvm::StringRef modelPath,
                      ? llvm::Expected<Tensor>(found->second)
                      : readWeight(exec, init.name(),
                                   std::vector<int64_t>(init.dims().begin(),
-                                                       init.dims().end()));
+                                                       init.dims().end()),
+                                  comm);
     if (!value) {
       llvm::consumeError(value.takeError());
-      if (isExternal(init)) {
+      if (writes && isExternal(init)) {
         // Not trained, but stored beside the source model: inline it so the
         // saved model stands on its own.
         auto t = tensorFromProto(init, srcDir);
@@ -183,6 +240,8 @@ headroom::saveTrainedModel(const Executor &exec, llvm::StringRef modelPath,
     init = tensorToProto(*value, init.name());
     total += value->bytes().size();
   }
+  if (!writes)
+    return llvm::Error::success();
   if (total >= (uint64_t(2) << 30))
     return err(outPath + ": the trained model's " + llvm::Twine(total) +
                " bytes of weights exceed ONNX's 2 GiB limit for one file; "

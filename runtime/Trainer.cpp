@@ -1,6 +1,7 @@
 //===- Trainer.cpp - Run a compiled training step over data ---------------===//
 #include "runtime/Trainer.h"
 
+#include "runtime/Communicator.h"
 #include "runtime/ModelIO.h"
 
 #include <cmath>
@@ -15,18 +16,21 @@ static uint64_t splitmix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-llvm::Expected<unsigned> headroom::initializeNewState(Executor &exec,
-                                                      uint64_t seed) {
+llvm::Expected<unsigned>
+headroom::initializeNewState(Executor &exec, uint64_t seed, unsigned rank) {
   unsigned done = 0;
   for (const PlanState &s : exec.plan().States) {
     if (s.Init == StateInit::Model || s.Init == StateInit::Nf4)
       continue; // written by loadInitialState
-    int64_t n = s.Type.numElements();
+    // A shard (data parallelism) is drawn whole and cut: every rank count
+    // draws the same weights.
+    const TensorType &type = s.ShardOf ? *s.ShardOf : s.Type;
+    int64_t n = type.numElements();
     std::vector<double> values(size_t(n), 0.0);
     if (s.Init == StateInit::KaimingUniform) {
       // torch.nn.init.kaiming_uniform_(w, a=sqrt(5)): uniform in
       // +-sqrt(6 / ((1 + a^2) fan_in)) = +-1/sqrt(fan_in).
-      int64_t fanIn = s.Type.rank() ? s.Type.dim(s.Type.rank() - 1) : 1;
+      int64_t fanIn = type.rank() ? type.dim(type.rank() - 1) : 1;
       double bound = 1.0 / std::sqrt(double(std::max<int64_t>(fanIn, 1)));
       uint64_t stream = seed;
       for (char c : s.Name) // FNV-1a of the name: one stream per slot
@@ -36,7 +40,9 @@ llvm::Expected<unsigned> headroom::initializeNewState(Executor &exec,
         values[size_t(i)] = (2 * u - 1) * bound;
       }
     }
-    Tensor t = Tensor::fromDoubles(s.Type.dtype(), s.Type.shape(), values);
+    Tensor t = Tensor::fromDoubles(type.dtype(), type.shape(), values);
+    if (s.ShardOf)
+      t = shardOf(t, rank, exec.plan().Ranks);
     if (auto e = exec.writeState(s.Name, t))
       return e;
     ++done;
@@ -45,22 +51,27 @@ llvm::Expected<unsigned> headroom::initializeNewState(Executor &exec,
 }
 
 llvm::Expected<std::unique_ptr<Trainer>>
-Trainer::create(Plan plan, llvm::StringRef modelPath, uint64_t seed) {
+Trainer::create(Plan plan, llvm::StringRef modelPath, uint64_t seed,
+                Communicator *comm) {
   if (plan.Functions.empty() || plan.Driver.empty() ||
       !plan.function(plan.Driver.front().Function))
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "the plan has no function to run");
   auto t = std::unique_ptr<Trainer>(new Trainer());
+  unsigned rank = comm ? comm->rank() : 0;
   ExecutorOptions eo;
-  eo.Seed = seed;
+  // Rank 0 draws what a single process draws; the others their own.
+  eo.Seed = seed + 0x9e3779b97f4a7c15ull * rank;
+  eo.Comm = comm;
   auto exec = createExecutor(std::move(plan), eo);
   if (!exec)
     return exec.takeError();
   t->Exec = std::move(*exec);
-  auto loaded = loadInitialState(*t->Exec, modelPath);
+  t->Comm = comm;
+  auto loaded = loadInitialState(*t->Exec, modelPath, rank);
   if (!loaded)
     return loaded.takeError();
-  auto drawn = initializeNewState(*t->Exec, seed);
+  auto drawn = initializeNewState(*t->Exec, seed, rank);
   if (!drawn)
     return drawn.takeError();
   *loaded += *drawn;
@@ -81,9 +92,11 @@ int64_t Trainer::microBatch() const {
   return f.Args.empty() ? 0 : Exec->plan().Buffers[f.Args[0]].dim(0);
 }
 
-int64_t Trainer::batch() const {
+int64_t Trainer::rankBatch() const {
   return microBatch() * Exec->plan().microBatchesPerStep();
 }
+
+int64_t Trainer::batch() const { return rankBatch() * Exec->plan().Ranks; }
 
 llvm::Error Trainer::checkData(const Dataset &data) const {
   const PlanFunction &f = stepFunction();
@@ -114,6 +127,7 @@ llvm::Expected<StepResult> Trainer::step(const Dataset &data,
   const Plan &plan = Exec->plan();
   const PlanFunction &first = stepFunction();
   int64_t micro = microBatch();
+  start += int64_t(Comm ? Comm->rank() : 0) * rankBatch();
   std::vector<Tensor> args;
   std::vector<const Tensor *> ptrs;
   auto gather = [&](int64_t at) {

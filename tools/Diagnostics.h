@@ -12,10 +12,19 @@
 
 namespace headroom {
 
+/// In a data-parallel run, this process's rank when it is not rank 0: its
+/// error lines say which rank failed.
+inline int &errorRank() {
+  static int rank = 0;
+  return rank;
+}
+
 /// Prints `e` as one error line; returns the exit status 1.
 inline int reportError(llvm::Error e) {
-  llvm::WithColor::error(llvm::errs(), "headroom")
-      << llvm::toString(std::move(e)) << '\n';
+  llvm::WithColor::error(llvm::errs(), "headroom");
+  if (errorRank() > 0)
+    llvm::errs() << "rank " << errorRank() << ": ";
+  llvm::errs() << llvm::toString(std::move(e)) << '\n';
   return 1;
 }
 inline int reportError(const llvm::Twine &msg) {

@@ -14,6 +14,7 @@
 #include "pipeline/Compile.h"
 #include "runtime/Adapters.h"
 #include "runtime/Checkpoint.h"
+#include "runtime/Communicator.h"
 #include "runtime/Devices.h"
 #include "runtime/ModelIO.h"
 #include "runtime/PlanFile.h"
@@ -188,8 +189,73 @@ static CheckpointInfo describeRun(Trainer &t, const Dataset &data,
   return info;
 }
 
+static int trainSteps(Trainer &t, const Dataset &data, double lr,
+                      const PlanSource &source, NanPolicy onNan);
+
+/// A setup step of a data-parallel run that may fail on some ranks: the
+/// ranks compare notes first. When every rank failed, rank 0 prints its
+/// error and each returns 1; when only some did, they print theirs and
+/// stop the job (a rank that returned alone would leave the others waiting
+/// in their next collective). 0 when no rank failed.
+static int settle(Communicator *comm, llvm::Error e) {
+  if (!comm)
+    return e ? reportError(std::move(e)) : 0;
+  std::string mine = e ? llvm::toString(std::move(e)) : "";
+  auto all = comm->allGatherStrings(mine);
+  if (!all) {
+    reportError(all.takeError());
+    abortRanks(1);
+  }
+  bool every =
+      llvm::all_of(*all, [](const std::string &s) { return !s.empty(); });
+  bool any =
+      llvm::any_of(*all, [](const std::string &s) { return !s.empty(); });
+  if (!any)
+    return 0;
+  if (every)
+    return comm->rank() == 0 ? reportError(mine) : 1;
+  if (!mine.empty())
+    reportError(mine);
+  abortRanks(1);
+}
+
+/// Joins the ranks a plan for several ranks runs with (the MPI job this
+/// process is part of) and checks that each compiled the same plan. Null
+/// for a plan of one rank.
+static llvm::Expected<Communicator *> joinRanks(const Plan &plan) {
+  if (plan.Ranks <= 1)
+    return nullptr;
+  auto world = joinMpiWorld();
+  if (!world)
+    return world.takeError();
+  Communicator *comm = *world;
+  errorRank() = int(comm->rank());
+  if (comm->size() != plan.Ranks)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "the plan is for %u ranks (--ranks %u) and this process is one of "
+        "%u: launch it as `mpirun -np %u headroom ...` (or `srun -n %u`)",
+        plan.Ranks, plan.Ranks, comm->size(), plan.Ranks, plan.Ranks);
+  return comm;
+}
+
 static int trainLoop(Trainer &t, const Dataset &data, double lr,
                      const PlanSource &source, NanPolicy onNan) {
+  // A rank that fails alone stops the job (see settle()).
+  Communicator *comm = t.communicator();
+  int rc = trainSteps(t, data, lr, source, onNan);
+  if (rc && comm)
+    abortRanks(rc);
+  return rc;
+}
+
+static int trainSteps(Trainer &t, const Dataset &data, double lr,
+                      const PlanSource &source, NanPolicy onNan) {
+  Communicator *comm = t.communicator();
+  bool lead = !comm || comm->rank() == 0; // prints, logs, saves files
+  CheckpointRank ckptRank;
+  if (comm)
+    ckptRank = {comm->rank(), comm->size()};
   llvm::StringRef sourceModel = source.ModelPath;
   if (auto e = t.checkData(data))
     return reportError(std::move(e));
@@ -209,7 +275,7 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
   if (!CheckpointDir.empty() || !ResumeDir.empty())
     run = describeRun(t, data, source);
   if (!ResumeDir.empty()) {
-    auto saved = readCheckpoint(ResumeDir);
+    auto saved = readCheckpoint(ResumeDir, ckptRank);
     if (!saved)
       return reportError(saved.takeError());
     const CheckpointInfo &info = saved->Parsed.Info;
@@ -219,20 +285,27 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
       return reportError(std::move(e));
     t.setRandomStep(info.RandomStep);
     first = info.Step;
-    if (!Log.empty())
+    if (!Log.empty() && lead)
       if (auto e = truncateLog(Log, first))
         return reportError(std::move(e));
-    llvm::errs() << "resuming from " << checkpointPath(ResumeDir)
-                 << " after step " << first << "\n";
+    if (lead)
+      llvm::errs() << "resuming from " << ResumeDir << " after step " << first
+                   << "\n";
   }
-  if (!CheckpointDir.empty())
+  if (!CheckpointDir.empty() && !comm)
     removeStaleTemporaries(checkpointPath(CheckpointDir));
+  if (!CheckpointDir.empty() && comm)
+    removeOtherSteps(CheckpointDir, ckptRank, first, /*temporariesOnly=*/true);
   std::string title = (llvm::sys::path::filename(sourceModel) + ", batch " +
                        llvm::Twine(t.batch()))
                           .str();
-  if (t.microBatch() != t.batch())
+  if (comm)
+    title += " (" + std::to_string(t.rankBatch()) + " on each of " +
+             std::to_string(comm->size()) + " ranks)";
+  if (t.microBatch() != t.rankBatch())
     title += " (micro-batches of " + std::to_string(t.microBatch()) + ")";
-  printReportTable(t.executor().plan(), title, llvm::errs());
+  if (lead)
+    printReportTable(t.executor().plan(), title, llvm::errs());
   int64_t batch = t.batch();
   if (batch <= 0)
     return reportError("the model has no data input to feed");
@@ -244,7 +317,7 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
                        llvm::Twine(total) + " steps this run asks for");
 
   std::unique_ptr<llvm::raw_fd_ostream> log;
-  if (!Log.empty()) {
+  if (!Log.empty() && lead) {
     std::error_code ec;
     log = std::make_unique<llvm::raw_fd_ostream>(
         Log, ec, first > 0 ? llvm::sys::fs::OF_Append : llvm::sys::fs::OF_None);
@@ -254,9 +327,22 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
   auto checkpoint = [&](int64_t step) -> llvm::Error {
     run.Step = step;
     run.RandomStep = t.randomStep();
-    return writeCheckpoint(CheckpointDir, run, t.executor());
+    if (auto e = writeCheckpoint(CheckpointDir, run, t.executor(), ckptRank))
+      return e;
+    if (!comm)
+      return llvm::Error::success();
+    // Every rank's file is complete before the manifest names its step.
+    if (auto e = comm->barrier())
+      return e;
+    if (lead)
+      if (auto e = writeCheckpointManifest(CheckpointDir, step, comm->size()))
+        return e;
+    if (auto e = comm->barrier())
+      return e;
+    removeOtherSteps(CheckpointDir, ckptRank, step);
+    return llvm::Error::success();
   };
-  bool tty = llvm::sys::Process::StandardErrIsDisplayed();
+  bool tty = lead && llvm::sys::Process::StandardErrIsDisplayed();
   std::vector<int64_t> order(data.Samples);
   int64_t orderEpoch = -1; // the epoch `order` is for
   auto start = std::chrono::steady_clock::now();
@@ -308,7 +394,8 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
        << formatDuration(eta);
     if (tty)
       llvm::errs() << "\r" << os.str() << "\x1b[K";
-    else if ((s + 1) % std::max<int64_t>(1, total / 20) == 0 || s + 1 == total)
+    else if (lead && ((s + 1) % std::max<int64_t>(1, total / 20) == 0 ||
+                      s + 1 == total))
       llvm::errs() << os.str() << "\n";
     if (!std::isfinite(r->Loss)) {
       std::string where = firstNonFinite(data, order, inEpoch * batch, batch);
@@ -338,19 +425,34 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
     if (auto e = checkpoint(total))
       return reportError(std::move(e));
   if (!SaveAdapter.empty()) {
-    if (auto e = saveAdapter(t.executor(), SaveAdapter))
-      return reportError(std::move(e));
-    llvm::errs() << "saved the adapters in " << SaveAdapter << "\n";
+    if (comm && t.executor().plan().Report.ShardBytes)
+      return reportError("--save-adapter with sharded state (--zero 1 or "
+                         "more) is not supported yet; use --zero 0");
+    if (lead) {
+      if (auto e = saveAdapter(t.executor(), SaveAdapter))
+        return reportError(std::move(e));
+      llvm::errs() << "saved the adapters in " << SaveAdapter << "\n";
+    }
   }
   if (!Save.empty()) {
+    if (adapters && comm && t.executor().plan().Report.ShardBytes)
+      return reportError("--save with LoRA adapters and sharded state (--zero "
+                         "1 or more) is not supported yet; use --zero 0");
     // With adapters, the model gets each base merged: W + (alpha / r) B A.
-    auto merged = mergedWeights(t.executor());
-    if (!merged)
-      return reportError(merged.takeError());
-    if (auto e = saveTrainedModel(t.executor(), sourceModel, Save, &*merged))
+    std::map<std::string, Tensor> merged;
+    if (adapters) {
+      auto m = mergedWeights(t.executor());
+      if (!m)
+        return reportError(m.takeError());
+      merged = std::move(*m);
+    }
+    if (auto e =
+            saveTrainedModel(t.executor(), sourceModel, Save, &merged, comm))
       return reportError(std::move(e));
-    llvm::errs() << "saved " << Save << (adapters ? " (adapters merged)" : "")
-                 << " (final loss " << llvm::format("%.4f", lastLoss) << ")\n";
+    if (lead)
+      llvm::errs() << "saved " << Save << (adapters ? " (adapters merged)" : "")
+                   << " (final loss " << llvm::format("%.4f", lastLoss)
+                   << ")\n";
   }
   return 0;
 }
@@ -447,9 +549,18 @@ int runTrain(const CompileOptions &options) {
       return reportError(described.takeError());
     source = *described;
   }
-  auto trainer = Trainer::create(std::move(compiled->ThePlan), Model, Seed);
-  if (!trainer)
-    return reportError(trainer.takeError());
+  auto comm = joinRanks(compiled->ThePlan);
+  if (!comm)
+    return reportError(comm.takeError());
+  if (*comm)
+    if (int rc = settle(
+            *comm, checkSamePlan(**comm, planFingerprint(compiled->ThePlan))))
+      return rc;
+  auto trainer =
+      Trainer::create(std::move(compiled->ThePlan), Model, Seed, *comm);
+  if (int rc =
+          settle(*comm, trainer ? llvm::Error::success() : trainer.takeError()))
+    return rc;
   return trainLoop(**trainer, *data, options.Optimizer.Lr, source,
                    options.OnNan);
 }
@@ -714,8 +825,17 @@ int runRun() {
   } else {
     llvm::consumeError(flags.takeError());
   }
-  auto trainer = Trainer::create(std::move(loaded->ThePlan), model, Seed);
-  if (!trainer)
-    return reportError(trainer.takeError());
+  auto comm = joinRanks(loaded->ThePlan);
+  if (!comm)
+    return reportError(comm.takeError());
+  if (*comm)
+    if (int rc = settle(
+            *comm, checkSamePlan(**comm, planFingerprint(loaded->ThePlan))))
+      return rc;
+  auto trainer =
+      Trainer::create(std::move(loaded->ThePlan), model, Seed, *comm);
+  if (int rc =
+          settle(*comm, trainer ? llvm::Error::success() : trainer.takeError()))
+    return rc;
   return trainLoop(**trainer, *data, loaded->Recipe.Lr, source, onNan);
 }

@@ -3,6 +3,8 @@
 
 #include "kernels/cpu/Kernel.h"
 
+#include "compiler/Collectives.h"
+
 using namespace headroom;
 
 namespace {
@@ -40,6 +42,8 @@ public:
   }
 
   uint64_t workspaceBytes(const Node &n) const override {
+    if (isCollective(n.kind()))
+      return hostCollectiveWorkspace(n, n.parent()->parent()->ranks());
     auto ins = typeViews(n.operands()), outs = typeViews(n.results());
     // An update op's last outputs are its state slots (the executor's call).
     if (n.info()->has(opflags::WritesState))

@@ -12,6 +12,9 @@
 #include "kernels/cpu/Kernel.h"
 #include "runtime/Executor.h"
 
+#include "compiler/Collectives.h"
+#include "runtime/Communicator.h"
+
 #include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>
@@ -167,6 +170,26 @@ llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
     return llvm::Error::success();
   default:
     break;
+  }
+  if (isCollective(c.Kind)) {
+    if (!Options.Comm)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "@%s call %u: %s needs the run's ranks",
+                                     f.Name.c_str(), c.Id, c.Op.c_str());
+    bool toState = c.State >= 0;
+    const TensorType &outType =
+        toState ? ThePlan.States[c.State].Type : ThePlan.Buffers[c.Outputs[0]];
+    void *out = toState ? state(c.State) : Pointers[c.Outputs[0]];
+    const TensorType &inType =
+        c.Inputs.empty() ? outType : ThePlan.Buffers[c.Inputs[0]];
+    const void *in = c.Inputs.empty() ? nullptr : Pointers[c.Inputs[0]];
+    if (auto e = runCollective(*Options.Comm, c, inType, in, outType, out,
+                               Workspace))
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "@%s call %u (%s): %s", f.Name.c_str(),
+                                     c.Id, c.Op.c_str(),
+                                     llvm::toString(std::move(e)).c_str());
+    return llvm::Error::success();
   }
   llvm::SmallVector<TensorView, 4> ins, outs;
   for (int b : c.Inputs)
