@@ -128,6 +128,11 @@ llvm::Expected<StepResult> Trainer::step(const Dataset &data,
   const PlanFunction &first = stepFunction();
   int64_t micro = microBatch();
   start += int64_t(Comm ? Comm->rank() : 0) * rankBatch();
+  if (start < 0 || start + rankBatch() > int64_t(order.size()))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "the step reads samples %lld to %lld of an order of %zu",
+        (long long)start, (long long)(start + rankBatch()), order.size());
   std::vector<Tensor> args;
   std::vector<const Tensor *> ptrs;
   auto gather = [&](int64_t at) {

@@ -26,3 +26,15 @@ for candidate in ("python3", "/usr/bin/python3"):
         config.available_features.add("onnxruntime")
         config.substitutions.append(("%ortpython", exe))
         break
+
+# Data parallelism's tests launch ranks with OpenMPI's mpirun: as root too
+# (containers, CI), more ranks than cores, and the sanitizer build's leak
+# check quiet about OpenMPI's own allocations (test/lsan-mpi.supp).
+config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+config.environment["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
+config.environment["LSAN_OPTIONS"] = "suppressions=" + os.path.join(
+    config.headroom_src_dir, "test", "lsan-mpi.supp")
+for name in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+    if name in os.environ:
+        config.environment[name] = os.environ[name]

@@ -197,6 +197,8 @@ static int trainSteps(Trainer &t, const Dataset &data, double lr,
 /// error and each returns 1; when only some did, they print theirs and
 /// stop the job (a rank that returned alone would leave the others waiting
 /// in their next collective). 0 when no rank failed.
+static bool SettledFailure = false; // every rank failed the same way
+
 static int settle(Communicator *comm, llvm::Error e) {
   if (!comm)
     return e ? reportError(std::move(e)) : 0;
@@ -212,8 +214,10 @@ static int settle(Communicator *comm, llvm::Error e) {
       llvm::any_of(*all, [](const std::string &s) { return !s.empty(); });
   if (!any)
     return 0;
-  if (every)
+  if (every) {
+    SettledFailure = true;
     return comm->rank() == 0 ? reportError(mine) : 1;
+  }
   if (!mine.empty())
     reportError(mine);
   abortRanks(1);
@@ -244,7 +248,7 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
   // A rank that fails alone stops the job (see settle()).
   Communicator *comm = t.communicator();
   int rc = trainSteps(t, data, lr, source, onNan);
-  if (rc && comm)
+  if (rc && comm && !SettledFailure)
     abortRanks(rc);
   return rc;
 }
@@ -276,8 +280,9 @@ static int trainSteps(Trainer &t, const Dataset &data, double lr,
     run = describeRun(t, data, source);
   if (!ResumeDir.empty()) {
     auto saved = readCheckpoint(ResumeDir, ckptRank);
-    if (!saved)
-      return reportError(saved.takeError());
+    if (int rc =
+            settle(comm, saved ? llvm::Error::success() : saved.takeError()))
+      return rc;
     const CheckpointInfo &info = saved->Parsed.Info;
     if (auto e = checkResumable(info, run, ResumeDir))
       return reportError(std::move(e));
@@ -289,8 +294,9 @@ static int trainSteps(Trainer &t, const Dataset &data, double lr,
       if (auto e = truncateLog(Log, first))
         return reportError(std::move(e));
     if (lead)
-      llvm::errs() << "resuming from " << ResumeDir << " after step " << first
-                   << "\n";
+      llvm::errs() << "resuming from "
+                   << checkpointPath(ResumeDir, ckptRank, first)
+                   << " after step " << first << "\n";
   }
   if (!CheckpointDir.empty() && !comm)
     removeStaleTemporaries(checkpointPath(CheckpointDir));
