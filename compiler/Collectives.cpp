@@ -9,47 +9,82 @@ static bool shardOf(const TensorType &shard, int64_t wholeElements,
          shard.shape()[0] == shardElements(wholeElements, ranks);
 }
 
-std::string headroom::collectiveError(const Node &n, unsigned ranks) {
-  if (n.is(OpKind::AllReduce) || n.is(OpKind::ReduceScatter) ||
-      n.is(OpKind::AllReduceState)) {
-    std::string op = n.stringAttr("op", "");
-    if (op != "sum" && op != "mean")
+std::string headroom::collectiveError(OpKind k, const AttributeMap &attrs,
+                                      llvm::ArrayRef<TensorType> operands,
+                                      llvm::ArrayRef<TensorType> results,
+                                      const TensorType *state, unsigned ranks) {
+  auto attr = [&](const char *name) -> const Attribute * {
+    auto it = attrs.find(name);
+    return it == attrs.end() ? nullptr : &it->second;
+  };
+  bool hasState = k == OpKind::AllReduceState || k == OpKind::AllGatherState;
+  size_t wantOperands = k == OpKind::AllReduceState ? 0 : 1;
+  size_t wantResults = hasState ? 0 : 1;
+  if (operands.size() != wantOperands || results.size() != wantResults ||
+      hasState != (state != nullptr))
+    return "has the wrong number of operands, results or state slots";
+  if (k == OpKind::AllReduce || k == OpKind::ReduceScatter ||
+      k == OpKind::AllReduceState) {
+    const Attribute *op = attr("op");
+    if (!op || op->kind() != Attribute::Kind::String ||
+        (op->asString() != "sum" && op->asString() != "mean"))
       return "needs op = \"sum\" or \"mean\"";
-    const TensorType &t =
-        n.numOperands() ? n.operand(0)->type() : n.state()->type();
+    const TensorType &t = operands.empty() ? *state : operands[0];
     if (!isFloat(t.dtype()))
       return "reduces " + t.str() + " (floats only)";
   }
-  if (n.is(OpKind::ReduceScatter)) {
-    TensorType want = shardType(n.operand(0)->type(), ranks);
-    if (n.result(0)->type() != want)
-      return "result " + n.result(0)->type().str() + " should be " +
-             want.str() + ", this rank's shard of " + std::to_string(ranks);
+  if ((k == OpKind::AllReduce || k == OpKind::Broadcast) &&
+      results[0] != operands[0])
+    return "result " + results[0].str() + " differs from operand type " +
+           operands[0].str();
+  if (k == OpKind::ReduceScatter) {
+    TensorType want = shardType(operands[0], ranks);
+    if (results[0] != want)
+      return "result " + results[0].str() + " should be " + want.str() +
+             ", this rank's shard of " + std::to_string(ranks);
   }
-  if (n.is(OpKind::AllGather)) {
-    const TensorType &whole = n.result(0)->type();
-    if (whole.dtype() != n.operand(0)->type().dtype() ||
-        !shardOf(n.operand(0)->type(), whole.numElements(), ranks))
-      return "gathers " + n.operand(0)->type().str() + " into " + whole.str() +
+  if (k == OpKind::AllGather) {
+    const TensorType &whole = results[0];
+    if (whole.dtype() != operands[0].dtype() ||
+        !shardOf(operands[0], whole.numElements(), ranks))
+      return "gathers " + operands[0].str() + " into " + whole.str() +
              ": not a shard of it over " + std::to_string(ranks) + " ranks";
   }
-  if (n.is(OpKind::AllGatherState)) {
-    const StateSlot &s = *n.state();
-    if (s.kind() != StateKind::Replica)
-      return "writes @" + s.name() + ", which is not a replica";
-    if (n.operand(0)->type().dtype() != s.type().dtype() ||
-        !shardOf(n.operand(0)->type(), s.type().numElements(), ranks))
-      return "gathers " + n.operand(0)->type().str() + " into @" + s.name() +
-             " of type " + s.type().str() + ": not a shard of it over " +
-             std::to_string(ranks) + " ranks";
-  }
-  if (n.is(OpKind::Broadcast)) {
-    int64_t root = n.intAttr("root", -1);
-    if (root < 0 || root >= int64_t(ranks))
-      return "root " + std::to_string(root) + " is not a rank (0.." +
+  if (k == OpKind::AllGatherState &&
+      (operands[0].dtype() != state->dtype() ||
+       !shardOf(operands[0], state->numElements(), ranks)))
+    return "gathers " + operands[0].str() + " into a slot of type " +
+           state->str() + ": not a shard of it over " + std::to_string(ranks) +
+           " ranks";
+  if (k == OpKind::Broadcast) {
+    const Attribute *root = attr("root");
+    int64_t r =
+        root && root->kind() == Attribute::Kind::Int ? root->asInt() : -1;
+    if (r < 0 || r >= int64_t(ranks))
+      return "root " + std::to_string(r) + " is not a rank (0.." +
              std::to_string(ranks - 1) + ")";
   }
   return "";
+}
+
+std::string headroom::collectiveError(const Node &n, unsigned ranks) {
+  std::vector<TensorType> operands, results;
+  for (const Value *v : n.operands())
+    operands.push_back(v->type());
+  for (const Value *v : n.results())
+    results.push_back(v->type());
+  if (n.is(OpKind::AllGatherState) && n.state()->kind() != StateKind::Replica)
+    return "writes @" + n.state()->name() + ", which is not a replica";
+  std::string why =
+      collectiveError(n.kind(), n.attrs(), operands, results,
+                      n.state() ? &n.state()->type() : nullptr, ranks);
+  // The verifier names the slot.
+  if (n.is(OpKind::AllGatherState) &&
+      llvm::StringRef(why).startswith("gathers"))
+    return "gathers " + operands[0].str() + " into @" + n.state()->name() +
+           " of type " + n.state()->type().str() + ": not a shard of it over " +
+           std::to_string(ranks) + " ranks";
+  return why;
 }
 
 std::string headroom::shardedSlotError(const StateSlot &s, unsigned ranks) {

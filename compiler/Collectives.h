@@ -35,8 +35,15 @@ inline TensorType shardType(const TensorType &whole, unsigned ranks) {
   return TensorType(whole.dtype(), {shardElements(whole.numElements(), ranks)});
 }
 
-/// Why node `n`, a collective of a module of `ranks` ranks, is malformed;
-/// empty when it is not.
+/// Why a collective of kind `k` with these attributes, operand and result
+/// types (and the type of the slot it writes, or null) is malformed in a
+/// module or plan of `ranks` ranks; empty when it is not. The verifier and
+/// the plan reader ask it.
+std::string collectiveError(OpKind k, const AttributeMap &attrs,
+                            llvm::ArrayRef<TensorType> operands,
+                            llvm::ArrayRef<TensorType> results,
+                            const TensorType *state, unsigned ranks);
+/// That of node `n`, naming its slot.
 std::string collectiveError(const Node &n, unsigned ranks);
 /// Why slot `s` of a module of `ranks` ranks is malformed as a shard or a
 /// replica; empty when it is not (or when it is neither).

@@ -229,17 +229,32 @@ void DataParallel::reduceGradients(Function &f) {
       if (!a->asStrings()[i].empty())
         grads.push_back(n.result(i));
   }
+  auto reduce = [&](Builder &b, Value *v) {
+    return O.Zero == 0 ? b.createValue("AllReduce", {v}, v->type(), mean)
+                       : b.createValue("ReduceScatter", {v},
+                                       shardType(v->type(), O.Ranks), mean);
+  };
   for (Value *g : grads) {
     bool accumulated = llvm::any_of(
         g->users(), [](const Node *u) { return u->is(OpKind::Accumulate); });
     // Whole accumulators (zero 0 and 1) are reduced once, when read.
     if (accumulated && O.Zero < 2)
       continue;
-    Builder b(f, after(g->definingNode()));
-    b.setLoc(g->definingNode()->loc());
-    Value *r = O.Zero == 0 ? b.createValue("AllReduce", {g}, g->type(), mean)
-                           : b.createValue("ReduceScatter", {g},
-                                           shardType(g->type(), O.Ranks), mean);
+    Node *def = g->definingNode();
+    // A gradient widened from bf16/f16 (mixed precision's master weights)
+    // is reduced before it is widened: half the bytes cross, as DDP and
+    // DeepSpeed send the model's type.
+    if (def->is(OpKind::Cast) && def->operand(0)->users().size() == 1 &&
+        isFloat(def->operand(0)->type().dtype()) &&
+        def->operand(0)->type().sizeInBytes() < g->type().sizeInBytes()) {
+      Builder b(f, def);
+      b.setLoc(def->loc());
+      def->setOperand(0, reduce(b, def->operand(0)));
+      continue;
+    }
+    Builder b(f, after(def));
+    b.setLoc(def->loc());
+    Value *r = reduce(b, g);
     g->replaceAllUsesWith(r);
     r->definingNode()->setOperand(0, g);
   }

@@ -493,6 +493,29 @@ llvm::Error PlanReader::checkCall(const PlanFunction &f,
     if (b < 0 || size_t(b) >= P.Buffers.size())
       return fail("output buffer " + llvm::Twine(b) + " is out of range (" +
                   llvm::Twine(P.Buffers.size()) + " buffers)");
+  if (isCollective(c.Kind)) {
+    std::vector<TensorType> ins, outs;
+    for (int b : c.Inputs)
+      if (b < 0)
+        return fail("a collective's operand is absent");
+      else
+        ins.push_back(P.Buffers[b]);
+    for (int b : c.Outputs)
+      outs.push_back(P.Buffers[b]);
+    bool hasState = c.State >= 0 && size_t(c.State) < P.States.size();
+    if (c.State >= int(P.States.size()) || c.State < -1 ||
+        !c.MoreStates.empty())
+      return fail("state " + llvm::Twine(c.State) + " is out of range");
+    std::string why =
+        collectiveError(c.Kind, c.Attrs, ins, outs,
+                        hasState ? &P.States[c.State].Type : nullptr, P.Ranks);
+    if (!why.empty())
+      return fail(why);
+    if (c.Kind == OpKind::AllGatherState &&
+        P.States[c.State].Kind != StateKind::Replica)
+      return fail("AllGatherState writes a slot that is not a replica");
+    return llvm::Error::success();
+  }
   bool usesState =
       op->has(opflags::ReadsState) || op->has(opflags::WritesState);
   if (!usesState) {

@@ -28,13 +28,15 @@ for candidate in ("python3", "/usr/bin/python3"):
         break
 
 # Data parallelism's tests launch ranks with OpenMPI's mpirun: as root too
-# (containers, CI), more ranks than cores, and the sanitizer build's leak
-# check quiet about OpenMPI's own allocations (test/lsan-mpi.supp).
+# (containers, CI) and more ranks than cores. `%mpi` prefixes a command that
+# joins an MPI job: the sanitizer build's leak check is off there, because
+# OpenMPI unloads its plugins at MPI_Finalize and what they keep can then
+# not be told from headroom's (the single-process suites leak-check the
+# same code; AddressSanitizer's other checks stay on).
 config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
 config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
 config.environment["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
-config.environment["LSAN_OPTIONS"] = "suppressions=" + os.path.join(
-    config.headroom_src_dir, "test", "lsan-mpi.supp")
+config.substitutions.append(("%mpi", "env ASAN_OPTIONS=detect_leaks=0"))
 for name in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
     if name in os.environ:
         config.environment[name] = os.environ[name]

@@ -221,6 +221,36 @@ TEST(PlanFileTest, DriverAndAccumulatorsRoundTrip) {
   EXPECT_EQ(twoPass.Report.PassesPerStep, 2u);
 }
 
+TEST(PlanFileTest, ShardsAndReplicasRoundTrip) {
+  CompileOptions o = gptOptions();
+  o.Import.Batch = 8;
+  o.Ranks = 4;
+  o.Zero = 1;
+  o.Optimizer.Kind = OptimizerOptions::Kind::AdamW;
+  Plan plan = compileTest("gpt.onnx", o);
+  EXPECT_EQ(plan.Ranks, 4u);
+  EXPECT_GT(plan.Report.ShardBytes, 0u);
+  EXPECT_GT(plan.Report.CollectiveBytes, 0u);
+  PlanSource source = takeOrFail(describePlanSource(modelPath("gpt.onnx")));
+  std::string path = tempPath("zero1.plan");
+  ASSERT_EQ(errorOf(writePlanFile(plan, source, recipeFor(plan), path)), "");
+  LoadedPlan loaded = takeOrFail(readPlanFile(path));
+  expectSamePlan(plan, loaded.ThePlan);
+  EXPECT_EQ(loaded.ThePlan.Ranks, 4u);
+  EXPECT_EQ(loaded.ThePlan.Report.CollectiveBytes, plan.Report.CollectiveBytes);
+  EXPECT_EQ(loaded.ThePlan.Report.ShardWholeBytes, plan.Report.ShardWholeBytes);
+  int w = plan.stateIndex("wte.weight"),
+      r = plan.stateIndex("wte.weight.replica");
+  ASSERT_GE(w, 0);
+  ASSERT_GE(r, 0);
+  const PlanState &shard = loaded.ThePlan.States[w];
+  ASSERT_TRUE(shard.ShardOf.hasValue());
+  EXPECT_EQ(*shard.ShardOf, *plan.States[w].ShardOf);
+  EXPECT_EQ(shard.Type.numElements(), (shard.ShardOf->numElements() + 3) / 4);
+  EXPECT_EQ(loaded.ThePlan.States[r].ReplicaOf, w);
+  EXPECT_EQ(loaded.ThePlan.States[r].Kind, StateKind::Replica);
+}
+
 TEST(PlanFileTest, Deterministic) {
   std::string a = serialize(compileTest("gpt.onnx", gptOptions()), "gpt.onnx");
   std::string b = serialize(compileTest("gpt.onnx", gptOptions()), "gpt.onnx");

@@ -27,6 +27,49 @@ TEST(VerifierTest, AcceptsValidIR) {
             "");
 }
 
+TEST(VerifierTest, ChecksShardsReplicasAndCollectives) {
+  const char *head = "ranks 2\n"
+                     "state @w : f32[3] param shard f32[5]\n"
+                     "state @w.replica : bf16[5] replica @w\n";
+  auto withBody = [&](const char *body) {
+    return verifyError(
+        (std::string(head) + "func @f(%x: f32[5]) {\n" + body + "}\n").c_str());
+  };
+  EXPECT_EQ(withBody("  %s = Read(@w) : f32[3]\n"
+                     "  %g = AllGather(%s) : f32[5]\n"
+                     "  %r = ReduceScatter(%x) {op = \"mean\"} : f32[3]\n"
+                     "  %a = AllReduce(%x) {op = \"sum\"} : f32[5]\n"
+                     "  %b = Broadcast(%a) {root = 1} : f32[5]\n"
+                     "  %c = Cast(%s) {to = bf16} : bf16[3]\n"
+                     "  AllGatherState(@w.replica, %c)\n"
+                     "  return %g\n"),
+            "");
+  EXPECT_EQ(withBody("  %r = ReduceScatter(%x) {op = \"mean\"} : f32[2]\n"
+                     "  return %x\n"),
+            "in @f, node 0 ('ReduceScatter' defining %r): result f32[2] "
+            "should be f32[3], this rank's shard of 2");
+  EXPECT_EQ(withBody("  %a = AllReduce(%x) {op = \"max\"} : f32[5]\n"
+                     "  return %x\n"),
+            "in @f, node 0 ('AllReduce' defining %a): needs op = \"sum\" or "
+            "\"mean\"");
+  EXPECT_EQ(withBody("  %b = Broadcast(%x) {root = 2} : f32[5]\n"
+                     "  return %x\n"),
+            "in @f, node 0 ('Broadcast' defining %b): root 2 is not a rank "
+            "(0..1)");
+  EXPECT_EQ(withBody("  %s = Read(@w) : f32[3]\n"
+                     "  AllGatherState(@w.replica, %s)\n"
+                     "  return %x\n"),
+            "in @f, node 1 ('AllGatherState'): gathers f32[3] into "
+            "@w.replica of type bf16[5]: not a shard of it over 2 ranks");
+  EXPECT_EQ(verifyError("ranks 2\nstate @w : f32[2] param shard f32[5]\n"),
+            "state @w is a shard of f32[5] over 2 ranks, so of type f32[3], "
+            "not f32[2]");
+  EXPECT_EQ(verifyError("ranks 2\nstate @w : f32[3] param shard f32[5]\n"
+                        "state @v : f32[4] replica @w\n"),
+            "replica @v of type f32[4] is not gathered from a shard of its "
+            "shape (@w)");
+}
+
 TEST(VerifierTest, RejectsByteCountsThatCouldOverflow) {
   // (The parser refuses such types itself: built with the API here.)
   auto argument = [](std::vector<int64_t> shape) {
