@@ -80,6 +80,17 @@ llvm::Error headroom::runCollective(Communicator &comm, const KernelCall &call,
   };
   DType t = outType.dtype();
   bool wide = t == DType::F32 || t == DType::F64;
+  // No planned workspace (the CUDA emulator): scratch of its own.
+  std::vector<uint8_t> scratch;
+  if (!workspace) {
+    scratch.resize(std::max<uint64_t>(
+        64, hostCollectiveWorkspace(
+                call.Kind, t,
+                (call.Kind == OpKind::ReduceScatter ? inType : outType)
+                    .numElements(),
+                ranks)));
+    workspace = scratch.data();
+  }
   switch (call.Kind) {
   case OpKind::AllReduce:
   case OpKind::AllReduceState: {

@@ -36,6 +36,8 @@ public:
   virtual ~Communicator() = default;
   virtual unsigned rank() const = 0;
   virtual unsigned size() const = 0;
+  /// This rank's place among the ranks on its machine: the GPU it uses.
+  virtual unsigned localRank() const = 0;
 
   /// Sums every rank's `in` (sum of counts elements of `type`, f32 or f64)
   /// and leaves elements [offset r, offset r + counts[r]) of the sum in
@@ -72,7 +74,8 @@ std::vector<int64_t> shardCounts(int64_t elements, unsigned ranks);
 /// Runs collective `call` of a plan (AllReduce, AllReduceState,
 /// ReduceScatter, AllGather, AllGatherState, Broadcast) on host memory:
 /// `in` its operand (null for AllReduceState), `out` its result or the slot
-/// it writes, `workspace` at least hostCollectiveWorkspace() bytes.
+/// it writes, `workspace` at least hostCollectiveWorkspace() bytes (null:
+/// it allocates its own).
 llvm::Error runCollective(Communicator &comm, const KernelCall &call,
                           const TensorType &inType, const void *in,
                           const TensorType &outType, void *out,

@@ -51,14 +51,6 @@ static llvm::Error checkHostPool(const Plan &plan) {
 
 llvm::Expected<std::unique_ptr<Executor>>
 headroom::createExecutor(Plan plan, const ExecutorOptions &options) {
-  if (plan.Ranks > 1 && plan.TargetName != "cpu")
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "the plan is one rank's part of a step on %u ranks (--ranks) on "
-        "--device %s, whose collective runtime (NCCL) is not built yet: "
-        "`headroom report` plans it exactly; --device cpu trains it "
-        "(docs/distributed.md)",
-        plan.Ranks, plan.TargetName.c_str());
   if (plan.Ranks > 1 && (!options.Comm || options.Comm->size() != plan.Ranks))
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),

@@ -53,9 +53,17 @@ public:
   MpiCommunicator() {
     MPI_Comm_rank(MPI_COMM_WORLD, &Rank);
     MPI_Comm_size(MPI_COMM_WORLD, &Size);
+    // The ranks that share this machine's memory, in rank order.
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, Rank,
+                            MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+      MPI_Comm_rank(node, &Local);
+      MPI_Comm_free(&node);
+    }
   }
   unsigned rank() const override { return unsigned(Rank); }
   unsigned size() const override { return unsigned(Size); }
+  unsigned localRank() const override { return unsigned(Local); }
 
   llvm::Error reduceScatter(const void *in, void *out,
                             llvm::ArrayRef<int64_t> counts,
@@ -129,7 +137,7 @@ public:
   }
 
 private:
-  int Rank = 0, Size = 1;
+  int Rank = 0, Size = 1, Local = 0;
 };
 
 void finalizeAtExit() {

@@ -63,6 +63,10 @@ Trainer::create(Plan plan, llvm::StringRef modelPath, uint64_t seed,
   // Rank 0 draws what a single process draws; the others their own.
   eo.Seed = seed + 0x9e3779b97f4a7c15ull * rank;
   eo.Comm = comm;
+  // One GPU per rank of a machine (mpirun and srun start a machine's ranks
+  // in order; CUDA_VISIBLE_DEVICES narrows what each sees).
+  if (comm)
+    eo.CudaDevice = int(comm->localRank());
   auto exec = createExecutor(std::move(plan), eo);
   if (!exec)
     return exec.takeError();

@@ -10,6 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/CudaTarget.h"
+
+#include "compiler/Collectives.h"
 #include "kernels/cuda/Workspace.h"
 
 #include <algorithm>
@@ -63,6 +65,22 @@ public:
   bool hasHostPool() const override { return true; }
 
   uint64_t workspaceBytes(const Node &n) const override {
+    // NCCL's reduce-scatter and all-gather take equal shards: a tensor the
+    // ranks do not divide is padded in the workspace.
+    if (n.is(OpKind::ReduceScatter) || n.is(OpKind::AllGather) ||
+        n.is(OpKind::AllGatherState)) {
+      const TensorType &whole = n.is(OpKind::ReduceScatter)
+                                    ? n.operand(0)->type()
+                                : n.is(OpKind::AllGather) ? n.result(0)->type()
+                                                          : n.state()->type();
+      unsigned ranks = n.parent()->parent()->ranks();
+      int64_t padded = shardElements(whole.numElements(), ranks) * ranks;
+      return padded == whole.numElements()
+                 ? 0
+                 : uint64_t(padded) * dtypeSize(whole.dtype());
+    }
+    if (isCollective(n.kind()))
+      return 0;
     llvm::SmallVector<cuda::ws::CallValue, 4> ins, outs;
     for (const Value *v : n.operands())
       ins.push_back(

@@ -22,6 +22,12 @@
 // host node of the graph (cudaLaunchHostFunc), so it sees the copies
 // before it complete and the kernels after it wait for it.
 //
+// A plan for several ranks (data parallelism, docs/distributed.md) runs its
+// collectives with NCCL on the compute stream, on a communicator whose
+// unique id rank 0 makes and the MPI job (ExecutorOptions::Comm) carries
+// to the others; such plans run call by call (no graphs). The emulator runs
+// them through the host collectives of runtime/Communicator.h.
+//
 // This file is compiled twice, like kernels/cuda: against the CUDA runtime
 // (createCudaExecutor) and as the emulator (createEmulatedCudaExecutor),
 // where device memory is host memory, copies are memcpy, and functions run
@@ -35,6 +41,8 @@
 #include "kernels/cuda/Kernel.h"
 
 #include "compiler/ByteSize.h"
+#include "compiler/Collectives.h"
+#include "runtime/Communicator.h"
 
 #include "llvm/ADT/STLExtras.h"
 
@@ -45,6 +53,7 @@
 #include "kernels/cuda/CublasLt.h"
 
 #include <cuda_runtime.h>
+#include <nccl.h>
 #endif
 
 using namespace headroom;
@@ -235,6 +244,8 @@ private:
   Error runCalls(const PlanFunction &f, const Staging &s);
   Error runCall(const PlanFunction &f, const KernelCall &c, const Staging &s,
                 unsigned &grad);
+  Error runCollectiveCall(const KernelCall &c);
+  Error joinRanks();
   cpu::TensorView view(int buffer) const {
     if (buffer < 0)
       return cpu::TensorView();
@@ -272,6 +283,7 @@ private:
   /// copy stream for transfers and host calls.
   void *Current = nullptr;
 #if !defined(HEADROOM_CUDA_EMULATED)
+  ncclComm_t Nccl = nullptr;
   std::map<std::string, cudaGraphExec_t> Graphs;
   void *CopyStream = nullptr;
   /// Per function with copy-stream calls: an event after each copy call
@@ -302,6 +314,8 @@ CudaExecutor::~CudaExecutor() {
   }
   if (CopyStream)
     cudaStreamDestroy(static_cast<cudaStream_t>(CopyStream));
+  if (Nccl)
+    ncclCommDestroy(Nccl);
   if (BlasLt)
     cublasLt()->Destroy(static_cast<cublasLtHandle_t>(BlasLt));
   if (Stream)
@@ -328,6 +342,10 @@ Error CudaExecutor::allocate() {
                 (e != cudaSuccess ? cudaGetErrorString(e) : "none found") +
                 "); compile with --device cpu to run it here");
   }
+  // A rank's GPU is its place on the machine, among the GPUs it sees
+  // (one each when CUDA_VISIBLE_DEVICES gives each rank its own).
+  if (ThePlan.Ranks > 1)
+    Options.CudaDevice %= count;
   if (Error e = check(cudaSetDevice(Options.CudaDevice), "selecting the GPU"))
     return e;
   cudaStream_t stream;
@@ -377,6 +395,8 @@ Error CudaExecutor::allocate() {
     return fail("cannot create the cuBLASLt handle");
   BlasLt = lt;
 #endif
+  if (Error e = joinRanks())
+    return e;
   uint64_t align = std::max<uint64_t>(ThePlan.Alignment, 256);
   StateOffsets = ThePlan.stateOffsets();
   uint64_t arena = StateOffsets.back();
@@ -584,6 +604,12 @@ Error CudaExecutor::runCall(const PlanFunction &f, const KernelCall &c,
   default:
     break;
   }
+  if (isCollective(c.Kind))
+    if (Error e = runCollectiveCall(c))
+      return fail("@" + f.Name + " call " + llvm::Twine(c.Id) + " (" + c.Op +
+                  "): " + llvm::toString(std::move(e)));
+  if (isCollective(c.Kind))
+    return Error::success();
   llvm::SmallVector<cpu::TensorView, 4> ins, outs;
   llvm::SmallVector<const Tensor *, 4> constants;
   callViews(c, /*host=*/false, ins, outs, constants);
@@ -601,6 +627,120 @@ Error CudaExecutor::runCall(const PlanFunction &f, const KernelCall &c,
     return fail("@" + f.Name + " call " + llvm::Twine(c.Id) + ": " +
                 llvm::toString(std::move(e)));
   return Error::success();
+}
+
+/// A plan for several ranks: the NCCL communicator (on the GPU), made from a
+/// unique id rank 0 draws and broadcasts over the MPI job.
+Error CudaExecutor::joinRanks() {
+  if (ThePlan.Ranks <= 1)
+    return Error::success();
+  if (!Options.Comm || Options.Comm->size() != ThePlan.Ranks)
+    return fail("the plan is for " + llvm::Twine(ThePlan.Ranks) +
+                " ranks and the executor was given none");
+#if !defined(HEADROOM_CUDA_EMULATED)
+  // NCCL's kernels cannot be captured in this executor's graphs alongside
+  // its copy-stream events; collectives run call by call.
+  Options.CudaGraphs = false;
+  ncclUniqueId id;
+  if (Options.Comm->rank() == 0)
+    if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess)
+      return fail(llvm::Twine("NCCL: ") + ncclGetErrorString(r));
+  if (Error e = Options.Comm->broadcast(&id, sizeof(id), 0))
+    return e;
+  if (ncclResult_t r = ncclCommInitRank(&Nccl, int(ThePlan.Ranks), id,
+                                        int(Options.Comm->rank()));
+      r != ncclSuccess)
+    return fail(llvm::Twine("NCCL: cannot join the ranks: ") +
+                ncclGetErrorString(r));
+#endif
+  return Error::success();
+}
+
+#if !defined(HEADROOM_CUDA_EMULATED)
+/// NCCL's type of `t` (a float type: the verifier's rule).
+ncclDataType_t ncclType(DType t) {
+  switch (t) {
+  case DType::F64:
+    return ncclFloat64;
+  case DType::F16:
+    return ncclFloat16;
+  case DType::BF16:
+    return ncclBfloat16;
+  case DType::U8:
+    return ncclUint8;
+  default:
+    return ncclFloat32;
+  }
+}
+#endif
+
+/// Collective `c` (compiler/Collectives.h). On the GPU NCCL's collectives
+/// take equal shards: a tensor whose size the ranks do not divide goes
+/// through the workspace the target declared, padded (cudaCollective-
+/// Workspace in kernels/cuda/CudaTarget.h).
+Error CudaExecutor::runCollectiveCall(const KernelCall &c) {
+  bool toState = c.State >= 0;
+  const TensorType &outType =
+      toState ? ThePlan.States[c.State].Type : ThePlan.Buffers[c.Outputs[0]];
+  void *out = toState ? state(c.State) : Pointers[c.Outputs[0]];
+  const TensorType &inType =
+      c.Inputs.empty() ? outType : ThePlan.Buffers[c.Inputs[0]];
+  void *in = c.Inputs.empty() ? out : Pointers[c.Inputs[0]];
+#if defined(HEADROOM_CUDA_EMULATED)
+  return runCollective(*Options.Comm, c, inType, in, outType, out, nullptr);
+#else
+  cudaStream_t stream = static_cast<cudaStream_t>(Stream);
+  unsigned ranks = ThePlan.Ranks;
+  DType t = outType.dtype();
+  uint64_t size = dtypeSize(t);
+  auto nccl = [](ncclResult_t r) {
+    return r == ncclSuccess
+               ? Error::success()
+               : fail(llvm::Twine("NCCL: ") + ncclGetErrorString(r));
+  };
+  auto op = [&]() {
+    auto it = c.Attrs.find("op");
+    return it != c.Attrs.end() && it->second.asString() == "mean" ? ncclAvg
+                                                                  : ncclSum;
+  };
+  switch (c.Kind) {
+  case OpKind::AllReduce:
+  case OpKind::AllReduceState:
+    return nccl(ncclAllReduce(in, out, size_t(outType.numElements()),
+                              ncclType(t), op(), Nccl, stream));
+  case OpKind::Broadcast: {
+    int root = int(c.Attrs.at("root").asInt());
+    return nccl(ncclBroadcast(in, out, size_t(outType.numElements()),
+                              ncclType(t), root, Nccl, stream));
+  }
+  case OpKind::ReduceScatter: {
+    int64_t n = inType.numElements(), s = outType.numElements();
+    const void *from = in;
+    if (n != s * int64_t(ranks)) { // padded with zeros in the workspace
+      if (Error e = onDevice(Workspace, in, uint64_t(n) * size, stream))
+        return e;
+      if (Error e = fillZero(Workspace + n * size,
+                             uint64_t(s * ranks - n) * size, stream))
+        return e;
+      from = Workspace;
+    }
+    return nccl(ncclReduceScatter(from, out, size_t(s), ncclType(t), op(), Nccl,
+                                  stream));
+  }
+  case OpKind::AllGather:
+  case OpKind::AllGatherState: {
+    int64_t n = outType.numElements(), s = inType.numElements();
+    void *to = n == s * int64_t(ranks) ? out : Workspace;
+    if (Error e =
+            nccl(ncclAllGather(in, to, size_t(s), ncclType(t), Nccl, stream)))
+      return e;
+    return to == out ? Error::success()
+                     : onDevice(out, Workspace, uint64_t(n) * size, stream);
+  }
+  default:
+    return fail(c.Op + " is not a collective");
+  }
+#endif
 }
 
 /// The function's calls on their streams (compiler/Streams.h): kernels on

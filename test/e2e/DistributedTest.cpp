@@ -6,7 +6,8 @@
 //   - N ranks training on a global batch give the weights of one process
 //     on that batch: PyTorch's reference weights (the suites of
 //     TrainingTest.cpp, batch 8: 2 ranks) and headroom's single-process
-//     run (any N), for every ZeRO stage, SGD, momentum, AdamW, LOMO,
+//     run (any N; the CUDA executor too, on its emulator), for every ZeRO
+//     stage, SGD, momentum, AdamW, LOMO,
 //     clipping, weight decay, accumulation and bf16;
 //   - every rank ends with the same bits, and a rerun gives them again.
 // Rank 0 prints gtest's report; the others print their failures only, each
@@ -194,7 +195,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 struct SameCase {
   const char *Model;
-  const char *Flags; // what differs from SGD
+  const char *Flags; // what differs from SGD ("cuda": the CUDA emulator)
   unsigned Zero, Accum;
 };
 
@@ -209,6 +210,8 @@ TEST_P(SameAsOneProcess, Weights) {
   o.Zero = c.Zero;
   llvm::StringRef flags(c.Flags);
   bool bf16 = flags.contains("bf16");
+  if (flags.contains("cuda"))
+    o.Target = "cuda"; // the emulator: HEADROOM_CUDA_EMULATOR=1 (main)
   if (flags.contains("adamw")) {
     o.Optimizer.Kind = OptimizerOptions::Kind::AdamW;
     o.Optimizer.Lr = 1e-3;
@@ -253,7 +256,9 @@ INSTANTIATE_TEST_SUITE_P(
         SameCase{"gpt", "lomo clip", 3, 1},
         SameCase{"llama", "adamw clip", 1, 2}, SameCase{"llama", "adamw", 3, 1},
         SameCase{"llama", "adamw bf16", 2, 1},
-        SameCase{"gpt", "lomo bf16 none", 3, 1}, SameCase{"mlp", "sgd", 2, 2}),
+        SameCase{"gpt", "lomo bf16 none", 3, 1}, SameCase{"mlp", "sgd", 2, 2},
+        SameCase{"gpt", "lomo clip cuda", 1, 1},
+        SameCase{"llama", "adamw bf16 cuda", 3, 2}),
     [](const ::testing::TestParamInfo<SameCase> &i) {
       std::string flags = i.param.Flags;
       std::replace(flags.begin(), flags.end(), ' ', '_');
@@ -314,6 +319,9 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char **argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  // cuda plans run on the emulator: the CUDA executor's collectives then go
+  // through the host's (test/gpu runs them with NCCL).
+  setenv("HEADROOM_CUDA_EMULATOR", "1", 1);
   auto world = joinMpiWorld();
   if (!world) {
     std::fprintf(stderr, "%s\n", llvm::toString(world.takeError()).c_str());

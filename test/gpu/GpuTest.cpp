@@ -19,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 #include "../unit/CompileUtil.h"
 #include "../unit/NodeTests.h"
+#include "compiler/OnnxTensor.h"
 #include "kernels/cuda/CublasLt.h"
 #include "kernels/cuda/CudaTarget.h"
 #include "runtime/Data.h"
@@ -30,6 +31,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <numeric>
 
@@ -370,6 +372,63 @@ TEST(GpuOffload, SameBitsAsOnTheDevice) {
       EXPECT_TRUE(*(*plain)->executor().readState(st.Name) ==
                   *e.readState(st.Name))
           << what << ": " << st.Name;
+  }
+}
+
+/// The trained weights of a saved model, by name.
+std::map<std::string, Tensor> savedWeights(const std::string &path) {
+  std::map<std::string, Tensor> out;
+  std::ifstream in(path, std::ios::binary);
+  onnx::ModelProto m;
+  if (!m.ParseFromIstream(&in)) {
+    ADD_FAILURE() << path << ": cannot read the saved model";
+    return out;
+  }
+  for (const auto &init : m.graph().initializer())
+    if (auto t = tensorFromProto(init, ""))
+      out[init.name()] = std::move(*t);
+    else
+      llvm::consumeError(t.takeError());
+  return out;
+}
+
+/// Two ranks on two GPUs (NCCL, ZeRO 0 and 3) train to one GPU's weights.
+/// Runs `mpirun -np 2 headroom train` (HEADROOM_BINARY in the environment
+/// names another binary).
+TEST(GpuDataParallel, TwoRanksOnNcclMatchOneGpu) {
+  int count = 0;
+  cudaGetDeviceCount(&count);
+  if (count < 2)
+    GTEST_SKIP() << "data parallelism on GPUs needs 2 (this machine has "
+                 << count << ")";
+  const char *env = std::getenv("HEADROOM_BINARY");
+  std::string headroom = env && *env ? env : HEADROOM_BINARY;
+  std::string dir = ::testing::TempDir();
+  std::string common = " train " + modelFile("gpt.onnx") + " --data " +
+                       modelFile("gpt.train.npz") +
+                       " --batch 8 --steps 3 --optimizer sgd --lr 0.05 "
+                       "--disable-dropout --device cuda";
+  ASSERT_EQ(std::system((headroom + common + " --save " + dir + "one.onnx" +
+                         " > /dev/null 2>&1")
+                            .c_str()),
+            0);
+  std::map<std::string, Tensor> one = savedWeights(dir + "one.onnx");
+  for (int zero : {0, 3}) {
+    std::string out = dir + "two" + std::to_string(zero) + ".onnx";
+    std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 "
+                      "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 " +
+                      headroom + common + " --ranks 2 --zero " +
+                      std::to_string(zero) + " --save " + out +
+                      " > /dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::map<std::string, Tensor> two = savedWeights(out);
+    for (const auto &[name, w] : one) {
+      ASSERT_TRUE(two.count(name)) << name;
+      for (int64_t i = 0; i < w.numElements(); ++i)
+        ASSERT_NEAR(two.at(name).getDouble(i), w.getDouble(i),
+                    1e-5 + 1e-4 * std::fabs(w.getDouble(i)))
+            << "zero " << zero << ": " << name << "[" << i << "]";
+    }
   }
 }
 
