@@ -149,6 +149,20 @@ llvm::Error headroom::runCollective(Communicator &comm, const KernelCall &call,
   }
 }
 
+CollectiveArgs
+headroom::collectiveArgs(const Plan &plan, const KernelCall &call,
+                         llvm::function_ref<void *(int)> state,
+                         llvm::function_ref<void *(int)> buffer) {
+  CollectiveArgs a;
+  bool toState = call.State >= 0;
+  a.OutType =
+      toState ? &plan.States[call.State].Type : &plan.Buffers[call.Outputs[0]];
+  a.Out = toState ? state(call.State) : buffer(call.Outputs[0]);
+  a.InType = call.Inputs.empty() ? a.OutType : &plan.Buffers[call.Inputs[0]];
+  a.In = call.Inputs.empty() ? a.Out : buffer(call.Inputs[0]);
+  return a;
+}
+
 llvm::Error headroom::checkSamePlan(Communicator &comm,
                                     llvm::StringRef fingerprint) {
   auto all = comm.allGatherStrings(fingerprint);

@@ -24,6 +24,7 @@
 
 #include "compiler/Plan.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/Support/Error.h"
 
 #include <string>
@@ -70,6 +71,18 @@ llvm::Expected<Communicator *> joinMpiWorld();
 /// The elements each rank's shard of a tensor of `elements` holds
 /// (shardElements() of them, fewer or none at the end).
 std::vector<int64_t> shardCounts(int64_t elements, unsigned ranks);
+
+/// What collective `call` of `plan` works on: its operand (the slot it
+/// reduces in place for AllReduceState) and its result or the slot it
+/// writes, with their types; `state` and `buffer` give an executor's
+/// addresses.
+struct CollectiveArgs {
+  const TensorType *InType = nullptr, *OutType = nullptr;
+  void *In = nullptr, *Out = nullptr;
+};
+CollectiveArgs collectiveArgs(const Plan &plan, const KernelCall &call,
+                              llvm::function_ref<void *(int)> state,
+                              llvm::function_ref<void *(int)> buffer);
 
 /// Runs collective `call` of a plan (AllReduce, AllReduceState,
 /// ReduceScatter, AllGather, AllGatherState, Broadcast) on host memory:

@@ -243,6 +243,26 @@ static llvm::Expected<Communicator *> joinRanks(const Plan &plan) {
   return comm;
 }
 
+/// The trainer of `plan`: with several ranks, after joining them and
+/// checking that every rank compiled the same plan. Null when that failed
+/// (reported; `rc` is the exit status).
+static std::unique_ptr<Trainer> startTrainer(Plan plan, llvm::StringRef model,
+                                             int &rc) {
+  auto comm = joinRanks(plan);
+  if (!comm) {
+    rc = reportError(comm.takeError());
+    return nullptr;
+  }
+  if (*comm)
+    if ((rc = settle(*comm, checkSamePlan(**comm, planFingerprint(plan)))))
+      return nullptr;
+  auto trainer = Trainer::create(std::move(plan), model, Seed, *comm);
+  if ((rc = settle(*comm,
+                   trainer ? llvm::Error::success() : trainer.takeError())))
+    return nullptr;
+  return std::move(*trainer);
+}
+
 static int trainLoop(Trainer &t, const Dataset &data, double lr,
                      const PlanSource &source, NanPolicy onNan) {
   // A rank that fails alone stops the job (see settle()).
@@ -555,19 +575,11 @@ int runTrain(const CompileOptions &options) {
       return reportError(described.takeError());
     source = *described;
   }
-  auto comm = joinRanks(compiled->ThePlan);
-  if (!comm)
-    return reportError(comm.takeError());
-  if (*comm)
-    if (int rc = settle(
-            *comm, checkSamePlan(**comm, planFingerprint(compiled->ThePlan))))
-      return rc;
-  auto trainer =
-      Trainer::create(std::move(compiled->ThePlan), Model, Seed, *comm);
-  if (int rc =
-          settle(*comm, trainer ? llvm::Error::success() : trainer.takeError()))
+  int rc = 0;
+  auto trainer = startTrainer(std::move(compiled->ThePlan), Model, rc);
+  if (!trainer)
     return rc;
-  return trainLoop(**trainer, *data, options.Optimizer.Lr, source,
+  return trainLoop(*trainer, *data, options.Optimizer.Lr, source,
                    options.OnNan);
 }
 
@@ -831,17 +843,9 @@ int runRun() {
   } else {
     llvm::consumeError(flags.takeError());
   }
-  auto comm = joinRanks(loaded->ThePlan);
-  if (!comm)
-    return reportError(comm.takeError());
-  if (*comm)
-    if (int rc = settle(
-            *comm, checkSamePlan(**comm, planFingerprint(loaded->ThePlan))))
-      return rc;
-  auto trainer =
-      Trainer::create(std::move(loaded->ThePlan), model, Seed, *comm);
-  if (int rc =
-          settle(*comm, trainer ? llvm::Error::success() : trainer.takeError()))
+  int rc = 0;
+  auto trainer = startTrainer(std::move(loaded->ThePlan), model, rc);
+  if (!trainer)
     return rc;
-  return trainLoop(**trainer, *data, loaded->Recipe.Lr, source, onNan);
+  return trainLoop(*trainer, *data, loaded->Recipe.Lr, source, onNan);
 }

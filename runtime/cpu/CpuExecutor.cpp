@@ -176,15 +176,11 @@ llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "@%s call %u: %s needs the run's ranks",
                                      f.Name.c_str(), c.Id, c.Op.c_str());
-    bool toState = c.State >= 0;
-    const TensorType &outType =
-        toState ? ThePlan.States[c.State].Type : ThePlan.Buffers[c.Outputs[0]];
-    void *out = toState ? state(c.State) : Pointers[c.Outputs[0]];
-    const TensorType &inType =
-        c.Inputs.empty() ? outType : ThePlan.Buffers[c.Inputs[0]];
-    const void *in = c.Inputs.empty() ? nullptr : Pointers[c.Inputs[0]];
-    if (auto e = runCollective(*Options.Comm, c, inType, in, outType, out,
-                               Workspace))
+    CollectiveArgs a = collectiveArgs(
+        ThePlan, c, [&](int i) -> void * { return state(i); },
+        [&](int b) { return Pointers[b]; });
+    if (auto e = runCollective(*Options.Comm, c, *a.InType, a.In, *a.OutType,
+                               a.Out, Workspace))
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "@%s call %u (%s): %s", f.Name.c_str(),
                                      c.Id, c.Op.c_str(),

@@ -676,16 +676,14 @@ ncclDataType_t ncclType(DType t) {
 
 /// Collective `c` (compiler/Collectives.h). On the GPU NCCL's collectives
 /// take equal shards: a tensor whose size the ranks do not divide goes
-/// through the workspace the target declared, padded (cudaCollective-
-/// Workspace in kernels/cuda/CudaTarget.h).
+/// through the workspace the cuda target declared for it, padded
+/// (kernels/cuda/CudaTarget.cpp, workspaceBytes).
 Error CudaExecutor::runCollectiveCall(const KernelCall &c) {
-  bool toState = c.State >= 0;
-  const TensorType &outType =
-      toState ? ThePlan.States[c.State].Type : ThePlan.Buffers[c.Outputs[0]];
-  void *out = toState ? state(c.State) : Pointers[c.Outputs[0]];
-  const TensorType &inType =
-      c.Inputs.empty() ? outType : ThePlan.Buffers[c.Inputs[0]];
-  void *in = c.Inputs.empty() ? out : Pointers[c.Inputs[0]];
+  CollectiveArgs a = collectiveArgs(
+      ThePlan, c, [&](int i) -> void * { return state(i); },
+      [&](int b) { return Pointers[b]; });
+  const TensorType &inType = *a.InType, &outType = *a.OutType;
+  void *in = a.In, *out = a.Out;
 #if defined(HEADROOM_CUDA_EMULATED)
   return runCollective(*Options.Comm, c, inType, in, outType, out, nullptr);
 #else

@@ -29,6 +29,9 @@ status=$?
 echo "the job stopped with status $status after $(( $(date +%s) - start )) s"
 grep -m1 -o "process rank $rank .* exited on signal 9" "$dir/killed.log"
 grep -o '"step":[0-9]*' "$dir/ck/checkpoint.hrm"
+# (Into a file: mpirun does not survive a reader that stops early.)
 mpirun -np 2 headroom train "$@" --checkpoint "$dir/ck" --checkpoint-every 1 \
-  --resume "$dir/ck" --save "$dir/resumed.onnx" 2>&1 | grep -m1 resuming
+  --resume "$dir/ck" --save "$dir/resumed.onnx" >"$dir/resumed.log" 2>&1 ||
+  { echo "the resumed run failed:"; tail -5 "$dir/resumed.log"; }
+grep -m1 resuming "$dir/resumed.log"
 cmp "$dir/whole.onnx" "$dir/resumed.onnx" && echo "resumed: the same bytes"
