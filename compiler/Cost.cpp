@@ -141,6 +141,30 @@ static uint64_t hostCallBytes(const Plan &plan, const KernelCall &c) {
   return bytes;
 }
 
+/// The bytes collective call `c` moves per rank (as collectiveBytes counts
+/// a node's).
+static uint64_t callCollectiveBytes(const Plan &plan, const KernelCall &c) {
+  auto buffer = [&](const std::vector<int> &v) {
+    return v.empty() || v[0] < 0 ? 0 : plan.Buffers[v[0]].sizeInBytes();
+  };
+  uint64_t slot = c.State >= 0 ? plan.States[c.State].Type.sizeInBytes() : 0;
+  switch (c.Kind) {
+  case OpKind::AllReduce:
+    return 2 * buffer(c.Inputs);
+  case OpKind::AllReduceState:
+    return 2 * slot;
+  case OpKind::ReduceScatter:
+  case OpKind::Broadcast:
+    return buffer(c.Inputs);
+  case OpKind::AllGather:
+    return buffer(c.Outputs);
+  case OpKind::AllGatherState:
+    return slot;
+  default:
+    return 0;
+  }
+}
+
 StepEstimate headroom::estimateStep(const Plan &plan) {
   const MemoryReport &r = plan.Report;
   StepEstimate e;
@@ -164,7 +188,8 @@ StepEstimate headroom::estimateStep(const Plan &plan) {
     if (!f)
       continue;
     std::vector<double> done(f->Calls.size(), 0);
-    double compute = 0, copy = 0, computeBusy = 0, copyBusy = 0, hostBusy = 0;
+    double compute = 0, copy = 0, computeBusy = 0, copyBusy = 0, hostBusy = 0,
+           collective = 0;
     for (size_t i = 0; i < f->Calls.size(); ++i) {
       const KernelCall &c = f->Calls[i];
       if (c.onCopyStream()) {
@@ -183,12 +208,17 @@ StepEstimate headroom::estimateStep(const Plan &plan) {
       double t = double(c.Flops) / e.FlopsPerSecond;
       compute += t;
       computeBusy += t;
+      double comm = double(callCollectiveBytes(plan, c)) / kLinkBytesPerSecond;
+      compute += comm;
+      collective += comm;
     }
     e.StepSeconds += d.Repeat * std::max(compute, copy);
     e.ComputeSeconds += d.Repeat * computeBusy;
     e.TransferSeconds += d.Repeat * copyBusy;
     e.HostSeconds += d.Repeat * hostBusy;
+    e.CollectiveSeconds += d.Repeat * collective;
   }
-  e.ExposedSeconds = std::max(0.0, e.StepSeconds - e.ComputeSeconds);
+  e.ExposedSeconds =
+      std::max(0.0, e.StepSeconds - e.ComputeSeconds - e.CollectiveSeconds);
   return e;
 }

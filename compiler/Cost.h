@@ -35,10 +35,18 @@ struct Plan;
 /// work weigh on one scale.
 constexpr double kNominalLowFlops = 989e12, kNominalF32Flops = 67e12;
 constexpr double kHostBytesPerSecond = 20e9;
+/// What one rank's collectives move per second (data parallelism): a
+/// 400 Gb/s InfiniBand NIC per GPU, the usual multi-node build, nominal.
+/// Collectives run on the compute stream in schedule order (no overlap yet).
+constexpr double kLinkBytesPerSecond = 50e9;
 struct StepEstimate {
   bool LowPrecision = false;
   double FlopsPerSecond = 0, ComputeSeconds = 0, TransferSeconds = 0,
          HostSeconds = 0, ExposedSeconds = 0, StepSeconds = 0;
+  /// Of StepSeconds: the collectives' bytes (compiler/Collectives.h) at
+  /// kLinkBytesPerSecond, on the compute stream (not in ExposedSeconds,
+  /// which is the copy stream's).
+  double CollectiveSeconds = 0;
 };
 StepEstimate estimateStep(const Plan &plan);
 

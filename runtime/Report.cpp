@@ -163,6 +163,12 @@ static void printHostAndEstimate(const Plan &plan, llvm::raw_ostream &os) {
                      e.LowPrecision ? "bf16/fp16" : "f32", e.ExposedSeconds,
                      e.TransferSeconds, r.HostBandwidth / 1e9, e.HostSeconds,
                      kHostBytesPerSecond / 1e9);
+  if (r.Ranks > 1)
+    os << llvm::format("    + %.3g s of collectives: %s per rank at %.0f GB/s "
+                       "(nominal; on the compute stream, not yet overlapped)\n",
+                       e.CollectiveSeconds,
+                       formatBytes(r.CollectiveBytes).c_str(),
+                       kLinkBytesPerSecond / 1e9);
 }
 
 /// Collective volume in units of Psi, the trainable values (the ZeRO
@@ -422,7 +428,9 @@ llvm::json::Value headroom::reportJson(const Plan &plan) {
                            {"nominal_flops_per_second", e.FlopsPerSecond},
                            {"transfer_seconds", e.TransferSeconds},
                            {"host_call_seconds", e.HostSeconds},
-                           {"exposed_seconds", e.ExposedSeconds}};
+                           {"exposed_seconds", e.ExposedSeconds},
+                           {"collective_seconds", e.CollectiveSeconds},
+                           {"link_bytes_per_second", kLinkBytesPerSecond}};
   }
   Nf4Weights nf4 = countNf4(plan);
   root["nf4_base_weights"] =
