@@ -1645,7 +1645,12 @@ TEST(OptimizerState, Int8MatchesBitsandbytes) {
         }
       }
     }
-    EXPECT_LT(worst, fullAdamW / 50) << name << " at " << where;
+    // A tenth of 32-bit AdamW's distance: the 8-bit codes sit on bucket
+    // boundaries, and the last bits of a matmul (OpenBLAS picks its kernel
+    // by CPU: AVX2 or AVX-512) can flip one code, moving its weight by up
+    // to about 1e-5 here (llama: 9e-7 with OpenBLAS's SkylakeX kernels,
+    // 1.1e-5 with OPENBLAS_CORETYPE=Haswell).
+    EXPECT_LT(worst, fullAdamW / 10) << name << " at " << where;
     std::cerr << name << ": largest weight difference from bitsandbytes "
               << worst << " at " << where << " (32-bit AdamW's: " << fullAdamW
               << ")\n";
