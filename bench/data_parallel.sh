@@ -5,7 +5,9 @@
 # masters), beside the ZeRO paper's model-state formulas (Rajbhandari et al.
 # 2020, mixed-precision Adam: 2+2+12 bytes per parameter; LOMO: 2 bytes of
 # weights) and DeepSpeed's estimator (estimate_zero2/zero3_model_states_
-# mem_needs without offload: 4P + 16P/N, and 4 x largest layer + 18P/N).
+# mem_needs without offload: 4P + 16P/N, and 4 x largest layer + 18P/N),
+# and the step estimate with the collectives overlapped (on cuda's copy
+# stream) beside what the same calls take in order (compute + collectives).
 # The table of docs/distributed.md and issue #26's note. Needs a build;
 # writes the graphs (weights not written) under ${TMPDIR:-/tmp}.
 #   bench/data_parallel.sh [MODEL...]   (default llama2-7b llama2-13b llama-65b)
@@ -16,8 +18,8 @@ dir="${TMPDIR:-/tmp}/headroom-dp"
 mkdir -p "$dir"
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(llama2-7b llama2-13b llama-65b)
-printf '| model | optimizer | ranks | zero | headroom peak / rank | sharded / whole state | collectives / step (Psi) | ZeRO paper (model states) | DeepSpeed estimator | report time |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|\n'
+printf '| model | optimizer | ranks | zero | headroom peak / rank | sharded / whole state | collectives / step (Psi) | step estimate: overlapped (in order) | ZeRO paper (model states) | DeepSpeed estimator | report time |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|\n'
 for model in "${models[@]}"; do
   [ -f "$dir/$model.onnx" ] ||
     "$headroom" zoo "$model" --seq 1024 --weights none -o "$dir/$model.onnx" >/dev/null
@@ -53,9 +55,11 @@ if opt == "adamw":
 else:
     paper = [4 * P, 4 * P, 2 * P + 2 * P / ranks, 4 * P / ranks][zero]
     ds = "-"
-print("| %s | %s | %d | %d | %s | %s / %s | %s (%.2f) | %s | %s | %.2f s |" % (
+e = r["step_estimate"]
+print("| %s | %s | %d | %d | %s | %s / %s | %s (%.2f) | %.2f s (%.2f s) | %s | %s | %.2f s |" % (
     model, opt, ranks, zero, g(r["peak_bytes"]), g(d["shard_bytes"]),
     g(d["shard_whole_bytes"]), g(d["collective_bytes"]), d["collective_psi"],
+    e["seconds"], e["compute_seconds"] + e["collective_seconds"],
     g(paper), ds, float(end) - float(start)))
 PY
       done

@@ -189,17 +189,19 @@ StepEstimate headroom::estimateStep(const Plan &plan) {
       continue;
     std::vector<double> done(f->Calls.size(), 0);
     double compute = 0, copy = 0, computeBusy = 0, copyBusy = 0, hostBusy = 0,
-           collective = 0;
+           collective = 0, inOrder = 0;
     for (size_t i = 0; i < f->Calls.size(); ++i) {
       const KernelCall &c = f->Calls[i];
+      double comm = double(callCollectiveBytes(plan, c)) / kLinkBytesPerSecond;
       if (c.onCopyStream()) {
         bool transfer = c.Kind == OpKind::ToHost || c.Kind == OpKind::ToDevice;
         double t =
-            transfer
+            c.Overlapped ? comm
+            : transfer
                 ? double(plan.Buffers[c.Outputs[0]].sizeInBytes()) / bandwidth
                 : double(hostCallBytes(plan, c)) / kHostBytesPerSecond;
         copy = std::max(copy, compute) + t;
-        (transfer ? copyBusy : hostBusy) += t;
+        (c.Overlapped ? collective : transfer ? copyBusy : hostBusy) += t;
         done[i] = copy;
         continue;
       }
@@ -208,17 +210,23 @@ StepEstimate headroom::estimateStep(const Plan &plan) {
       double t = double(c.Flops) / e.FlopsPerSecond;
       compute += t;
       computeBusy += t;
-      double comm = double(callCollectiveBytes(plan, c)) / kLinkBytesPerSecond;
-      compute += comm;
-      collective += comm;
+      if (comm > 0) {
+        // One link, and NCCL runs a communicator's collectives in the order
+        // they were issued: one in order waits for the copy stream's.
+        compute = std::max(compute, copy) + comm;
+        copy = compute;
+        collective += comm;
+        inOrder += comm;
+      }
     }
     e.StepSeconds += d.Repeat * std::max(compute, copy);
     e.ComputeSeconds += d.Repeat * computeBusy;
     e.TransferSeconds += d.Repeat * copyBusy;
     e.HostSeconds += d.Repeat * hostBusy;
     e.CollectiveSeconds += d.Repeat * collective;
+    e.InOrderCollectiveSeconds += d.Repeat * inOrder;
   }
-  e.ExposedSeconds =
-      std::max(0.0, e.StepSeconds - e.ComputeSeconds - e.CollectiveSeconds);
+  e.ExposedSeconds = std::max(0.0, e.StepSeconds - e.ComputeSeconds -
+                                       e.InOrderCollectiveSeconds);
   return e;
 }

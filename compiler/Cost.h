@@ -37,16 +37,18 @@ constexpr double kNominalLowFlops = 989e12, kNominalF32Flops = 67e12;
 constexpr double kHostBytesPerSecond = 20e9;
 /// What one rank's collectives move per second (data parallelism): a
 /// 400 Gb/s InfiniBand NIC per GPU, the usual multi-node build, nominal.
-/// Collectives run on the compute stream in schedule order (no overlap yet).
+/// Overlapped collectives (Target::overlapsCollective) take the copy
+/// stream; the others the compute stream, in schedule order.
 constexpr double kLinkBytesPerSecond = 50e9;
 struct StepEstimate {
   bool LowPrecision = false;
   double FlopsPerSecond = 0, ComputeSeconds = 0, TransferSeconds = 0,
          HostSeconds = 0, ExposedSeconds = 0, StepSeconds = 0;
-  /// Of StepSeconds: the collectives' bytes (compiler/Collectives.h) at
-  /// kLinkBytesPerSecond, on the compute stream (not in ExposedSeconds,
-  /// which is the copy stream's).
-  double CollectiveSeconds = 0;
+  /// The collectives' bytes (compiler/Collectives.h) at
+  /// kLinkBytesPerSecond; those on the copy stream are exposed only where
+  /// the compute waits for them (in ExposedSeconds), the others
+  /// (InOrderCollectiveSeconds) are on the compute stream, all exposed.
+  double CollectiveSeconds = 0, InOrderCollectiveSeconds = 0;
 };
 StepEstimate estimateStep(const Plan &plan);
 

@@ -181,8 +181,10 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
   // The copy stream: a device value a copy call reads lives until the
   // compute stream joins that call (compiler/Streams.h).
   StreamSchedule streams;
-  if (Pools.any()) {
-    streams = scheduleStreams(Calls, Pools);
+  if (Pools.any() || llvm::any_of(Calls, [&](const Node *n) {
+        return isCollective(n->kind()) && T.overlapsCollective(*n);
+      })) {
+    streams = scheduleStreams(Calls, Pools, T);
     for (size_t k = 0; k < Calls.size(); ++k)
       if (streams.OnCopy[k])
         for (Value *v : Calls[k]->operands())
@@ -241,8 +243,10 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
     call.Id = pos;
     call.Host = Pools.runsOnHost(n);
     call.Flops = flops;
-    if (!streams.WaitFor.empty())
+    if (!streams.WaitFor.empty()) {
       call.WaitFor = streams.WaitFor[pos];
+      call.Overlapped = isCollective(n.kind()) && streams.OnCopy[pos];
+    }
     if (n.is(OpKind::ToHost))
       ToHostBytes += n.result(0)->type().sizeInBytes();
     if (n.is(OpKind::ToDevice))

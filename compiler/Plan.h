@@ -70,9 +70,14 @@ struct KernelCall {
   /// Its floating-point operations (compiler/Cost.h): the step estimate's
   /// compute time.
   uint64_t Flops = 0;
-  /// Whether it runs on the copy stream: transfers and host calls.
+  /// A collective the target runs on the copy stream, overlapping the
+  /// compute (Target::overlapsCollective).
+  bool Overlapped = false;
+  /// Whether it runs on the copy stream: transfers, host calls and
+  /// overlapped collectives.
   bool onCopyStream() const {
-    return Host || Kind == OpKind::ToHost || Kind == OpKind::ToDevice;
+    return Host || Overlapped || Kind == OpKind::ToHost ||
+           Kind == OpKind::ToDevice;
   }
 };
 

@@ -1,16 +1,21 @@
-//===- Streams.cpp - The copy stream of a plan with a host pool -----------===//
+//===- Streams.cpp - The copy stream of a plan ----------------------------===//
 #include "compiler/Streams.h"
+#include "compiler/Collectives.h"
 
 #include "llvm/ADT/DenseMap.h"
 
 using namespace headroom;
 
-bool headroom::runsOnCopyStream(const Node &n, const PoolAssignment &pools) {
-  return n.is(OpKind::ToHost) || n.is(OpKind::ToDevice) || pools.runsOnHost(n);
+bool headroom::runsOnCopyStream(const Node &n, const PoolAssignment &pools,
+                                const Target &target) {
+  return n.is(OpKind::ToHost) || n.is(OpKind::ToDevice) ||
+         pools.runsOnHost(n) ||
+         (isCollective(n.kind()) && target.overlapsCollective(n));
 }
 
 StreamSchedule headroom::scheduleStreams(llvm::ArrayRef<const Node *> calls,
-                                         const PoolAssignment &pools) {
+                                         const PoolAssignment &pools,
+                                         const Target &target) {
   int count = calls.size();
   StreamSchedule s;
   s.OnCopy.assign(count, false);
@@ -19,20 +24,30 @@ StreamSchedule headroom::scheduleStreams(llvm::ArrayRef<const Node *> calls,
   llvm::DenseMap<const Node *, int> position;
   for (int p = 0; p < count; ++p) {
     position[calls[p]] = p;
-    s.OnCopy[p] = runsOnCopyStream(*calls[p], pools);
+    s.OnCopy[p] = runsOnCopyStream(*calls[p], pools, target);
   }
   auto wait = [&](int q, int k) { s.WaitFor[q] = std::max(s.WaitFor[q], k); };
   // Data: a compute call waits for the copy calls that made its operands,
-  // and for those that read (copied) a slot it writes.
+  // for those that read (copied) a slot it writes, and for those that wrote
+  // a slot it reads or writes (a collective on state).
   llvm::DenseMap<const StateSlot *, int> copiedSlot; // last copy call reading
+  llvm::DenseMap<const StateSlot *, int> copyWrote;  // last copy call writing
   for (int p = 0; p < count; ++p) {
     const Node &n = *calls[p];
     if (s.OnCopy[p]) {
       for (const Value *v : n.operands())
         if (v && v->definingNode() && v->definingNode()->is(OpKind::Read))
           copiedSlot[v->definingNode()->state()] = p;
+      for (const StateSlot *slot : n.states()) {
+        copiedSlot[slot] = p;
+        if (n.info()->has(opflags::WritesState))
+          copyWrote[slot] = p;
+      }
       continue;
     }
+    for (const StateSlot *slot : n.states())
+      if (auto it = copyWrote.find(slot); it != copyWrote.end())
+        wait(p, it->second);
     for (const Value *v : n.operands()) {
       const Node *def = v ? v->definingNode() : nullptr;
       auto at = def ? position.find(def) : position.end();

@@ -1,10 +1,12 @@
-//===- Streams.h - The copy stream of a plan with a host pool ---*- C++ -*-===//
+//===- Streams.h - The copy stream of a plan -------------------*- C++ -*-===//
 //
-// With offload (docs/offload.md) a step runs on two streams: the compute
-// stream runs the kernels; the copy stream runs the transfers (ToHost,
-// ToDevice) and the host calls, in schedule order, so a gradient's copy to
-// the host and its update there overlap the backward of the layers after
-// it. The two meet only where the schedule says:
+// With offload (docs/offload.md) or collectives the target overlaps
+// (docs/distributed.md) a step runs on two streams: the compute stream runs
+// the kernels; the copy stream runs the transfers (ToHost, ToDevice), the
+// host calls and those collectives, in schedule order, so a gradient's copy
+// to the host and its update there, or its reduction across the ranks,
+// overlap the backward of the layers after it. The two meet only where the
+// schedule says:
 //   - before each group of consecutive copy-stream calls, the copy stream
 //     waits for every compute call scheduled before it (it never runs ahead
 //     of the schedule, so it reads complete values and writes memory no
@@ -25,6 +27,7 @@
 
 #include "compiler/IR.h"
 #include "compiler/Pools.h"
+#include "compiler/Target.h"
 
 #include <vector>
 
@@ -42,12 +45,14 @@ struct StreamSchedule {
 };
 
 /// The streams of `calls` (a function's nodes in schedule order, the
-/// terminator excluded).
+/// terminator excluded) for `target`.
 StreamSchedule scheduleStreams(llvm::ArrayRef<const Node *> calls,
-                               const PoolAssignment &pools);
+                               const PoolAssignment &pools,
+                               const Target &target);
 
 /// Whether `n` runs on the copy stream.
-bool runsOnCopyStream(const Node &n, const PoolAssignment &pools);
+bool runsOnCopyStream(const Node &n, const PoolAssignment &pools,
+                      const Target &target);
 
 } // namespace headroom
 

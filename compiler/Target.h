@@ -55,6 +55,10 @@ public:
   /// host pool (compiler/Pools.h): the executor copies between the pools
   /// and runs host nodes on the CPU.
   virtual bool hasHostPool() const { return false; }
+  /// Whether collective `n` runs on the copy stream (compiler/Streams.h),
+  /// overlapping the compute stream's kernels; otherwise it runs on the
+  /// compute stream in schedule order.
+  virtual bool overlapsCollective(const Node &n) const { return false; }
 
   /// Whether the executor, not a kernel, runs `n` (Read, Assign, ...).
   static bool runByExecutor(const Node &n);

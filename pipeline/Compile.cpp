@@ -141,7 +141,7 @@ static llvm::Expected<Compiled> lowerSteps(std::unique_ptr<Module> m,
     if (!keepBoth)
       return asBuilt;
   }
-  if (auto e = runPasses(*m, "schedule"))
+  if (auto e = runPasses(*m, options.schedulePass().substr(1)))
     return e;
   auto plan = lowerModule(*m, target);
   if (!plan)

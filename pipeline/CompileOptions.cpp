@@ -760,8 +760,12 @@ std::string CompileOptions::passPipeline(bool scheduled) const {
   s += dataParallelPass();
   s += offloadPass();
   if (scheduled)
-    s += ",schedule";
+    s += schedulePass();
   return s;
+}
+
+std::string CompileOptions::schedulePass() const {
+  return Ranks > 1 && Target == "cuda" ? ",schedule{overlap=1}" : ",schedule";
 }
 
 llvm::Expected<FlagList> headroom::splitFlags(llvm::StringRef text) {

@@ -134,6 +134,9 @@ struct CompileOptions {
   std::string dataParallelPass() const;
   /// ",offload{state=...}" when state is offloaded, else "".
   std::string offloadPass() const;
+  /// ",schedule", with overlap=1 where the collectives run on the copy
+  /// stream (the cuda target, several ranks).
+  std::string schedulePass() const;
 };
 
 /// One training flag as given: its name without dashes and its value ("1"

@@ -253,6 +253,7 @@ static void toProto(const Plan &plan, const PlanSource &source,
       pc->set_id(c.Id);
       pc->set_host(c.Host);
       pc->set_wait_for(c.WaitFor);
+      pc->set_overlapped(c.Overlapped);
       pc->set_flops(c.Flops);
     }
   }
@@ -449,6 +450,7 @@ llvm::Error PlanReader::readFunction(const pb::Function &p,
     c.Id = pc.id();
     c.Host = pc.host();
     c.WaitFor = pc.wait_for();
+    c.Overlapped = pc.overlapped();
     c.Flops = pc.flops();
     std::string callWhere = (where + " call " + llvm::Twine(f.Calls.size()) +
                              " (op '" + c.Op + "')")
@@ -599,6 +601,11 @@ llvm::Error PlanReader::checkPools() const {
                        llvm::Twine(b) + " is in the host pool");
     for (size_t i = 0; i < f.Calls.size(); ++i) {
       const KernelCall &c = f.Calls[i];
+      if (c.Overlapped && (P.TargetName != "cuda" || !isCollective(c.Kind)))
+        return invalid("@" + f.Name + " call " + llvm::Twine(c.Id) + " (op '" +
+                       c.Op +
+                       "') is marked to run on the copy stream, which "
+                       "only --device cuda's collectives do");
       if (c.WaitFor != -1 &&
           (c.onCopyStream() || c.WaitFor < 0 || size_t(c.WaitFor) >= i ||
            !f.Calls[c.WaitFor].onCopyStream()))

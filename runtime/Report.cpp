@@ -164,11 +164,15 @@ static void printHostAndEstimate(const Plan &plan, llvm::raw_ostream &os) {
                      e.TransferSeconds, r.HostBandwidth / 1e9, e.HostSeconds,
                      kHostBytesPerSecond / 1e9);
   if (r.Ranks > 1)
-    os << llvm::format("    + %.3g s of collectives: %s per rank at %.0f GB/s "
-                       "(nominal; on the compute stream, not yet overlapped)\n",
+    os << llvm::format("    collectives: %.3g s for %s per rank at %.0f GB/s "
+                       "(nominal); %.3g s of it on the copy stream (exposed "
+                       "only where the compute waits), %.3g s in order on "
+                       "the compute stream\n",
                        e.CollectiveSeconds,
                        formatBytes(r.CollectiveBytes).c_str(),
-                       kLinkBytesPerSecond / 1e9);
+                       kLinkBytesPerSecond / 1e9,
+                       e.CollectiveSeconds - e.InOrderCollectiveSeconds,
+                       e.InOrderCollectiveSeconds);
 }
 
 /// Collective volume in units of Psi, the trainable values (the ZeRO
@@ -422,15 +426,16 @@ llvm::json::Value headroom::reportJson(const Plan &plan) {
       {"collective_psi", collectivePsi(plan)}};
   if (plan.TargetName == "cuda") {
     StepEstimate e = estimateStep(plan);
-    root["step_estimate"] =
-        llvm::json::Object{{"seconds", e.StepSeconds},
-                           {"compute_seconds", e.ComputeSeconds},
-                           {"nominal_flops_per_second", e.FlopsPerSecond},
-                           {"transfer_seconds", e.TransferSeconds},
-                           {"host_call_seconds", e.HostSeconds},
-                           {"exposed_seconds", e.ExposedSeconds},
-                           {"collective_seconds", e.CollectiveSeconds},
-                           {"link_bytes_per_second", kLinkBytesPerSecond}};
+    root["step_estimate"] = llvm::json::Object{
+        {"seconds", e.StepSeconds},
+        {"compute_seconds", e.ComputeSeconds},
+        {"nominal_flops_per_second", e.FlopsPerSecond},
+        {"transfer_seconds", e.TransferSeconds},
+        {"host_call_seconds", e.HostSeconds},
+        {"exposed_seconds", e.ExposedSeconds},
+        {"collective_seconds", e.CollectiveSeconds},
+        {"in_order_collective_seconds", e.InOrderCollectiveSeconds},
+        {"link_bytes_per_second", kLinkBytesPerSecond}};
   }
   Nf4Weights nf4 = countNf4(plan);
   root["nf4_base_weights"] =

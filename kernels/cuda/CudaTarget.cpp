@@ -63,6 +63,11 @@ public:
   uint64_t libraryBytes() const override { return kCublasLtWorkspaceBytes; }
   uint64_t collectiveLibraryBytes() const override { return kNcclBytes; }
   bool hasHostPool() const override { return true; }
+  /// NCCL runs collectives on the copy stream; one padded through the
+  /// compute stream's workspace stays in order.
+  bool overlapsCollective(const Node &n) const override {
+    return isCollective(n.kind()) && workspaceBytes(n) == 0;
+  }
 
   uint64_t workspaceBytes(const Node &n) const override {
     // NCCL's reduce-scatter and all-gather take equal shards: a tensor the

@@ -280,7 +280,7 @@ private:
   void *Stream = nullptr;
   void *BlasLt = nullptr;
   /// The stream the call being issued goes to (runCall): Stream, or the
-  /// copy stream for transfers and host calls.
+  /// copy stream for transfers, host calls and overlapped collectives.
   void *Current = nullptr;
 #if !defined(HEADROOM_CUDA_EMULATED)
   ncclComm_t Nccl = nullptr;
@@ -354,8 +354,8 @@ Error CudaExecutor::allocate() {
     return e;
   Stream = stream;
   Current = Stream;
-  // A copy stream and its events for functions with transfers or host
-  // calls (compiler/Streams.h).
+  // A copy stream and its events for functions with transfers, host calls
+  // or overlapped collectives (compiler/Streams.h).
   for (const PlanFunction &f : ThePlan.Functions) {
     if (llvm::none_of(f.Calls,
                       [](const KernelCall &c) { return c.onCopyStream(); }))
@@ -687,7 +687,8 @@ Error CudaExecutor::runCollectiveCall(const KernelCall &c) {
 #if defined(HEADROOM_CUDA_EMULATED)
   return runCollective(*Options.Comm, c, inType, in, outType, out, nullptr);
 #else
-  cudaStream_t stream = static_cast<cudaStream_t>(Stream);
+  // The copy stream for an overlapped one (compiler/Streams.h).
+  cudaStream_t stream = static_cast<cudaStream_t>(Current);
   unsigned ranks = ThePlan.Ranks;
   DType t = outType.dtype();
   uint64_t size = dtypeSize(t);
@@ -742,7 +743,8 @@ Error CudaExecutor::runCollectiveCall(const KernelCall &c) {
 }
 
 /// The function's calls on their streams (compiler/Streams.h): kernels on
-/// the compute stream; transfers and host calls on the copy stream, which
+/// the compute stream; transfers, host calls and overlapped collectives on
+/// the copy stream, which
 /// first waits for the compute calls scheduled before it; a compute call
 /// waits for the copy call its plan names; the compute stream joins the
 /// copy stream at the end. The emulator runs them in order.

@@ -10,6 +10,7 @@
 #include "runtime/PlanFile.h"
 
 #include "CompileUtil.h"
+#include "compiler/Collectives.h"
 #include "runtime/plan.pb.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <set>
 
 using namespace headroom;
 namespace pb = headroom::planfile;
@@ -86,6 +88,9 @@ void expectSamePlan(const Plan &a, const Plan &b) {
       EXPECT_EQ(ca.Outputs, cb.Outputs) << "call " << c;
       EXPECT_EQ(ca.State, cb.State) << "call " << c;
       EXPECT_EQ(ca.Id, cb.Id) << "call " << c;
+      EXPECT_EQ(ca.Host, cb.Host) << "call " << c;
+      EXPECT_EQ(ca.WaitFor, cb.WaitFor) << "call " << c;
+      EXPECT_EQ(ca.Overlapped, cb.Overlapped) << "call " << c;
     }
   }
   EXPECT_EQ(a.ArenaBytes, b.ArenaBytes);
@@ -251,6 +256,59 @@ TEST(PlanFileTest, ShardsAndReplicasRoundTrip) {
   EXPECT_EQ(loaded.ThePlan.States[r].Kind, StateKind::Replica);
 }
 
+/// On cuda the collectives run on the copy stream: every compute call
+/// that reads a value one made, or a slot one wrote (zero 0's accumulators,
+/// zero 1's replicas), has waited for it; the plan file keeps the marks.
+TEST(PlanFileTest, OverlappedCollectivesRoundTrip) {
+  for (unsigned zero : {0u, 1u, 3u}) {
+    CompileOptions o = gptOptions();
+    o.Import.Batch = 8;
+    o.Accumulate = zero == 0 ? 2 : 1;
+    o.Ranks = 4;
+    o.Zero = zero;
+    o.Target = "cuda";
+    o.Optimizer.Kind = OptimizerOptions::Kind::AdamW;
+    o.Schedule = ScheduleMode::Always;
+    Plan plan = compileTest("gpt.onnx", o);
+    std::set<OpKind> kinds;
+    for (const PlanFunction &f : plan.Functions) {
+      int waited = -1;
+      std::vector<int> madeBy(plan.Buffers.size(), -1),
+          wrote(plan.States.size(), -1);
+      for (size_t i = 0; i < f.Calls.size(); ++i) {
+        const KernelCall &c = f.Calls[i];
+        if (c.Overlapped) {
+          kinds.insert(c.Kind);
+          EXPECT_TRUE(c.onCopyStream());
+          EXPECT_TRUE(isCollective(c.Kind)) << c.Op;
+          for (int b : c.Outputs)
+            madeBy[b] = i;
+          if (c.State >= 0 && c.Kind != OpKind::Read)
+            wrote[c.State] = i;
+          continue;
+        }
+        if (c.onCopyStream())
+          continue;
+        waited = std::max(waited, c.WaitFor); // the compute stream is in order
+        for (int b : c.Inputs)
+          if (b >= 0 && madeBy[b] >= 0)
+            EXPECT_GE(waited, madeBy[b]) << c.Op << " call " << i;
+        if (c.State >= 0 && wrote[c.State] >= 0)
+          EXPECT_GE(waited, wrote[c.State]) << c.Op << " call " << i;
+      }
+    }
+    EXPECT_TRUE(kinds.count(zero == 0   ? OpKind::AllReduceState
+                            : zero == 1 ? OpKind::AllGatherState
+                                        : OpKind::AllGather))
+        << "zero " << zero;
+    PlanSource source = takeOrFail(describePlanSource(modelPath("gpt.onnx")));
+    std::string path = tempPath("overlapped-cuda.plan");
+    ASSERT_EQ(errorOf(writePlanFile(plan, source, recipeFor(plan), path)), "");
+    LoadedPlan loaded = takeOrFail(readPlanFile(path));
+    expectSamePlan(plan, loaded.ThePlan);
+  }
+}
+
 TEST(PlanFileTest, Deterministic) {
   std::string a = serialize(compileTest("gpt.onnx", gptOptions()), "gpt.onnx");
   std::string b = serialize(compileTest("gpt.onnx", gptOptions()), "gpt.onnx");
@@ -389,6 +447,11 @@ TEST(PlanFileTest, InvalidContentsAreRefused) {
   check(
       "state", [&](pb::Plan &p) { call(p, readCall)->set_state(99); },
       "state 99 is out of range");
+  check(
+      "overlapped on cpu",
+      [&](pb::Plan &p) { call(p, addCall)->set_overlapped(true); },
+      "is marked to run on the copy stream, which only --device cuda's "
+      "collectives do");
   check(
       "moments", [&](pb::Plan &p) { call(p, adamCall)->clear_more_states(); },
       "names 1 state slots, the op writes 3");

@@ -168,7 +168,7 @@ TEST(StreamsTest, GroupsAreJoinedAfterTheNextGroup) {
     if (!n.info()->has(opflags::Terminator))
       calls.push_back(&n);
   PoolAssignment pools(f);
-  StreamSchedule s = scheduleStreams(calls, pools);
+  StreamSchedule s = scheduleStreams(calls, pools, cudaTarget());
   std::vector<bool> copy = {false, false, false, true,  true,
                             false, true,  true,  false, false};
   EXPECT_EQ(s.OnCopy, copy);
