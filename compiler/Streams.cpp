@@ -32,6 +32,7 @@ StreamSchedule headroom::scheduleStreams(llvm::ArrayRef<const Node *> calls,
   // a slot it reads or writes (a collective on state).
   llvm::DenseMap<const StateSlot *, int> copiedSlot; // last copy call reading
   llvm::DenseMap<const StateSlot *, int> copyWrote;  // last copy call writing
+  int lastCollective = -1; // the last collective on the copy stream
   for (int p = 0; p < count; ++p) {
     const Node &n = *calls[p];
     if (s.OnCopy[p]) {
@@ -43,11 +44,18 @@ StreamSchedule headroom::scheduleStreams(llvm::ArrayRef<const Node *> calls,
         if (n.info()->has(opflags::WritesState))
           copyWrote[slot] = p;
       }
+      if (isCollective(n.kind()))
+        lastCollective = p;
       continue;
     }
     for (const StateSlot *slot : n.states())
       if (auto it = copyWrote.find(slot); it != copyWrote.end())
         wait(p, it->second);
+    // A collective in order waits for those on the copy stream: NCCL gives
+    // no progress guarantee to two collectives of one communicator running
+    // at once, so they run one at a time, in the order issued.
+    if (isCollective(n.kind()) && lastCollective >= 0)
+      wait(p, lastCollective);
     for (const Value *v : n.operands()) {
       const Node *def = v ? v->definingNode() : nullptr;
       auto at = def ? position.find(def) : position.end();

@@ -12,7 +12,10 @@
 //     of the schedule, so it reads complete values and writes memory no
 //     compute call still uses);
 //   - a compute call waits for the copy call that made a value it reads,
-//     and for one that read a slot it writes;
+//     for one that read a slot it writes, and for one that wrote a slot it
+//     touches (a collective on state); a collective on the compute stream
+//     (Target::overlapsCollective says no) waits for the copy stream's
+//     collectives before it: collectives run one at a time, as issued;
 //   - each group is joined by the compute stream at its first call after
 //     the next group (or at the function's end): at most two groups are in
 //     flight, and a device value a group reads lives, in the plan, until

@@ -190,4 +190,43 @@ TEST(StreamsTest, GroupsAreJoinedAfterTheNextGroup) {
   EXPECT_TRUE(pf.Calls[3].onCopyStream());
 }
 
+/// Collectives on cuda: one of values or state runs on the copy stream; a
+/// compute call waits for the collective that made its operand or wrote a
+/// slot it reads; one padded through the workspace runs in order, after
+/// the copy stream's collectives (NCCL runs one at a time); on the cpu
+/// target everything is in order.
+TEST(StreamsTest, CollectivesOverlapOnCuda) {
+  auto m = takeOrFail(parseModule("ranks 2\n"
+                                  "state @acc : f32[4] grad\n"
+                                  "func @f(%x: f32[4], %y: f32[3]) {\n"
+                                  "  %a = ReduceScatter(%x) {op = \"mean\"} "
+                                  ": f32[2]\n"
+                                  "  AllReduceState(@acc) {op = \"mean\"}\n"
+                                  "  %n = Neg(%a) : f32[2]\n"
+                                  "  %r = Read(@acc) : f32[4]\n"
+                                  "  %b = ReduceScatter(%y) {op = \"mean\"} "
+                                  ": f32[2]\n"
+                                  "  return %n, %r, %b\n"
+                                  "}\n"));
+  const Function &f = *m->functions().front();
+  std::vector<const Node *> calls;
+  for (const Node &n : f.nodes())
+    if (!n.info()->has(opflags::Terminator))
+      calls.push_back(&n);
+  PoolAssignment pools(f);
+  StreamSchedule s = scheduleStreams(calls, pools, cudaTarget());
+  EXPECT_EQ(s.OnCopy, (std::vector<bool>{true, true, false, false, false}));
+  EXPECT_EQ(s.WaitFor[2], 0); // %n reads %a
+  EXPECT_EQ(s.WaitFor[3], 1); // the Read of @acc, which AllReduceState wrote
+  EXPECT_EQ(s.WaitFor[4], 1); // the padded ReduceScatter, in order
+  StreamSchedule cpu = scheduleStreams(calls, pools, cpuTarget());
+  EXPECT_EQ(cpu.OnCopy, std::vector<bool>(5, false));
+  Plan plan = takeOrFail(lowerModule(*m, cudaTarget()));
+  const PlanFunction &pf = plan.Functions.front();
+  EXPECT_TRUE(pf.Calls[0].Overlapped);
+  EXPECT_TRUE(pf.Calls[1].Overlapped);
+  EXPECT_FALSE(pf.Calls[4].Overlapped);
+  EXPECT_EQ(pf.Calls[4].WaitFor, 1);
+}
+
 } // namespace
