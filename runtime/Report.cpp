@@ -155,6 +155,21 @@ static void printHostAndEstimate(const Plan &plan, llvm::raw_ostream &os) {
   if (plan.TargetName != "cuda")
     return;
   StepEstimate e = estimateStep(plan);
+  if (r.Ranks > 1) {
+    double overlapped = e.CollectiveSeconds - e.InOrderCollectiveSeconds;
+    os << llvm::format("  step estimate: %.3g s = %.3g s of compute at %.0f "
+                       "TFLOP/s (%s, nominal) + %.3g s of collectives in "
+                       "order + %.3g s exposed of the copy stream's %.3g s of "
+                       "collectives at %.0f GB/s, %.3g s of transfers at %.3g "
+                       "GB/s and %.3g s of host calls at %.0f GB/s\n",
+                       e.StepSeconds, e.ComputeSeconds, e.FlopsPerSecond / 1e12,
+                       e.LowPrecision ? "bf16/fp16" : "f32",
+                       e.InOrderCollectiveSeconds, e.ExposedSeconds, overlapped,
+                       kLinkBytesPerSecond / 1e9, e.TransferSeconds,
+                       r.HostBandwidth / 1e9, e.HostSeconds,
+                       kHostBytesPerSecond / 1e9);
+    return;
+  }
   os << llvm::format("  step estimate: %.3g s = %.3g s of compute at %.0f "
                      "TFLOP/s (%s, nominal) + %.3g s exposed of the copy "
                      "stream's %.3g s of transfers at %.3g GB/s and %.3g s of "
@@ -163,16 +178,6 @@ static void printHostAndEstimate(const Plan &plan, llvm::raw_ostream &os) {
                      e.LowPrecision ? "bf16/fp16" : "f32", e.ExposedSeconds,
                      e.TransferSeconds, r.HostBandwidth / 1e9, e.HostSeconds,
                      kHostBytesPerSecond / 1e9);
-  if (r.Ranks > 1)
-    os << llvm::format("    collectives: %.3g s for %s per rank at %.0f GB/s "
-                       "(nominal); %.3g s of it on the copy stream (exposed "
-                       "only where the compute waits), %.3g s in order on "
-                       "the compute stream\n",
-                       e.CollectiveSeconds,
-                       formatBytes(r.CollectiveBytes).c_str(),
-                       kLinkBytesPerSecond / 1e9,
-                       e.CollectiveSeconds - e.InOrderCollectiveSeconds,
-                       e.InOrderCollectiveSeconds);
 }
 
 /// Collective volume in units of Psi, the trainable values (the ZeRO
