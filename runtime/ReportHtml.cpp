@@ -623,6 +623,17 @@ void headroom::printReportHtml(const ReportPage &page, llvm::raw_ostream &os) {
          << "); per step " << formatBytes(r.ToHostBytes)
          << " go to the host and " << formatBytes(r.ToDeviceBytes)
          << " to the device (docs/offload.md).</p>\n";
+    if (r.Ranks > 1)
+      os << "<p class=\"note\">Data parallel: <b data-ranks=\"" << r.Ranks
+         << "\">" << r.Ranks
+         << " ranks</b>, every figure here is one rank's. Its shard of the "
+            "state "
+         << formatBytes(r.ShardBytes)
+         << " (whole: " << formatBytes(r.ShardWholeBytes) << "), replicas "
+         << formatBytes(r.ReplicaBytes) << ", the collective library "
+         << formatBytes(r.CollectiveLibraryBytes) << "; collectives move "
+         << formatBytes(r.CollectiveBytes)
+         << " per step per rank (docs/distributed.md).</p>\n";
     if (!page.ThePlan->Adapters.empty()) {
       const Plan &plan = *page.ThePlan;
       os << "<p class=\"note\">LoRA: " << plan.Adapters.size()

@@ -180,6 +180,11 @@ def main():
             errors.append("values at the peak %s, JSON %s" %
                           (p.rows[:len(values)], values))
         rows = p.rows[len(values):]
+        ranks = [int(a["data-ranks"]) for _, a in p.tags if "data-ranks" in a]
+        dp = plan.get("data_parallel", {}).get("ranks", 1)
+        want = [dp] if dp > 1 else []
+        if ranks != want:
+            errors.append("data-parallel ranks: page %s, JSON %s" % (ranks, want))
     else:
         rows = p.rows
     if kind == "autofit":
