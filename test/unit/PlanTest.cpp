@@ -138,6 +138,15 @@ TEST(Devices, BetterOpenBlasCore) {
 
 namespace {
 
+/// `f`'s nodes in order, the terminator excluded (what the lowering calls).
+static std::vector<const Node *> callsOf(const Function &f) {
+  std::vector<const Node *> calls;
+  for (const Node &n : f.nodes())
+    if (!n.info()->has(opflags::Terminator))
+      calls.push_back(&n);
+  return calls;
+}
+
 /// The copy stream (compiler/Streams.h): transfers and host calls run on
 /// it; a group of them is joined by the compute stream at its first call
 /// after the next group, and the gradient a group copies lives, in the plan,
@@ -163,10 +172,7 @@ TEST(StreamsTest, GroupsAreJoinedAfterTheNextGroup) {
                                   "  return %u\n"
                                   "}\n"));
   const Function &f = *m->functions().front();
-  std::vector<const Node *> calls;
-  for (const Node &n : f.nodes())
-    if (!n.info()->has(opflags::Terminator))
-      calls.push_back(&n);
+  std::vector<const Node *> calls = callsOf(f);
   PoolAssignment pools(f);
   StreamSchedule s = scheduleStreams(calls, pools, cudaTarget());
   std::vector<bool> copy = {false, false, false, true,  true,
@@ -209,10 +215,7 @@ TEST(StreamsTest, CollectivesOverlapOnCuda) {
                                   "  return %n, %r, %b\n"
                                   "}\n"));
   const Function &f = *m->functions().front();
-  std::vector<const Node *> calls;
-  for (const Node &n : f.nodes())
-    if (!n.info()->has(opflags::Terminator))
-      calls.push_back(&n);
+  std::vector<const Node *> calls = callsOf(f);
   PoolAssignment pools(f);
   StreamSchedule s = scheduleStreams(calls, pools, cudaTarget());
   EXPECT_EQ(s.OnCopy, (std::vector<bool>{true, true, false, false, false}));
