@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/ConstantFolding.h"
+#include "compiler/ops/Shape.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
@@ -437,42 +438,21 @@ static Expected<Results> foldSqueeze(const Tensor &x, const Tensor *axesT) {
 static Expected<Results> foldSlice(ArrayRef<const Tensor *> ins) {
   const Tensor &x = *ins[0];
   int64_t rank = x.type().rank();
-  std::vector<int64_t> starts = ins[1]->toInts(), ends = ins[2]->toInts();
-  std::vector<int64_t> axes, steps;
-  if (ins.size() > 3 && ins[3])
-    axes = ins[3]->toInts();
-  else
-    for (size_t i = 0; i < starts.size(); ++i)
-      axes.push_back(i);
-  if (ins.size() > 4 && ins[4])
-    steps = ins[4]->toInts();
-  else
-    steps.assign(starts.size(), 1);
-  if (ends.size() != starts.size() || axes.size() != starts.size() ||
-      steps.size() != starts.size())
-    return err("Slice starts, ends, axes and steps differ in length");
-  Shape begin(rank, 0), step(rank, 1),
-      shape(x.type().shape().begin(), x.type().shape().end());
-  for (size_t i = 0; i < starts.size(); ++i) {
-    auto a = normAxis(axes[i], rank);
-    if (!a || steps[i] == 0)
-      return err("Slice axis out of range or step 0");
-    int64_t dim = x.type().dim(*a), s = steps[i];
-    // ONNX: starts clamp to [0, dim] (step > 0) or [0, dim-1] (step < 0);
-    // ends to [0, dim] or [-1, dim-1].
-    auto clampIdx = [&](int64_t v, bool isEnd) {
-      if (v < 0)
-        v += dim;
-      if (s > 0)
-        return std::max<int64_t>(0, std::min(v, dim));
-      return std::max<int64_t>(isEnd ? -1 : 0, std::min(v, dim - 1));
-    };
-    int64_t b = clampIdx(starts[i], false), e = clampIdx(ends[i], true);
-    int64_t len = s > 0 ? (e - b + s - 1) / s : (b - e - s - 1) / -s;
-    begin[*a] = b;
-    step[*a] = s;
-    shape[*a] = std::max<int64_t>(0, len);
-  }
+  std::vector<int64_t> ints[5];
+  for (size_t i = 1; i < std::min<size_t>(ins.size(), 5); ++i)
+    if (ins[i])
+      ints[i] = ins[i]->toInts();
+  auto given = [&](size_t i) {
+    return i < ins.size() && ins[i] ? llvm::makeArrayRef(ints[i])
+                                    : Optional<ArrayRef<int64_t>>();
+  };
+  auto box =
+      ops::sliceBox(x.type().shape(), ints[1], ints[2], given(3), given(4));
+  if (!box)
+    return err("Slice: " + llvm::toString(box.takeError()));
+  Shape begin(box->Begin.begin(), box->Begin.end()),
+      step(box->Step.begin(), box->Step.end()),
+      shape(box->Shape.begin(), box->Shape.end());
   if (tooBig(shape))
     return Results();
   Shape st = stridesOf(x.type().shape()), coord;

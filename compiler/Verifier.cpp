@@ -1,5 +1,6 @@
 //===- Verifier.cpp - IR invariants ---------------------------------------===//
 #include "compiler/Verifier.h"
+#include "compiler/ops/Shape.h"
 
 #include "compiler/AttentionShape.h"
 #include "compiler/Collectives.h"
@@ -37,6 +38,7 @@ private:
   llvm::Error verifyNode(const Node &n);
   llvm::Error verifyMatrixProduct(const Node &n);
   llvm::Error verifyAttention(const Node &n);
+  llvm::Error verifyShapeFamily(const Node &n);
   llvm::Error verify8bitStates(const Node &n);
   llvm::Error fail(const Node &n, const llvm::Twine &msg) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -254,9 +256,91 @@ llvm::Error Verifier::verifyNode(const Node &n) {
   if (n.is(OpKind::FusedAttention) || n.is(OpKind::FusedAttentionGrad))
     if (auto e = verifyAttention(n))
       return e;
+  if (auto e = verifyShapeFamily(n))
+    return e;
   if ((n.is(OpKind::Shape) || n.is(OpKind::Size)) &&
       n.result(0)->type().dtype() != DType::I64)
     return fail(n, "result must be i64");
+  return llvm::Error::success();
+}
+
+/// The constant integers of operand `i` of `n` (a Constant's value), or
+/// none when it is absent or computed.
+static llvm::Optional<std::vector<int64_t>> constantInts(const Node &n,
+                                                         unsigned i) {
+  const Value *v = i < n.numOperands() ? n.operand(i) : nullptr;
+  const Node *def = v ? v->definingNode() : nullptr;
+  if (!def || !def->is(OpKind::Constant) || !isInteger(v->type().dtype()))
+    return llvm::None;
+  const Attribute *a = def->attr("value");
+  if (!a || a->kind() != Attribute::Kind::Tensor)
+    return llvm::None;
+  return a->asTensor().toInts();
+}
+
+/// Transpose, Concat, Split, and Slice with constant operands give the
+/// types their rules (compiler/ops/Shape.h) say, as the kernels check.
+llvm::Error Verifier::verifyShapeFamily(const Node &n) {
+  auto types = [](llvm::ArrayRef<Value *> values) {
+    std::vector<TensorType> out;
+    for (const Value *v : values)
+      out.push_back(v->type());
+    return out;
+  };
+  auto expect = [&](llvm::ArrayRef<int64_t> shape) -> llvm::Error {
+    const TensorType &y = n.result(0)->type();
+    if (y.shape() == shape && y.dtype() == n.operand(0)->type().dtype())
+      return llvm::Error::success();
+    return fail(n, "result " + y.str() + " should be " +
+                       TensorType(n.operand(0)->type().dtype(), shape).str());
+  };
+  if (n.is(OpKind::Transpose)) {
+    const Attribute *given = n.attr("perm");
+    if (given && given->kind() != Attribute::Kind::Ints)
+      return fail(n, "perm must be a list of integers");
+    const TensorType &x = n.operand(0)->type();
+    auto perm =
+        ops::transposePerm(given ? llvm::makeArrayRef(given->asInts())
+                                 : llvm::Optional<llvm::ArrayRef<int64_t>>(),
+                           x.rank());
+    if (!perm)
+      return fail(n, llvm::toString(perm.takeError()));
+    ops::Dims shape;
+    for (int64_t d : *perm)
+      shape.push_back(x.dim(d));
+    return expect(shape);
+  }
+  if (n.is(OpKind::Concat) || n.is(OpKind::Split)) {
+    bool concat = n.is(OpKind::Concat);
+    auto axis =
+        ops::joinAxis(n.intAttr("axis", 0),
+                      concat ? n.result(0)->type() : n.operand(0)->type(),
+                      types(concat ? n.operands() : n.results()));
+    if (!axis)
+      return fail(n, llvm::toString(axis.takeError()));
+    return llvm::Error::success();
+  }
+  if (n.is(OpKind::Slice) && n.numOperands() >= 3) {
+    llvm::Optional<std::vector<int64_t>> ints[5];
+    for (unsigned i = 1; i < std::min(n.numOperands(), 5u); ++i) {
+      if (!n.operand(i))
+        continue;
+      ints[i] = constantInts(n, i);
+      if (!ints[i])
+        return llvm::Error::success(); // computed: the kernel checks
+    }
+    if (!ints[1] || !ints[2])
+      return llvm::Error::success();
+    auto given = [&](unsigned i) {
+      return ints[i] ? llvm::makeArrayRef(*ints[i])
+                     : llvm::Optional<llvm::ArrayRef<int64_t>>();
+    };
+    auto box = ops::sliceBox(n.operand(0)->type().shape(), *ints[1], *ints[2],
+                             given(3), given(4));
+    if (!box)
+      return fail(n, llvm::toString(box.takeError()));
+    return expect(box->Shape);
+  }
   return llvm::Error::success();
 }
 

@@ -18,6 +18,7 @@
 #ifndef HEADROOM_KERNELS_CPU_KERNELUTIL_H
 #define HEADROOM_KERNELS_CPU_KERNELUTIL_H
 
+#include "compiler/ops/Shape.h"
 #include "kernels/cpu/Kernel.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -49,6 +50,50 @@ splitAtAxis(const KernelContext &ctx, const TensorView &x, int64_t axis) {
   if (!s)
     return ctx.unsupported(llvm::toString(s.takeError()));
   return s;
+}
+
+/// Whether optional operand `i` is given. A zero-element operand has no
+/// buffer, so its null Data does not mean "absent" (an absent view is rank 0).
+inline bool hasOperand(const KernelContext &ctx, unsigned i) {
+  return i < ctx.Inputs.size() &&
+         (ctx.Inputs[i].present() || ctx.Inputs[i].numElements() == 0);
+}
+
+/// An op's rule (compiler/ops/) as the kernel's error, the op named.
+template <typename T>
+llvm::Expected<T> orUnsupported(const KernelContext &ctx, llvm::Expected<T> v) {
+  if (!v)
+    return ctx.unsupported(llvm::toString(v.takeError()));
+  return v;
+}
+
+/// `axis` normalized into [0, rank), or the op's error.
+inline llvm::Expected<int64_t> normAxis(const KernelContext &ctx, int64_t axis,
+                                        int64_t rank) {
+  return orUnsupported(ctx, ops::normalizeAxis(axis, rank));
+}
+
+/// An error unless the result type has the shape the operands give.
+inline llvm::Error expectResultShape(const KernelContext &ctx,
+                                     const TensorView &result,
+                                     llvm::ArrayRef<int64_t> shape) {
+  if (result.Shape == shape)
+    return llvm::Error::success();
+  return ctx.unsupported("the operands give shape " + shapeString(shape) +
+                         " but the result type is " + result.type().str());
+}
+
+inline llvm::Error expectSameType(const KernelContext &ctx, const TensorView &a,
+                                  const TensorView &b) {
+  if (a.Type == b.Type)
+    return llvm::Error::success();
+  return ctx.unsupported("element types " + dtypeName(a.Type) + " and " +
+                         dtypeName(b.Type) + " differ");
+}
+
+/// The address of element `element` of `t`.
+inline char *bytesAt(const TensorView &t, int64_t element) {
+  return static_cast<char *>(t.Data) + element * dtypeSize(t.Type);
 }
 
 /// IEEE half, bfloat16 and bool elements as stored: their bits.

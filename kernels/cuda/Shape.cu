@@ -51,7 +51,9 @@ using llvm::Twine;
 
 namespace {
 
-using Dims = llvm::SmallVector<int64_t, 8>;
+using ops::contiguousStrides;
+using ops::Dims;
+using ops::product;
 
 //===----------------------------------------------------------------------===//
 // Device helpers
@@ -208,31 +210,6 @@ struct MinOp {
 // Host helpers
 //===----------------------------------------------------------------------===//
 
-Dims contiguousStrides(ArrayRef<int64_t> shape) {
-  Dims s(shape.size(), 1);
-  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i)
-    s[i] = s[i + 1] * shape[i + 1];
-  return s;
-}
-
-int64_t product(ArrayRef<int64_t> dims) {
-  int64_t n = 1;
-  for (int64_t d : dims)
-    n *= d;
-  return n;
-}
-
-char *bytesAt(const TensorView &t, int64_t element) {
-  return static_cast<char *>(t.Data) + element * dtypeSize(t.Type);
-}
-
-/// Whether optional operand `i` is given. A zero-element operand has no
-/// buffer, so its null Data does not mean "absent" (an absent view is rank 0).
-bool hasOperand(const KernelContext &ctx, unsigned i) {
-  return i < ctx.Inputs.size() &&
-         (ctx.Inputs[i].present() || ctx.Inputs[i].numElements() == 0);
-}
-
 /// An error unless operand `i` is i32 or i64 (an index tensor, or a shape).
 Error expectIndexType(const KernelContext &ctx, unsigned i) {
   DType t = ctx.Inputs[i].Type;
@@ -251,30 +228,6 @@ Expected<std::vector<int64_t>> constantInts(const KernelContext &ctx,
   if (!t)
     return t.takeError();
   return (*t)->toInts();
-}
-
-Expected<int64_t> normAxis(const KernelContext &ctx, int64_t axis,
-                           int64_t rank) {
-  if (axis < -rank || axis >= rank)
-    return ctx.unsupported("axis " + Twine(axis) +
-                           " is out of range for rank " + Twine(rank));
-  return axis < 0 ? axis + rank : axis;
-}
-
-Error expectResultShape(const KernelContext &ctx, const TensorView &result,
-                        ArrayRef<int64_t> shape) {
-  if (result.Shape == shape)
-    return Error::success();
-  return ctx.unsupported("the operands give shape " + shapeString(shape) +
-                         " but the result type is " + result.type().str());
-}
-
-Error expectSameType(const KernelContext &ctx, const TensorView &a,
-                     const TensorView &b) {
-  if (a.Type == b.Type)
-    return Error::success();
-  return ctx.unsupported("element types " + dtypeName(a.Type) + " and " +
-                         dtypeName(b.Type) + " differ");
 }
 
 /// A visitor that instantiates nothing: dispatch<Types>(ctx, t, NoApply())
@@ -455,21 +408,16 @@ Error copyKernel(const KernelContext &ctx) {
 
 Error transposeKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  int64_t rank = x.rank();
-  std::vector<int64_t> perm = ctx.attrInts("perm");
-  if (!ctx.attr("perm"))
-    for (int64_t d = rank - 1; d >= 0; --d)
-      perm.push_back(d);
-  if (static_cast<int64_t>(perm.size()) != rank)
-    return ctx.unsupported("perm has " + Twine(perm.size()) +
-                           " entries for rank " + Twine(rank));
-  std::vector<bool> seen(rank, false);
+  std::vector<int64_t> given = ctx.attrInts("perm");
+  auto perm = orUnsupported(
+      ctx,
+      ops::transposePerm(ctx.attr("perm") ? llvm::makeArrayRef(given)
+                                          : llvm::Optional<ArrayRef<int64_t>>(),
+                         x.rank()));
+  if (!perm)
+    return perm.takeError();
   Dims shape, srcStrides, xStrides = contiguousStrides(x.Shape);
-  for (int64_t p : perm) {
-    if (p < 0 || p >= rank || seen[p])
-      return ctx.unsupported("perm is not a permutation of 0.." +
-                             Twine(rank - 1));
-    seen[p] = true;
+  for (int64_t p : *perm) {
     shape.push_back(x.Shape[p]);
     srcStrides.push_back(xStrides[p]);
   }
@@ -481,35 +429,18 @@ Error transposeKernel(const KernelContext &ctx) {
                      contiguousStrides(y.Shape), srcStrides);
 }
 
-/// Checks that `part` matches `whole` on every axis but `axis`.
-Error expectSameOffAxis(const KernelContext &ctx, const TensorView &part,
-                        const TensorView &whole, int64_t axis) {
-  bool same = part.rank() == whole.rank() && part.Type == whole.Type;
-  for (unsigned d = 0; same && d < part.rank(); ++d)
-    same = d == axis || part.Shape[d] == whole.Shape[d];
-  if (same)
-    return Error::success();
-  return ctx.unsupported(part.type().str() + " and " + whole.type().str() +
-                         " differ off axis " + Twine(axis));
-}
-
 /// Concat and Split: copies `parts` into or out of `whole` along `axis`,
 /// one launch per part. Seen as [outer, axis, inner], a part is a block of
 /// rows in every outer slice of the whole.
 Error joinOrSplit(const KernelContext &ctx, const TensorView &whole,
                   ArrayRef<TensorView> parts, bool join) {
-  auto axis = normAxis(ctx, ctx.attrInt("axis", 0), whole.rank());
+  std::vector<TensorType> partTypes;
+  for (const TensorView &p : parts)
+    partTypes.push_back(p.type());
+  auto axis = orUnsupported(
+      ctx, ops::joinAxis(ctx.attrInt("axis", 0), whole.type(), partTypes));
   if (!axis)
     return axis.takeError();
-  int64_t total = 0;
-  for (const TensorView &p : parts) {
-    if (Error e = expectSameOffAxis(ctx, p, whole, *axis))
-      return e;
-    total += p.Shape[*axis];
-  }
-  if (total != whole.Shape[*axis])
-    return ctx.unsupported("the parts' axis sizes sum to " + Twine(total) +
-                           ", expected " + Twine(whole.Shape[*axis]));
   int64_t outer = product(whole.Shape.take_front(*axis));
   int64_t inner = product(whole.Shape.drop_front(*axis + 1));
   int64_t wholeRow = whole.Shape[*axis] * inner, offset = 0;
@@ -557,67 +488,31 @@ Error splitKernel(const KernelContext &ctx) {
 // Slice and SliceGrad
 //===----------------------------------------------------------------------===//
 
-/// The elements Slice reads from data of `dataShape`: a box of Shape
-/// elements starting at index Begin with step Step along each axis.
-struct SliceBox {
-  Dims Begin, Step, Shape;
-};
-
-/// Operands (starts, ends, axes?, steps?) begin at operand 1, for Slice and
-/// SliceGrad alike, clamped as the ONNX spec (and the CPU kernel) does.
-Expected<SliceBox> sliceBox(const KernelContext &ctx,
-                            ArrayRef<int64_t> dataShape) {
-  int64_t rank = dataShape.size();
-  auto starts = constantInts(ctx, 1, "starts");
-  if (!starts)
-    return starts.takeError();
-  auto ends = constantInts(ctx, 2, "ends");
-  if (!ends)
-    return ends.takeError();
-  size_t n = starts->size();
-  std::vector<int64_t> axes, steps(n, 1);
-  for (size_t i = 0; i < n; ++i)
-    axes.push_back(i);
-  for (unsigned operand : {3u, 4u}) {
-    if (!hasOperand(ctx, operand))
+/// Slice's box (compiler/ops/Shape.h); operands (starts, ends, axes?,
+/// steps?) begin at operand 1, for Slice and SliceGrad alike.
+Expected<ops::SliceBox> sliceBox(const KernelContext &ctx,
+                                 ArrayRef<int64_t> dataShape) {
+  static const char *const names[] = {"", "starts", "ends", "axes", "steps"};
+  std::vector<int64_t> ints[5];
+  for (unsigned operand = 1; operand < 5; ++operand) {
+    if (operand >= 3 && !hasOperand(ctx, operand))
       continue;
-    auto v = constantInts(ctx, operand, operand == 3 ? "axes" : "steps");
+    auto v = constantInts(ctx, operand, names[operand]);
     if (!v)
       return v.takeError();
-    (operand == 3 ? axes : steps) = std::move(*v);
+    ints[operand] = std::move(*v);
   }
-  if (ends->size() != n || axes.size() != n || steps.size() != n)
-    return ctx.unsupported("starts, ends, axes and steps differ in length");
-  SliceBox box{Dims(rank, 0), Dims(rank, 1),
-               Dims(dataShape.begin(), dataShape.end())};
-  std::vector<bool> seen(rank, false);
-  for (size_t i = 0; i < n; ++i) {
-    auto a = normAxis(ctx, axes[i], rank);
-    if (!a)
-      return a.takeError();
-    int64_t step = steps[i], dim = dataShape[*a];
-    if (step == 0 || seen[*a])
-      return ctx.unsupported("a step is 0 or an axis repeats");
-    seen[*a] = true;
-    auto clampTo = [](int64_t v, int64_t dim, int64_t lo, int64_t hi) {
-      return std::max(lo, std::min(v < 0 ? v + dim : v, hi));
-    };
-    int64_t b = step > 0 ? clampTo((*starts)[i], dim, 0, dim)
-                         : clampTo((*starts)[i], dim, 0, dim - 1);
-    int64_t e = step > 0 ? clampTo((*ends)[i], dim, 0, dim)
-                         : clampTo((*ends)[i], dim, -1, dim - 1);
-    int64_t len =
-        step > 0 ? (e - b + step - 1) / step : (b - e + (-step) - 1) / -step;
-    box.Begin[*a] = b;
-    box.Step[*a] = step;
-    box.Shape[*a] = std::max<int64_t>(0, len);
-  }
-  return box;
+  auto given = [&](unsigned i) {
+    return hasOperand(ctx, i) ? llvm::makeArrayRef(ints[i])
+                              : llvm::Optional<ArrayRef<int64_t>>();
+  };
+  return orUnsupported(
+      ctx, ops::sliceBox(dataShape, ints[1], ints[2], given(3), given(4)));
 }
 
 /// The box's first element's offset and its strides, in elements of data
 /// with `dataShape`.
-int64_t boxLayout(const SliceBox &box, ArrayRef<int64_t> dataShape,
+int64_t boxLayout(const ops::SliceBox &box, ArrayRef<int64_t> dataShape,
                   Dims &strides) {
   strides = contiguousStrides(dataShape);
   int64_t first = 0;

@@ -70,6 +70,51 @@ TEST(VerifierTest, ChecksShardsReplicasAndCollectives) {
             "shape (@w)");
 }
 
+/// The shape family's rules (compiler/ops/Shape.h), the kernels' too: the
+/// verifier names the node where the kernel would have failed at run time.
+TEST(VerifierTest, ChecksTheShapeFamily) {
+  auto body = [](const char *text) {
+    return verifyError(
+        (std::string("func @f(%x: f32[4, 6]) {\n") + text + "}\n").c_str());
+  };
+  EXPECT_EQ(body("  %t = Transpose(%x) : f32[6, 4]\n"
+                 "  %c = Concat(%x, %x) {axis = 1} : f32[4, 12]\n"
+                 "  %a, %b = Split(%x) {axis = -1} : f32[4, 2], f32[4, 4]\n"
+                 "  %s0 = Constant() {value = dense<i64[1]> 1} : i64[1]\n"
+                 "  %e0 = Constant() {value = dense<i64[1]> 100} : i64[1]\n"
+                 "  %s = Slice(%x, %s0, %e0) : f32[3, 6]\n"
+                 "  return %t\n"),
+            "");
+  EXPECT_EQ(body("  %t = Transpose(%x) {perm = [0, 0]} : f32[4, 4]\n"
+                 "  return %t\n"),
+            "in @f, node 0 ('Transpose' defining %t): perm is not a "
+            "permutation of 0..1");
+  EXPECT_EQ(body("  %t = Transpose(%x) {perm = [1, 0]} : f32[4, 6]\n"
+                 "  return %t\n"),
+            "in @f, node 0 ('Transpose' defining %t): result f32[4, 6] should "
+            "be f32[6, 4]");
+  EXPECT_EQ(body("  %c = Concat(%x, %x) {axis = 0} : f32[8, 5]\n"
+                 "  return %c\n"),
+            "in @f, node 0 ('Concat' defining %c): f32[4, 6] and f32[8, 5] "
+            "differ off axis 0");
+  EXPECT_EQ(body("  %a, %b = Split(%x) {axis = 1} : f32[4, 2], f32[4, 2]\n"
+                 "  return %a\n"),
+            "in @f, node 0 ('Split' defining %a): the parts' axis sizes sum to "
+            "4, expected 6");
+  EXPECT_EQ(body("  %s0 = Constant() {value = dense<i64[1]> 1} : i64[1]\n"
+                 "  %e0 = Constant() {value = dense<i64[1]> 3} : i64[1]\n"
+                 "  %s = Slice(%x, %s0, %e0) : f32[3, 6]\n"
+                 "  return %s\n"),
+            "in @f, node 2 ('Slice' defining %s): result f32[3, 6] should be "
+            "f32[2, 6]");
+  EXPECT_EQ(body("  %s0 = Constant() {value = dense<i64[2]> [1, 1]} : i64[2]\n"
+                 "  %e0 = Constant() {value = dense<i64[1]> 3} : i64[1]\n"
+                 "  %s = Slice(%x, %s0, %e0) : f32[2, 6]\n"
+                 "  return %s\n"),
+            "in @f, node 2 ('Slice' defining %s): starts, ends, axes and steps "
+            "differ in length");
+}
+
 TEST(VerifierTest, RejectsByteCountsThatCouldOverflow) {
   // (The parser refuses such types itself: built with the API here.)
   auto argument = [](std::vector<int64_t> shape) {

@@ -1,0 +1,115 @@
+//===- Shape.cpp - The shape family's rules -------------------------------===//
+#include "compiler/ops/Shape.h"
+
+#include "llvm/ADT/Twine.h"
+
+#include <algorithm>
+
+using namespace headroom;
+using llvm::ArrayRef;
+using llvm::Expected;
+using llvm::Optional;
+using llvm::Twine;
+
+static llvm::Error fail(const Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
+}
+
+ops::Dims ops::contiguousStrides(ArrayRef<int64_t> shape) {
+  Dims s(shape.size(), 1);
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i)
+    s[i] = s[i + 1] * shape[i + 1];
+  return s;
+}
+
+int64_t ops::product(ArrayRef<int64_t> dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    n *= d;
+  return n;
+}
+
+Expected<int64_t> ops::normalizeAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank)
+    return fail("axis " + Twine(axis) + " is out of range for rank " +
+                Twine(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+Expected<ops::SliceBox> ops::sliceBox(ArrayRef<int64_t> dataShape,
+                                      ArrayRef<int64_t> starts,
+                                      ArrayRef<int64_t> ends,
+                                      Optional<ArrayRef<int64_t>> axes,
+                                      Optional<ArrayRef<int64_t>> steps) {
+  int64_t rank = dataShape.size();
+  size_t n = starts.size();
+  if (ends.size() != n || (axes && axes->size() != n) ||
+      (steps && steps->size() != n))
+    return fail("starts, ends, axes and steps differ in length");
+  SliceBox box{Dims(rank, 0), Dims(rank, 1),
+               Dims(dataShape.begin(), dataShape.end())};
+  std::vector<bool> seen(rank, false);
+  auto clampTo = [](int64_t v, int64_t dim, int64_t lo, int64_t hi) {
+    return std::max(lo, std::min(v < 0 ? v + dim : v, hi));
+  };
+  for (size_t i = 0; i < n; ++i) {
+    auto a = normalizeAxis(axes ? (*axes)[i] : int64_t(i), rank);
+    if (!a)
+      return a.takeError();
+    int64_t step = steps ? (*steps)[i] : 1, dim = dataShape[*a];
+    if (step == 0 || seen[*a])
+      return fail("a step is 0 or an axis repeats");
+    seen[*a] = true;
+    int64_t b = step > 0 ? clampTo(starts[i], dim, 0, dim)
+                         : clampTo(starts[i], dim, 0, dim - 1);
+    int64_t e = step > 0 ? clampTo(ends[i], dim, 0, dim)
+                         : clampTo(ends[i], dim, -1, dim - 1);
+    int64_t len =
+        step > 0 ? (e - b + step - 1) / step : (b - e + (-step) - 1) / -step;
+    box.Begin[*a] = b;
+    box.Step[*a] = step;
+    box.Shape[*a] = std::max<int64_t>(0, len);
+  }
+  return box;
+}
+
+Expected<ops::Dims> ops::transposePerm(Optional<ArrayRef<int64_t>> perm,
+                                       int64_t rank) {
+  Dims p;
+  if (perm)
+    p.assign(perm->begin(), perm->end());
+  else
+    for (int64_t d = rank - 1; d >= 0; --d)
+      p.push_back(d);
+  if (static_cast<int64_t>(p.size()) != rank)
+    return fail("perm has " + Twine(p.size()) + " entries for rank " +
+                Twine(rank));
+  std::vector<bool> seen(rank, false);
+  for (int64_t d : p) {
+    if (d < 0 || d >= rank || seen[d])
+      return fail("perm is not a permutation of 0.." + Twine(rank - 1));
+    seen[d] = true;
+  }
+  return p;
+}
+
+Expected<int64_t> ops::joinAxis(int64_t axis, const TensorType &whole,
+                                ArrayRef<TensorType> parts) {
+  auto a = normalizeAxis(axis, whole.rank());
+  if (!a)
+    return a.takeError();
+  int64_t total = 0;
+  for (const TensorType &p : parts) {
+    bool same = p.rank() == whole.rank() && p.dtype() == whole.dtype();
+    for (int64_t d = 0; same && d < int64_t(p.rank()); ++d)
+      same = d == *a || p.dim(d) == whole.dim(d);
+    if (!same)
+      return fail(p.str() + " and " + whole.str() + " differ off axis " +
+                  Twine(*a));
+    total += p.dim(*a);
+  }
+  if (total != whole.dim(*a))
+    return fail("the parts' axis sizes sum to " + Twine(total) + ", expected " +
+                Twine(whole.dim(*a)));
+  return a;
+}

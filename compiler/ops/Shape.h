@@ -1,0 +1,75 @@
+//===- Shape.h - The shape family's rules, for every user -------*- C++ -*-===//
+//
+// What Slice, Transpose, Concat and Split mean, stated once: from the
+// operands' shapes, the attributes and the constant operands to a
+// description of the elements moved (a slice box, a permutation, the split
+// of an axis) or an error saying what is wrong. Constant folding, the CPU
+// kernels and the CUDA kernels take their sizes from here; the kernels name
+// the op in front of the message (KernelContext::unsupported), folding
+// names it too. Only shapes: no element is read or written here.
+//
+// compiler/MatMulShape.h and compiler/AttentionShape.h are the same kind of
+// rule for their ops.
+//
+//===----------------------------------------------------------------------===//
+#ifndef HEADROOM_COMPILER_OPS_SHAPE_H
+#define HEADROOM_COMPILER_OPS_SHAPE_H
+
+#include "compiler/Types.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/Optional.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+
+namespace headroom {
+namespace ops {
+
+using Dims = llvm::SmallVector<int64_t, 6>;
+
+/// Row-major strides, in elements, of a tensor of `shape`.
+Dims contiguousStrides(llvm::ArrayRef<int64_t> shape);
+
+/// The product of `dims` (1 for none).
+int64_t product(llvm::ArrayRef<int64_t> dims);
+
+/// `axis` (negative counts from the end) as an index in [0, rank), or the
+/// error "axis A is out of range for rank R".
+llvm::Expected<int64_t> normalizeAxis(int64_t axis, int64_t rank);
+
+/// The elements Slice reads from data of some shape: a box of Shape
+/// elements starting at index Begin with step Step along each axis.
+struct SliceBox {
+  Dims Begin, Step, Shape;
+};
+
+/// Slice's (and SliceGrad's) box in data of `dataShape`, from its starts,
+/// ends, and optional axes (default 0, 1, ...) and steps (default 1).
+/// Clamping follows the ONNX spec: starts into [0, dim] (negative step:
+/// [0, dim-1]), ends into [0, dim] (negative step: [-1, dim-1]), after
+/// adding dim to negative values. Errors: lengths that differ, an axis out
+/// of range or repeated, a step of 0.
+llvm::Expected<SliceBox>
+sliceBox(llvm::ArrayRef<int64_t> dataShape, llvm::ArrayRef<int64_t> starts,
+         llvm::ArrayRef<int64_t> ends,
+         llvm::Optional<llvm::ArrayRef<int64_t>> axes,
+         llvm::Optional<llvm::ArrayRef<int64_t>> steps);
+
+/// Transpose's permutation of an operand of rank `rank`: `perm` when given,
+/// else the axes reversed; an error unless it is a permutation.
+llvm::Expected<Dims> transposePerm(llvm::Optional<llvm::ArrayRef<int64_t>> perm,
+                                   int64_t rank);
+
+/// Concat's result (`whole`) from its operands, or Split's operand from its
+/// results (`parts`), along `axis`: every part has the whole's rank and
+/// element type and its sizes off the axis, and their axis sizes sum to the
+/// whole's. Returns the normalized axis.
+llvm::Expected<int64_t> joinAxis(int64_t axis, const TensorType &whole,
+                                 llvm::ArrayRef<TensorType> parts);
+
+} // namespace ops
+} // namespace headroom
+
+#endif // HEADROOM_COMPILER_OPS_SHAPE_H
