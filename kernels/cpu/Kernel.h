@@ -27,6 +27,7 @@
 #include <cstdint>
 
 namespace headroom {
+class Tensor;
 namespace cpu {
 
 /// A typed view of a buffer. Data is null for an absent optional input.
@@ -59,6 +60,11 @@ struct KernelContext {
   /// Scratch the executor planned for this call (see WorkspaceFn), or null.
   void *Workspace = nullptr;
   uint64_t WorkspaceBytes = 0;
+  /// Whether the views' Data are host memory (the CPU backend); a device
+  /// backend reads shape operands (Slice's starts, ...) from Constants.
+  bool HostData = true;
+  /// Per input: the host tensor of a constant operand, else null (or none).
+  llvm::ArrayRef<const Tensor *> Constants = {};
 
   int64_t attrInt(llvm::StringRef name, int64_t dflt) const;
   double attrFloat(llvm::StringRef name, double dflt) const;

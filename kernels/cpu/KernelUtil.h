@@ -67,6 +67,18 @@ llvm::Expected<T> orUnsupported(const KernelContext &ctx, llvm::Expected<T> v) {
   return v;
 }
 
+/// The elements of integer operand `i` (i32 or i64), read on the host: the
+/// operand itself on the CPU, its plan constant on a device (`what` names
+/// it when it is not one).
+llvm::Expected<std::vector<int64_t>>
+intOperand(const KernelContext &ctx, unsigned i, llvm::StringRef what);
+
+/// Slice's (and SliceGrad's) box in data of `dataShape`
+/// (compiler/ops/Shape.h); its operands (starts, ends, axes?, steps?)
+/// begin at operand 1.
+llvm::Expected<ops::SliceBox> sliceBox(const KernelContext &ctx,
+                                       llvm::ArrayRef<int64_t> dataShape);
+
 /// `axis` normalized into [0, rank), or the op's error.
 inline llvm::Expected<int64_t> normAxis(const KernelContext &ctx, int64_t axis,
                                         int64_t rank) {

@@ -48,22 +48,6 @@ using ops::contiguousStrides;
 using ops::Dims;
 using ops::product;
 
-/// The elements of integer operand `i` (i32 or i64).
-Expected<std::vector<int64_t>> readInts(const KernelContext &ctx, unsigned i) {
-  const TensorView &t = ctx.Inputs[i];
-  std::vector<int64_t> v(t.numElements());
-  if (t.Type == DType::I64) {
-    std::copy_n(t.as<int64_t>(), v.size(), v.begin());
-    return v;
-  }
-  if (t.Type == DType::I32) {
-    std::copy_n(t.as<int32_t>(), v.size(), v.begin());
-    return v;
-  }
-  return ctx.unsupported("operand " + Twine(i) + " is " + dtypeName(t.Type) +
-                         ", expected i32 or i64");
-}
-
 /// Calls fn(T()) with T the unsigned integer of `bytes` bytes, the type that
 /// kernels which only move elements copy them as.
 template <typename Fn> void withBits(unsigned bytes, Fn fn) {
@@ -366,7 +350,7 @@ Error concatKernel(const KernelContext &ctx) {
 Error splitKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0];
   if (hasOperand(ctx, 1)) {
-    auto split = readInts(ctx, 1);
+    auto split = intOperand(ctx, 1, "split");
     if (!split)
       return split.takeError();
     auto axis = normAxis(ctx, ctx.attrInt("axis", 0), x.rank());
@@ -385,27 +369,6 @@ Error splitKernel(const KernelContext &ctx) {
 //===----------------------------------------------------------------------===//
 // Slice and SliceGrad
 //===----------------------------------------------------------------------===//
-
-/// Slice's box (compiler/ops/Shape.h); operands (starts, ends, axes?,
-/// steps?) begin at operand 1, for Slice and SliceGrad alike.
-Expected<ops::SliceBox> sliceBox(const KernelContext &ctx,
-                                 ArrayRef<int64_t> dataShape) {
-  std::vector<int64_t> ints[5];
-  for (unsigned operand = 1; operand < 5; ++operand) {
-    if (operand >= 3 && !hasOperand(ctx, operand))
-      continue;
-    auto v = readInts(ctx, operand);
-    if (!v)
-      return v.takeError();
-    ints[operand] = std::move(*v);
-  }
-  auto given = [&](unsigned i) {
-    return hasOperand(ctx, i) ? llvm::makeArrayRef(ints[i])
-                              : llvm::Optional<ArrayRef<int64_t>>();
-  };
-  return orUnsupported(
-      ctx, ops::sliceBox(dataShape, ints[1], ints[2], given(3), given(4)));
-}
 
 /// The box's first element's offset and its strides, in elements of data
 /// with `dataShape`.
@@ -482,7 +445,7 @@ Expected<GatherLayout> gatherLayout(const KernelContext &ctx,
   auto axis = normAxis(ctx, ctx.attrInt("axis", 0), data.rank());
   if (!axis)
     return axis.takeError();
-  auto idx = readInts(ctx, 1);
+  auto idx = intOperand(ctx, 1, "indices");
   if (!idx)
     return idx.takeError();
   GatherLayout l{product(data.Shape.take_front(*axis)), data.Shape[*axis],
@@ -584,7 +547,7 @@ Expected<std::vector<int64_t>> elementOffsets(const KernelContext &ctx,
       return ctx.unsupported("indices of shape " + shapeString(shape) +
                              " exceed " + data.type().str() + " on axis " +
                              Twine(d));
-  auto idx = readInts(ctx, indicesInput);
+  auto idx = intOperand(ctx, indicesInput, "indices");
   if (!idx)
     return idx.takeError();
   Dims strides = contiguousStrides(data.Shape);
@@ -758,7 +721,7 @@ Expected<NdLayout> ndLayout(const KernelContext &ctx, const TensorView &data,
                            " coordinates into " + data.type().str() +
                            " after " + Twine(b) + " batch axes");
   l.Slice = product(data.Shape.drop_front(b + l.K));
-  auto idx = readInts(ctx, indicesInput);
+  auto idx = intOperand(ctx, indicesInput, "indices");
   if (!idx)
     return idx.takeError();
   Dims strides = contiguousStrides(data.Shape);
@@ -859,7 +822,7 @@ Error expandKernel(const KernelContext &ctx) {
 /// with stride 0 over the repeats.
 Error tileKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  auto repeats = readInts(ctx, 1);
+  auto repeats = intOperand(ctx, 1, "repeats");
   if (!repeats)
     return repeats.takeError();
   if (repeats->size() != x.rank())
@@ -954,7 +917,7 @@ Error padKernel(const KernelContext &ctx) {
     return ctx.unsupported("mode '" + modeName + "' is not supported");
   if (hasOperand(ctx, 3))
     return ctx.unsupported("the axes operand (opset 18) is not supported");
-  auto pads = readInts(ctx, 1);
+  auto pads = intOperand(ctx, 1, "pads");
   if (!pads)
     return pads.takeError();
   size_t rank = x.rank();
@@ -1023,7 +986,7 @@ Error cumSumKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
   if (auto e = expectSameType(ctx, x, y))
     return e;
-  auto axes = readInts(ctx, 1);
+  auto axes = intOperand(ctx, 1, "axis");
   if (!axes)
     return axes.takeError();
   if (axes->size() != 1)
@@ -1053,7 +1016,7 @@ Error triluKernel(const KernelContext &ctx) {
   int64_t rows = x.Shape[x.rank() - 2], cols = x.Shape.back();
   int64_t k = 0;
   if (hasOperand(ctx, 1)) {
-    auto kv = readInts(ctx, 1);
+    auto kv = intOperand(ctx, 1, "k");
     if (!kv)
       return kv.takeError();
     if (kv->size() != 1)
@@ -1113,7 +1076,7 @@ Error sizeKernel(const KernelContext &ctx) {
 /// the fill is the one element of `value` (default f32 0).
 Error constantOfShapeKernel(const KernelContext &ctx) {
   const TensorView &y = ctx.Outputs[0];
-  auto shape = readInts(ctx, 0);
+  auto shape = intOperand(ctx, 0, "shape");
   if (!shape)
     return shape.takeError();
   if (auto e = expectResultShape(ctx, y, *shape))

@@ -40,7 +40,9 @@ using cpu::TensorView;
 struct KernelContext : cpu::KernelContext {
   /// The CPU interface's fields; the CUDA ones are set after.
   explicit KernelContext(const cpu::KernelContext &base)
-      : cpu::KernelContext(base) {}
+      : cpu::KernelContext(base) {
+    HostData = false;
+  }
 
   /// cudaStream_t (null in the emulator).
   void *Stream = nullptr;
@@ -52,8 +54,6 @@ struct KernelContext : cpu::KernelContext {
   /// executor's seed and RandomStream on the device, see mixSeed).
   const uint64_t *Step = nullptr;
   uint64_t RunSeed = 0, RandomStream = 0;
-  /// Per input: the host tensor of a constant operand, else null.
-  llvm::ArrayRef<const Tensor *> Constants;
 
   /// Input i's constant value; an error naming the op and `what` (e.g.
   /// "starts") when it is not a constant of the plan.

@@ -219,17 +219,6 @@ Error expectIndexType(const KernelContext &ctx, unsigned i) {
                          ", expected i32 or i64");
 }
 
-/// The elements of integer operand `i`, a plan constant read on the host.
-Expected<std::vector<int64_t>> constantInts(const KernelContext &ctx,
-                                            unsigned i, llvm::StringRef what) {
-  if (Error e = expectIndexType(ctx, i))
-    return Expected<std::vector<int64_t>>(std::move(e));
-  auto t = ctx.constant(i, what);
-  if (!t)
-    return t.takeError();
-  return (*t)->toInts();
-}
-
 /// A visitor that instantiates nothing: dispatch<Types>(ctx, t, NoApply())
 /// checks that `t` is among Types before a kernel writes anything.
 struct NoApply {
@@ -468,7 +457,7 @@ Error concatKernel(const KernelContext &ctx) {
 Error splitKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0];
   if (hasOperand(ctx, 1)) {
-    auto split = constantInts(ctx, 1, "split");
+    auto split = intOperand(ctx, 1, "split");
     if (!split)
       return split.takeError();
     auto axis = normAxis(ctx, ctx.attrInt("axis", 0), x.rank());
@@ -487,28 +476,6 @@ Error splitKernel(const KernelContext &ctx) {
 //===----------------------------------------------------------------------===//
 // Slice and SliceGrad
 //===----------------------------------------------------------------------===//
-
-/// Slice's box (compiler/ops/Shape.h); operands (starts, ends, axes?,
-/// steps?) begin at operand 1, for Slice and SliceGrad alike.
-Expected<ops::SliceBox> sliceBox(const KernelContext &ctx,
-                                 ArrayRef<int64_t> dataShape) {
-  static const char *const names[] = {"", "starts", "ends", "axes", "steps"};
-  std::vector<int64_t> ints[5];
-  for (unsigned operand = 1; operand < 5; ++operand) {
-    if (operand >= 3 && !hasOperand(ctx, operand))
-      continue;
-    auto v = constantInts(ctx, operand, names[operand]);
-    if (!v)
-      return v.takeError();
-    ints[operand] = std::move(*v);
-  }
-  auto given = [&](unsigned i) {
-    return hasOperand(ctx, i) ? llvm::makeArrayRef(ints[i])
-                              : llvm::Optional<ArrayRef<int64_t>>();
-  };
-  return orUnsupported(
-      ctx, ops::sliceBox(dataShape, ints[1], ints[2], given(3), given(4)));
-}
 
 /// The box's first element's offset and its strides, in elements of data
 /// with `dataShape`.
@@ -1147,7 +1114,7 @@ Error expandKernel(const KernelContext &ctx) {
 /// with stride 0 over the repeats.
 Error tileKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  auto repeats = constantInts(ctx, 1, "repeats");
+  auto repeats = intOperand(ctx, 1, "repeats");
   if (!repeats)
     return repeats.takeError();
   if (repeats->size() != x.rank())
@@ -1238,7 +1205,7 @@ Error padKernel(const KernelContext &ctx) {
     return ctx.unsupported("mode '" + modeName + "' is not supported");
   if (hasOperand(ctx, 3))
     return ctx.unsupported("the axes operand (opset 18) is not supported");
-  auto pads = constantInts(ctx, 1, "pads");
+  auto pads = intOperand(ctx, 1, "pads");
   if (!pads)
     return pads.takeError();
   size_t rank = x.rank();
@@ -1328,7 +1295,7 @@ Error triluKernel(const KernelContext &ctx) {
   int64_t rows = x.Shape[x.rank() - 2], cols = x.Shape.back();
   int64_t k = 0;
   if (hasOperand(ctx, 1)) {
-    auto kv = constantInts(ctx, 1, "k");
+    auto kv = intOperand(ctx, 1, "k");
     if (!kv)
       return kv.takeError();
     if (kv->size() != 1)
@@ -1384,7 +1351,7 @@ Error cumSumKernel(const KernelContext &ctx) {
   if (x.type() != y.type())
     return ctx.unsupported("result " + y.type().str() + " differs from " +
                            x.type().str());
-  auto axes = constantInts(ctx, 1, "axis");
+  auto axes = intOperand(ctx, 1, "axis");
   if (!axes)
     return axes.takeError();
   if (axes->size() != 1)
@@ -1426,7 +1393,7 @@ struct FillApply {
 /// (default f32 0).
 Error constantOfShapeKernel(const KernelContext &ctx) {
   const TensorView &y = ctx.Outputs[0];
-  auto shape = constantInts(ctx, 0, "shape");
+  auto shape = intOperand(ctx, 0, "shape");
   if (!shape)
     return shape.takeError();
   if (Error e = expectResultShape(ctx, y, *shape))

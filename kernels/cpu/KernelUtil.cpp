@@ -1,0 +1,45 @@
+//===- KernelUtil.cpp - Helpers shared by the kernel families -------------===//
+#include "kernels/cpu/KernelUtil.h"
+
+#include "compiler/Types.h"
+
+using namespace headroom;
+using namespace headroom::cpu;
+
+llvm::Expected<std::vector<int64_t>>
+cpu::intOperand(const KernelContext &ctx, unsigned i, llvm::StringRef what) {
+  const TensorView &t = ctx.Inputs[i];
+  if (t.Type != DType::I32 && t.Type != DType::I64)
+    return ctx.unsupported("operand " + llvm::Twine(i) + " is " +
+                           dtypeName(t.Type) + ", expected i32 or i64");
+  if (i < ctx.Constants.size() && ctx.Constants[i])
+    return ctx.Constants[i]->toInts();
+  if (!ctx.HostData)
+    return ctx.unsupported(what + " must be a constant on cuda");
+  std::vector<int64_t> v(t.numElements());
+  if (t.Type == DType::I64)
+    std::copy_n(t.as<int64_t>(), v.size(), v.begin());
+  else
+    std::copy_n(t.as<int32_t>(), v.size(), v.begin());
+  return v;
+}
+
+llvm::Expected<ops::SliceBox> cpu::sliceBox(const KernelContext &ctx,
+                                            llvm::ArrayRef<int64_t> dataShape) {
+  static const char *const names[] = {"", "starts", "ends", "axes", "steps"};
+  std::vector<int64_t> ints[5];
+  for (unsigned operand = 1; operand < 5; ++operand) {
+    if (operand >= 3 && !hasOperand(ctx, operand))
+      continue;
+    auto v = intOperand(ctx, operand, names[operand]);
+    if (!v)
+      return v.takeError();
+    ints[operand] = std::move(*v);
+  }
+  auto given = [&](unsigned i) {
+    return hasOperand(ctx, i) ? llvm::makeArrayRef(ints[i])
+                              : llvm::Optional<llvm::ArrayRef<int64_t>>();
+  };
+  return orUnsupported(
+      ctx, ops::sliceBox(dataShape, ints[1], ints[2], given(3), given(4)));
+}
