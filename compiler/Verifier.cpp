@@ -318,6 +318,11 @@ llvm::Error Verifier::verifyShapeFamily(const Node &n) {
                       types(concat ? n.operands() : n.results()));
     if (!axis)
       return fail(n, llvm::toString(axis.takeError()));
+    if (auto sizes = concat ? llvm::None : constantInts(n, 1))
+      if (auto e =
+              ops::checkSplitSizes(*sizes, n.intAttr("axis", 0),
+                                   n.operand(0)->type(), types(n.results())))
+        return fail(n, llvm::toString(std::move(e)));
     return llvm::Error::success();
   }
   if (n.is(OpKind::Slice) && n.numOperands() >= 3) {

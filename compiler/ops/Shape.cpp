@@ -73,6 +73,42 @@ Expected<ops::SliceBox> ops::sliceBox(ArrayRef<int64_t> dataShape,
   return box;
 }
 
+int64_t ops::boxLayout(const SliceBox &box, ArrayRef<int64_t> dataShape,
+                       Dims &strides) {
+  strides = contiguousStrides(dataShape);
+  int64_t first = 0;
+  for (size_t d = 0; d < strides.size(); ++d) {
+    first += box.Begin[d] * strides[d];
+    strides[d] *= box.Step[d];
+  }
+  return first;
+}
+
+ops::TransposeLayout ops::transposeLayout(ArrayRef<int64_t> shape,
+                                          ArrayRef<int64_t> perm) {
+  TransposeLayout l;
+  Dims strides = contiguousStrides(shape);
+  for (int64_t p : perm) {
+    l.Shape.push_back(shape[p]);
+    l.SourceStrides.push_back(strides[p]);
+  }
+  return l;
+}
+
+llvm::Error ops::checkSplitSizes(ArrayRef<int64_t> sizes, int64_t axis,
+                                 const TensorType &x,
+                                 ArrayRef<TensorType> results) {
+  auto a = normalizeAxis(axis, x.rank());
+  if (!a)
+    return a.takeError();
+  bool same = sizes.size() == results.size();
+  for (size_t i = 0; same && i < sizes.size(); ++i)
+    same = results[i].rank() == x.rank() && sizes[i] == results[i].dim(*a);
+  if (!same)
+    return fail("the split sizes do not match the result types");
+  return llvm::Error::success();
+}
+
 Expected<ops::Dims> ops::transposePerm(Optional<ArrayRef<int64_t>> perm,
                                        int64_t rank) {
   Dims p;

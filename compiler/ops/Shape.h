@@ -57,10 +57,29 @@ sliceBox(llvm::ArrayRef<int64_t> dataShape, llvm::ArrayRef<int64_t> starts,
          llvm::Optional<llvm::ArrayRef<int64_t>> axes,
          llvm::Optional<llvm::ArrayRef<int64_t>> steps);
 
+/// The box's first element's offset and its strides, in elements of data
+/// with `dataShape` (row-major).
+int64_t boxLayout(const SliceBox &box, llvm::ArrayRef<int64_t> dataShape,
+                  Dims &strides);
+
 /// Transpose's permutation of an operand of rank `rank`: `perm` when given,
 /// else the axes reversed; an error unless it is a permutation.
 llvm::Expected<Dims> transposePerm(llvm::Optional<llvm::ArrayRef<int64_t>> perm,
                                    int64_t rank);
+
+/// Transpose of an operand of `shape` by `perm` (transposePerm's): the
+/// result's shape, and per result axis the operand's stride (row-major).
+struct TransposeLayout {
+  Dims Shape, SourceStrides;
+};
+TransposeLayout transposeLayout(llvm::ArrayRef<int64_t> shape,
+                                llvm::ArrayRef<int64_t> perm);
+
+/// Split's optional sizes operand against its results along `axis`: one
+/// size per result, each the result's size on the axis.
+llvm::Error checkSplitSizes(llvm::ArrayRef<int64_t> sizes, int64_t axis,
+                            const TensorType &x,
+                            llvm::ArrayRef<TensorType> results);
 
 /// Concat's result (`whole`) from its operands, or Split's operand from its
 /// results (`parts`), along `axis`: every part has the whole's rank and

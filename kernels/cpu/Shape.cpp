@@ -298,11 +298,8 @@ Error transposeKernel(const KernelContext &ctx) {
                          x.rank()));
   if (!perm)
     return perm.takeError();
-  Dims shape, srcStrides, xStrides = contiguousStrides(x.Shape);
-  for (int64_t p : *perm) {
-    shape.push_back(x.Shape[p]);
-    srcStrides.push_back(xStrides[p]);
-  }
+  ops::TransposeLayout layout = ops::transposeLayout(x.Shape, *perm);
+  const Dims &shape = layout.Shape, &srcStrides = layout.SourceStrides;
   if (auto e = expectResultShape(ctx, y, shape))
     return e;
   if (auto e = expectSameType(ctx, x, y))
@@ -353,15 +350,12 @@ Error splitKernel(const KernelContext &ctx) {
     auto split = intOperand(ctx, 1, "split");
     if (!split)
       return split.takeError();
-    auto axis = normAxis(ctx, ctx.attrInt("axis", 0), x.rank());
-    if (!axis)
-      return axis.takeError();
-    bool same = split->size() == ctx.Outputs.size();
-    for (size_t i = 0; same && i < split->size(); ++i)
-      same = ctx.Outputs[i].rank() == x.rank() &&
-             (*split)[i] == ctx.Outputs[i].Shape[*axis];
-    if (!same)
-      return ctx.unsupported("the split sizes do not match the result types");
+    std::vector<TensorType> results;
+    for (const TensorView &y : ctx.Outputs)
+      results.push_back(y.type());
+    if (auto e = ops::checkSplitSizes(*split, ctx.attrInt("axis", 0), x.type(),
+                                      results))
+      return ctx.unsupported(llvm::toString(std::move(e)));
   }
   return joinOrSplit(ctx, x, ctx.Outputs, /*join=*/false);
 }
@@ -370,18 +364,7 @@ Error splitKernel(const KernelContext &ctx) {
 // Slice and SliceGrad
 //===----------------------------------------------------------------------===//
 
-/// The box's first element's offset and its strides, in elements of data
-/// with `dataShape`.
-int64_t boxLayout(const ops::SliceBox &box, ArrayRef<int64_t> dataShape,
-                  Dims &strides) {
-  strides = contiguousStrides(dataShape);
-  int64_t first = 0;
-  for (size_t d = 0; d < strides.size(); ++d) {
-    first += box.Begin[d] * strides[d];
-    strides[d] *= box.Step[d];
-  }
-  return first;
-}
+using ops::boxLayout;
 
 Error sliceKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];

@@ -101,6 +101,11 @@ TEST(VerifierTest, ChecksTheShapeFamily) {
                  "  return %a\n"),
             "in @f, node 0 ('Split' defining %a): the parts' axis sizes sum to "
             "4, expected 6");
+  EXPECT_EQ(body("  %n = Constant() {value = dense<i64[2]> [3, 3]} : i64[2]\n"
+                 "  %a, %b = Split(%x, %n) {axis = 1} : f32[4, 2], f32[4, 4]\n"
+                 "  return %a\n"),
+            "in @f, node 1 ('Split' defining %a): the split sizes do not "
+            "match the result types");
   EXPECT_EQ(body("  %s0 = Constant() {value = dense<i64[1]> 1} : i64[1]\n"
                  "  %e0 = Constant() {value = dense<i64[1]> 3} : i64[1]\n"
                  "  %s = Slice(%x, %s0, %e0) : f32[3, 6]\n"
