@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+#include "kernels/cpu/NormCheck.h"
 #include "kernels/cpu/Parallel.h"
 
 #include <algorithm>
@@ -47,29 +48,6 @@ void storeAll(const TensorView &t, const std::vector<double> &v) {
   }
 }
 
-/// Output i when the node has it (an absent optional output has no data).
-const TensorView *optionalOutput(const KernelContext &ctx, unsigned i) {
-  if (i >= ctx.Outputs.size() || !ctx.Outputs[i].present())
-    return nullptr;
-  return &ctx.Outputs[i];
-}
-
-/// Checks that every listed operand is f32 or f64 and has `n` elements.
-llvm::Error checkParams(const KernelContext &ctx,
-                        std::initializer_list<unsigned> operands, int64_t n) {
-  for (unsigned i : operands) {
-    const TensorView &p = ctx.Inputs[i];
-    if (!isF32OrF64(p.Type))
-      return ctx.unsupported("operand " + llvm::Twine(i) + " of element type " +
-                             dtypeName(p.Type) + " is not supported");
-    if (p.numElements() != n)
-      return ctx.unsupported("operand " + llvm::Twine(i) + " has " +
-                             llvm::Twine(p.numElements()) + " elements, " +
-                             llvm::Twine(n) + " expected");
-  }
-  return llvm::Error::success();
-}
-
 /// Mean and 1/sqrt(var + eps) of `n` values (biased variance, two passes).
 template <typename T>
 void moments(const T *x, int64_t n, double eps, double &mean, double &inv) {
@@ -89,25 +67,7 @@ void moments(const T *x, int64_t n, double eps, double &mean, double &inv) {
 // LayerNormalization
 //===----------------------------------------------------------------------===//
 
-/// A LayerNormalization input seen as rows: [Rows, Cols], Cols the product of
-/// the axes from `axis` on.
-struct RowShape {
-  int64_t Rows = 1, Cols = 1;
-};
-
-llvm::Expected<RowShape> layerNormRows(const KernelContext &ctx,
-                                       const TensorView &x) {
-  int64_t rank = x.rank(), axis = ctx.attrInt("axis", -1);
-  if (axis < -rank || axis >= rank)
-    return ctx.unsupported("axis " + llvm::Twine(axis) + " is out of range " +
-                           "for rank " + llvm::Twine(rank));
-  if (axis < 0)
-    axis += rank;
-  RowShape s;
-  for (int64_t i = 0; i < rank; ++i)
-    (i < axis ? s.Rows : s.Cols) *= x.Shape[i];
-  return s;
-}
+using RowShape = ops::NormRows;
 
 template <typename T>
 llvm::Error layerNorm(const KernelContext &ctx, RowShape s) {
@@ -142,22 +102,9 @@ llvm::Error layerNorm(const KernelContext &ctx, RowShape s) {
 /// since the statistics are always computed in double.
 llvm::Error layerNormKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0];
-  auto s = layerNormRows(ctx, x);
+  auto s = checkLayerNorm(ctx, /*grad=*/false, isF32OrF64);
   if (!s)
     return s.takeError();
-  if (ctx.Outputs[0].type() != x.type())
-    return ctx.unsupported("Y must have X's type " + x.type().str());
-  if (auto e = checkParams(ctx, {1}, s->Cols))
-    return e;
-  if (ctx.hasInput(2))
-    if (auto e = checkParams(ctx, {2}, s->Cols))
-      return e;
-  for (unsigned i : {1u, 2u}) {
-    const TensorView *m = optionalOutput(ctx, i);
-    if (m && (!isF32OrF64(m->Type) || m->numElements() != s->Rows))
-      return ctx.unsupported("statistics output " + llvm::Twine(i) + " of " +
-                             "type " + m->type().str() + " is not supported");
-  }
   return HR_DISPATCH_FLOAT(ctx, x.Type, layerNorm, ctx, *s);
 }
 
@@ -197,18 +144,9 @@ llvm::Error layerNormGrad(const KernelContext &ctx, RowShape s) {
 /// dbias); dscale and dbias have scale's shape.
 llvm::Error layerNormGradKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[1];
-  auto s = layerNormRows(ctx, x);
+  auto s = checkLayerNorm(ctx, /*grad=*/true, isF32OrF64);
   if (!s)
     return s.takeError();
-  if (ctx.Inputs[0].type() != x.type() || ctx.Outputs[0].type() != x.type())
-    return ctx.unsupported("dy and dx must have x's type " + x.type().str());
-  if (auto e = checkParams(ctx, {2}, s->Cols))
-    return e;
-  for (unsigned i : {1u, 2u})
-    if (!isF32OrF64(ctx.Outputs[i].Type) ||
-        ctx.Outputs[i].numElements() != s->Cols)
-      return ctx.unsupported("result " + llvm::Twine(i) + " of type " +
-                             ctx.Outputs[i].type().str() + " is not supported");
   return HR_DISPATCH_FLOAT(ctx, x.Type, layerNormGrad, ctx, *s);
 }
 
@@ -216,23 +154,7 @@ llvm::Error layerNormGradKernel(const KernelContext &ctx) {
 // BatchNormalization
 //===----------------------------------------------------------------------===//
 
-/// An [N, C, D1, ...] input as N blocks of C channels of Spatial elements.
-struct ChannelShape {
-  int64_t N = 1, C = 1, Spatial = 1;
-};
-
-llvm::Expected<ChannelShape> channelShape(const KernelContext &ctx,
-                                          const TensorView &x) {
-  if (x.rank() < 2)
-    return ctx.unsupported("input of rank " + llvm::Twine(x.rank()) +
-                           " is not supported (expected [N, C, ...])");
-  ChannelShape s;
-  s.N = x.Shape[0];
-  s.C = x.Shape[1];
-  for (unsigned i = 2; i < x.rank(); ++i)
-    s.Spatial *= x.Shape[i];
-  return s;
-}
+using ops::ChannelShape;
 
 /// Per-channel mean and biased variance over N and the spatial axes.
 template <typename T>
@@ -324,19 +246,9 @@ llvm::Error batchNorm(const KernelContext &ctx, ChannelShape s) {
 /// training_mode} -> (Y, running_mean?, running_var?).
 llvm::Error batchNormKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0];
-  auto s = channelShape(ctx, x);
+  auto s = checkBatchNorm(ctx, /*grad=*/false, isF32OrF64);
   if (!s)
     return s.takeError();
-  if (ctx.Outputs[0].type() != x.type())
-    return ctx.unsupported("Y must have X's type " + x.type().str());
-  if (auto e = checkParams(ctx, {1, 2, 3, 4}, s->C))
-    return e;
-  for (unsigned i : {1u, 2u}) {
-    const TensorView *m = optionalOutput(ctx, i);
-    if (m && (!isF32OrF64(m->Type) || m->numElements() != s->C))
-      return ctx.unsupported("running statistics output of type " +
-                             m->type().str() + " is not supported");
-  }
   return HR_DISPATCH_FLOAT(ctx, x.Type, batchNorm, ctx, *s);
 }
 
@@ -380,18 +292,9 @@ llvm::Error batchNormGrad(const KernelContext &ctx, ChannelShape s) {
 /// gradient of training-mode BatchNormalization (batch statistics).
 llvm::Error batchNormGradKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[1];
-  auto s = channelShape(ctx, x);
+  auto s = checkBatchNorm(ctx, /*grad=*/true, isF32OrF64);
   if (!s)
     return s.takeError();
-  if (ctx.Inputs[0].type() != x.type() || ctx.Outputs[0].type() != x.type())
-    return ctx.unsupported("dy and dx must have x's type " + x.type().str());
-  if (auto e = checkParams(ctx, {2}, s->C))
-    return e;
-  for (unsigned i : {1u, 2u})
-    if (!isF32OrF64(ctx.Outputs[i].Type) ||
-        ctx.Outputs[i].numElements() != s->C)
-      return ctx.unsupported("result " + llvm::Twine(i) + " of type " +
-                             ctx.Outputs[i].type().str() + " is not supported");
   return HR_DISPATCH_FLOAT(ctx, x.Type, batchNormGrad, ctx, *s);
 }
 

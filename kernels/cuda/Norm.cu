@@ -24,6 +24,7 @@
 //    they are the same on every run.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/cpu/NormCheck.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
 
@@ -107,29 +108,6 @@ FloatPtr floatPtr(const TensorView *t) {
   return p;
 }
 
-/// Output i when the node has it (an absent optional output has no data).
-const TensorView *optionalOutput(const KernelContext &ctx, unsigned i) {
-  if (i >= ctx.Outputs.size() || !ctx.Outputs[i].present())
-    return nullptr;
-  return &ctx.Outputs[i];
-}
-
-/// Checks that every listed operand is a float and has `n` elements.
-Error checkParams(const KernelContext &ctx,
-                  std::initializer_list<unsigned> operands, int64_t n) {
-  for (unsigned i : operands) {
-    const TensorView &p = ctx.Inputs[i];
-    if (!isFloatKind(p.Type))
-      return ctx.unsupported("operand " + llvm::Twine(i) + " of element type " +
-                             dtypeName(p.Type) + " is not supported");
-    if (p.numElements() != n)
-      return ctx.unsupported("operand " + llvm::Twine(i) + " has " +
-                             llvm::Twine(p.numElements()) + " elements, " +
-                             llvm::Twine(n) + " expected");
-  }
-  return Error::success();
-}
-
 /// Mean and biased variance of g(j) for j < n (two passes), for every
 /// thread of the block.
 template <typename A, typename G>
@@ -152,25 +130,7 @@ template <typename A> HR_HD A invStd(A var, A eps) {
 // LayerNormalization
 //===----------------------------------------------------------------------===//
 
-/// A LayerNormalization input seen as rows: [Rows, Cols], Cols the product of
-/// the axes from `axis` on.
-struct RowShape {
-  int64_t Rows = 1, Cols = 1;
-};
-
-llvm::Expected<RowShape> layerNormRows(const KernelContext &ctx,
-                                       const TensorView &x) {
-  int64_t rank = x.rank(), axis = ctx.attrInt("axis", -1);
-  if (axis < -rank || axis >= rank)
-    return ctx.unsupported("axis " + llvm::Twine(axis) + " is out of range " +
-                           "for rank " + llvm::Twine(rank));
-  if (axis < 0)
-    axis += rank;
-  RowShape s;
-  for (int64_t i = 0; i < rank; ++i)
-    (i < axis ? s.Rows : s.Cols) *= x.Shape[i];
-  return s;
-}
+using RowShape = ops::NormRows;
 
 template <typename T> struct LayerNormBody {
   const T *X;
@@ -224,22 +184,9 @@ struct LayerNormApply {
 /// LayerNormalization(X, Scale, B?) {axis, epsilon} -> (Y, Mean?, InvStdDev?).
 Error layerNorm(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0];
-  auto s = layerNormRows(ctx, x);
+  auto s = checkLayerNorm(ctx, /*grad=*/false, isFloatKind);
   if (!s)
     return s.takeError();
-  if (ctx.Outputs[0].type() != x.type())
-    return ctx.unsupported("Y must have X's type " + x.type().str());
-  if (Error e = checkParams(ctx, {1}, s->Cols))
-    return e;
-  if (ctx.hasInput(2))
-    if (Error e = checkParams(ctx, {2}, s->Cols))
-      return e;
-  for (unsigned i : {1u, 2u}) {
-    const TensorView *m = optionalOutput(ctx, i);
-    if (m && (!isFloatKind(m->Type) || m->numElements() != s->Rows))
-      return ctx.unsupported("statistics output " + llvm::Twine(i) + " of " +
-                             "type " + m->type().str() + " is not supported");
-  }
   return dispatch<cpu::FloatTypes>(ctx, x.Type, LayerNormApply{ctx, *s});
 }
 
@@ -414,18 +361,9 @@ struct LayerNormGradApply {
 /// dbias); dscale and dbias have scale's shape.
 Error layerNormGrad(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[1];
-  auto s = layerNormRows(ctx, x);
+  auto s = checkLayerNorm(ctx, /*grad=*/true, isFloatKind);
   if (!s)
     return s.takeError();
-  if (ctx.Inputs[0].type() != x.type() || ctx.Outputs[0].type() != x.type())
-    return ctx.unsupported("dy and dx must have x's type " + x.type().str());
-  if (Error e = checkParams(ctx, {2}, s->Cols))
-    return e;
-  for (unsigned i : {1u, 2u})
-    if (!isFloatKind(ctx.Outputs[i].Type) ||
-        ctx.Outputs[i].numElements() != s->Cols)
-      return ctx.unsupported("result " + llvm::Twine(i) + " of type " +
-                             ctx.Outputs[i].type().str() + " is not supported");
   return dispatch<cpu::FloatTypes>(ctx, x.Type, LayerNormGradApply{ctx, *s});
 }
 
@@ -433,23 +371,7 @@ Error layerNormGrad(const KernelContext &ctx) {
 // BatchNormalization
 //===----------------------------------------------------------------------===//
 
-/// An [N, C, D1, ...] input as N blocks of C channels of Spatial elements.
-struct ChannelShape {
-  int64_t N = 1, C = 1, Spatial = 1;
-};
-
-llvm::Expected<ChannelShape> channelShape(const KernelContext &ctx,
-                                          const TensorView &x) {
-  if (x.rank() < 2)
-    return ctx.unsupported("input of rank " + llvm::Twine(x.rank()) +
-                           " is not supported (expected [N, C, ...])");
-  ChannelShape s;
-  s.N = x.Shape[0];
-  s.C = x.Shape[1];
-  for (unsigned i = 2; i < x.rank(); ++i)
-    s.Spatial *= x.Shape[i];
-  return s;
-}
+using ops::ChannelShape;
 
 /// The offset of a channel's j-th element (j < N * Spatial), in 32-bit
 /// arithmetic when the tensor allows (64-bit division is slow on the GPU).
@@ -571,19 +493,9 @@ struct BatchNormApply {
 /// training_mode} -> (Y, running_mean?, running_var?).
 Error batchNorm(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0];
-  auto s = channelShape(ctx, x);
+  auto s = checkBatchNorm(ctx, /*grad=*/false, isFloatKind);
   if (!s)
     return s.takeError();
-  if (ctx.Outputs[0].type() != x.type())
-    return ctx.unsupported("Y must have X's type " + x.type().str());
-  if (Error e = checkParams(ctx, {1, 2, 3, 4}, s->C))
-    return e;
-  for (unsigned i : {1u, 2u}) {
-    const TensorView *m = optionalOutput(ctx, i);
-    if (m && (!isFloatKind(m->Type) || m->numElements() != s->C))
-      return ctx.unsupported("running statistics output of type " +
-                             m->type().str() + " is not supported");
-  }
   return dispatch<cpu::FloatTypes>(ctx, x.Type, BatchNormApply{ctx, *s});
 }
 
@@ -645,18 +557,9 @@ struct BatchNormGradApply {
 /// gradient of training-mode BatchNormalization (batch statistics).
 Error batchNormGrad(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[1];
-  auto s = channelShape(ctx, x);
+  auto s = checkBatchNorm(ctx, /*grad=*/true, isFloatKind);
   if (!s)
     return s.takeError();
-  if (ctx.Inputs[0].type() != x.type() || ctx.Outputs[0].type() != x.type())
-    return ctx.unsupported("dy and dx must have x's type " + x.type().str());
-  if (Error e = checkParams(ctx, {2}, s->C))
-    return e;
-  for (unsigned i : {1u, 2u})
-    if (!isFloatKind(ctx.Outputs[i].Type) ||
-        ctx.Outputs[i].numElements() != s->C)
-      return ctx.unsupported("result " + llvm::Twine(i) + " of type " +
-                             ctx.Outputs[i].type().str() + " is not supported");
   return dispatch<cpu::FloatTypes>(ctx, x.Type, BatchNormGradApply{ctx, *s});
 }
 
