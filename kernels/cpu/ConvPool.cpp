@@ -11,7 +11,8 @@
 // computed is checked against it, so a kernel never guesses a shape.
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/cpu/Kernel.h"
+#include "compiler/ops/ConvPool.h"
+#include "kernels/cpu/KernelUtil.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -37,10 +38,7 @@ int64_t product(llvm::ArrayRef<int64_t> dims) {
   return n;
 }
 
-/// ceil(a / b) for b > 0 and any a.
-int64_t ceilDiv(int64_t a, int64_t b) {
-  return a >= 0 ? (a + b - 1) / b : -(-a / b);
-}
+using ops::ceilDiv;
 
 /// Advances a row-major multi-index over `shape`.
 void advance(llvm::MutableArrayRef<int64_t> index,
@@ -56,91 +54,15 @@ void advance(llvm::MutableArrayRef<int64_t> index,
 // Window geometry
 //===----------------------------------------------------------------------===//
 
-/// The spatial geometry of a convolution or pooling: per spatial axis, input
-/// index of tap j of output o is o * Strides - PadBegin + j * Dilations.
-struct Window {
-  Dims In, Kernel, Out, Strides, Dilations, PadBegin, PadEnd;
+using ops::Window;
 
-  unsigned rank() const { return In.size(); }
-  int64_t inSize() const { return product(In); }
-  int64_t kernelSize() const { return product(Kernel); }
-  int64_t outSize() const { return product(Out); }
-  /// A 1x1 window with unit strides and no padding: im2col is the identity.
-  bool isPointwise() const {
-    for (unsigned a = 0; a < rank(); ++a)
-      if (Kernel[a] != 1 || Strides[a] != 1 || PadBegin[a] || PadEnd[a])
-        return false;
-    return true;
-  }
-};
-
-/// An ints attribute of one value per spatial axis, or `dflt` everywhere.
-llvm::Expected<Dims> perAxis(const KernelContext &ctx, llvm::StringRef name,
-                             unsigned rank, int64_t dflt, unsigned copies = 1) {
-  std::vector<int64_t> v = ctx.attrInts(name);
-  if (v.empty())
-    return Dims(rank * copies, dflt);
-  if (v.size() != rank * copies)
-    return ctx.unsupported(name + " has " + llvm::Twine(v.size()) +
-                           " values, " + llvm::Twine(rank * copies) +
-                           " expected");
-  return Dims(v.begin(), v.end());
-}
-
-/// Resolves the window of an op with spatial input `in`, kernel `kernel` and
-/// the compiler's output `out`; errors when they disagree. `ceilMode` allows
-/// the pools' rounded-up output size.
+/// The window (compiler/ops/ConvPool.h), or the op's error.
 llvm::Expected<Window> makeWindow(const KernelContext &ctx,
                                   llvm::ArrayRef<int64_t> in,
                                   llvm::ArrayRef<int64_t> kernel,
                                   llvm::ArrayRef<int64_t> out, bool ceilMode) {
-  unsigned rank = in.size();
-  Window w;
-  w.In.assign(in.begin(), in.end());
-  w.Kernel.assign(kernel.begin(), kernel.end());
-  w.Out.assign(out.begin(), out.end());
-  auto strides = perAxis(ctx, "strides", rank, 1);
-  auto dilations = perAxis(ctx, "dilations", rank, 1);
-  auto pads = perAxis(ctx, "pads", rank, 0, /*copies=*/2);
-  if (!strides || !dilations || !pads)
-    return llvm::joinErrors(
-        llvm::joinErrors(strides.takeError(), dilations.takeError()),
-        pads.takeError());
-  w.Strides = *strides;
-  w.Dilations = *dilations;
-  w.PadBegin.assign(pads->begin(), pads->begin() + rank);
-  w.PadEnd.assign(pads->begin() + rank, pads->end());
-  std::string autoPad = ctx.attrString("auto_pad", "NOTSET");
-  bool same = autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
-  if (!same && autoPad != "NOTSET" && autoPad != "VALID")
-    return ctx.unsupported("auto_pad '" + autoPad + "' is not supported");
-  for (unsigned a = 0; a < rank; ++a) {
-    int64_t s = w.Strides[a], d = w.Dilations[a], k = w.Kernel[a];
-    if (s < 1 || d < 1 || k < 1 || w.PadBegin[a] < 0 || w.PadEnd[a] < 0)
-      return ctx.unsupported("strides, dilations and kernel sizes must be "
-                             "positive and pads non-negative");
-    int64_t span = (k - 1) * d + 1, lo, hi;
-    if (same) {
-      lo = hi = ceilDiv(in[a], s);
-      int64_t total = std::max<int64_t>(0, (lo - 1) * s + span - in[a]);
-      w.PadBegin[a] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      w.PadEnd[a] = total - w.PadBegin[a];
-    } else {
-      if (autoPad == "VALID")
-        w.PadBegin[a] = w.PadEnd[a] = 0;
-      int64_t room = in[a] + w.PadBegin[a] + w.PadEnd[a] - span;
-      lo = room < 0 ? 0 : room / s + 1;
-      // ceil_mode may add a last partial window; some versions of ONNX's
-      // shape inference drop it when it starts in the end padding.
-      hi = room < 0 ? 0 : (ceilMode ? ceilDiv(room, s) : room / s) + 1;
-    }
-    if (out[a] < lo || out[a] > hi)
-      return ctx.unsupported("spatial output size " + llvm::Twine(out[a]) +
-                             " on axis " + llvm::Twine(a) +
-                             " does not match the window (expected " +
-                             llvm::Twine(hi) + ")");
-  }
-  return w;
+  return orUnsupported(ctx,
+                       ops::makeWindow(ctx.Attrs, in, kernel, out, ceilMode));
 }
 
 //===----------------------------------------------------------------------===//
@@ -314,12 +236,8 @@ void im2colChannel(std::conditional_t<Scatter, T, const T> *img,
   }
 }
 
-/// Conv's operands: x [N, C, In...], w [M, C/G, Kernel...], y [N, M, Out...].
-struct ConvShape {
-  int64_t N = 0, C = 0, M = 0, G = 1;
-  Window W;
-  int64_t cg() const { return C / G; }
-  int64_t mg() const { return M / G; }
+/// Conv's operands (compiler/ops/ConvPool.h) and its im2col matrices.
+struct ConvShape : ops::ConvShape {
   /// Rows of one group's im2col matrix (and columns of its weight matrix).
   int64_t colRows() const { return cg() * W.kernelSize(); }
 };
@@ -327,34 +245,11 @@ struct ConvShape {
 llvm::Expected<ConvShape> convShape(const KernelContext &ctx,
                                     const TensorView &x, const TensorView &w,
                                     const TensorView &y) {
-  if (x.Type != w.Type || x.Type != y.Type)
-    return ctx.unsupported("operands of types " + dtypeName(x.Type) + ", " +
-                           dtypeName(w.Type) + " and " + dtypeName(y.Type) +
-                           " are not supported (expected one type)");
-  unsigned rank = x.rank();
-  if (rank < 3 || w.rank() != rank || y.rank() != rank)
-    return ctx.unsupported("x, w and y must have the same rank >= 3");
-  ConvShape s;
-  s.N = x.Shape[0];
-  s.C = x.Shape[1];
-  s.M = w.Shape[0];
-  s.G = ctx.attrInt("group", 1);
-  if (s.G < 1 || s.C != w.Shape[1] * s.G || s.M % s.G || y.Shape[0] != s.N ||
-      y.Shape[1] != s.M)
-    return ctx.unsupported("shapes " + x.type().str() + ", " + w.type().str() +
-                           ", " + y.type().str() + " do not match group " +
-                           llvm::Twine(s.G));
-  llvm::ArrayRef<int64_t> kernel = w.Shape.drop_front(2);
-  std::vector<int64_t> attrKernel = ctx.attrInts("kernel_shape");
-  if (!attrKernel.empty() && llvm::ArrayRef<int64_t>(attrKernel) != kernel)
-    return ctx.unsupported("kernel_shape does not match the weight's shape " +
-                           w.type().str());
-  auto win = makeWindow(ctx, x.Shape.drop_front(2), kernel,
-                        y.Shape.drop_front(2), /*ceilMode=*/false);
-  if (!win)
-    return win.takeError();
-  s.W = std::move(*win);
-  return s;
+  auto s = orUnsupported(
+      ctx, ops::convShape(ctx.Attrs, x.type(), w.type(), y.type()));
+  if (!s)
+    return s.takeError();
+  return ConvShape{std::move(*s)};
 }
 
 /// Conv and its gradients walk the batch in chunks of samples. The im2col

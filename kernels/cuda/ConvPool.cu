@@ -29,6 +29,7 @@
 // 3-D windows; more spatial axes, which the CPU also takes, are refused.
 //
 //===----------------------------------------------------------------------===//
+#include "compiler/ops/ConvPool.h"
 #include "kernels/cuda/Launch.h"
 
 #include "compiler/Types.h"
@@ -146,65 +147,9 @@ HR_HD inline bool holds(const Win &w, int a, int64_t i, int64_t o) {
 // Host-side geometry (kernels/cpu's makeWindow)
 //===----------------------------------------------------------------------===//
 
-using Dims = llvm::SmallVector<int64_t, 3>;
-
-/// An ints attribute of one value per spatial axis, or `dflt` everywhere.
-llvm::Expected<Dims> perAxis(const KernelContext &ctx, llvm::StringRef name,
-                             unsigned rank, int64_t dflt, unsigned copies = 1) {
-  std::vector<int64_t> v = ctx.attrInts(name);
-  if (v.empty())
-    return Dims(rank * copies, dflt);
-  if (v.size() != rank * copies)
-    return ctx.unsupported(name + " has " + llvm::Twine(v.size()) +
-                           " values, " + llvm::Twine(rank * copies) +
-                           " expected");
-  return Dims(v.begin(), v.end());
-}
-
-/// Resolves the window of an op with spatial input `in`, kernel `kernel`
-/// and the compiler's output `out` into `w`; errors when they disagree, as
-/// the CPU's, or when there are more than kAxes spatial axes.
-Error makeWindow(const KernelContext &ctx, llvm::ArrayRef<int64_t> in,
-                 llvm::ArrayRef<int64_t> kernel, llvm::ArrayRef<int64_t> out,
-                 bool ceilMode, Win &w) {
-  unsigned rank = in.size();
-  auto strides = perAxis(ctx, "strides", rank, 1);
-  auto dilations = perAxis(ctx, "dilations", rank, 1);
-  auto pads = perAxis(ctx, "pads", rank, 0, /*copies=*/2);
-  if (!strides || !dilations || !pads)
-    return llvm::joinErrors(
-        llvm::joinErrors(strides.takeError(), dilations.takeError()),
-        pads.takeError());
-  Dims padBegin(pads->begin(), pads->begin() + rank),
-      padEnd(pads->begin() + rank, pads->end());
-  std::string autoPad = ctx.attrString("auto_pad", "NOTSET");
-  bool same = autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
-  if (!same && autoPad != "NOTSET" && autoPad != "VALID")
-    return ctx.unsupported("auto_pad '" + autoPad + "' is not supported");
-  for (unsigned a = 0; a < rank; ++a) {
-    int64_t s = (*strides)[a], d = (*dilations)[a], k = kernel[a];
-    if (s < 1 || d < 1 || k < 1 || padBegin[a] < 0 || padEnd[a] < 0)
-      return ctx.unsupported("strides, dilations and kernel sizes must be "
-                             "positive and pads non-negative");
-    int64_t reach = (k - 1) * d + 1, lo, hi;
-    if (same) {
-      lo = hi = ceilDiv(in[a], s);
-      int64_t total = std::max<int64_t>(0, (lo - 1) * s + reach - in[a]);
-      padBegin[a] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      padEnd[a] = total - padBegin[a];
-    } else {
-      if (autoPad == "VALID")
-        padBegin[a] = padEnd[a] = 0;
-      int64_t room = in[a] + padBegin[a] + padEnd[a] - reach;
-      lo = room < 0 ? 0 : room / s + 1;
-      hi = room < 0 ? 0 : (ceilMode ? ceilDiv(room, s) : room / s) + 1;
-    }
-    if (out[a] < lo || out[a] > hi)
-      return ctx.unsupported("spatial output size " + llvm::Twine(out[a]) +
-                             " on axis " + llvm::Twine(a) +
-                             " does not match the window (expected " +
-                             llvm::Twine(hi) + ")");
-  }
+/// The device's fixed-rank copy of window `g`.
+Error fillWin(const KernelContext &ctx, const ops::Window &g, Win &w) {
+  unsigned rank = g.rank();
   if (rank > unsigned(kAxes))
     return ctx.unsupported(llvm::Twine(rank) +
                            " spatial axes are not supported on cuda (at "
@@ -214,13 +159,13 @@ Error makeWindow(const KernelContext &ctx, llvm::ArrayRef<int64_t> in,
   for (unsigned a = 0; a < unsigned(kAxes); ++a) {
     bool unit = a < lead;
     unsigned b = a - lead;
-    w.In[a] = unit ? 1 : in[b];
-    w.K[a] = unit ? 1 : kernel[b];
-    w.Out[a] = unit ? 1 : out[b];
-    w.S[a] = unit ? 1 : (*strides)[b];
-    w.D[a] = unit ? 1 : (*dilations)[b];
-    w.PadBegin[a] = unit ? 0 : padBegin[b];
-    w.PadEnd[a] = unit ? 0 : padEnd[b];
+    w.In[a] = unit ? 1 : g.In[b];
+    w.K[a] = unit ? 1 : g.Kernel[b];
+    w.Out[a] = unit ? 1 : g.Out[b];
+    w.S[a] = unit ? 1 : g.Strides[b];
+    w.D[a] = unit ? 1 : g.Dilations[b];
+    w.PadBegin[a] = unit ? 0 : g.PadBegin[b];
+    w.PadEnd[a] = unit ? 0 : g.PadEnd[b];
   }
   w.InSize = w.KSize = w.OutSize = 1;
   for (int a = 0; a < kAxes; ++a) {
@@ -229,6 +174,20 @@ Error makeWindow(const KernelContext &ctx, llvm::ArrayRef<int64_t> in,
     w.OutSize *= w.Out[a];
   }
   return Error::success();
+}
+
+/// Resolves the window of an op with spatial input `in`, kernel `kernel`
+/// and the compiler's output `out` (compiler/ops/ConvPool.h) into `w`;
+/// errors when they disagree, or when there are more than kAxes spatial
+/// axes.
+Error makeWindow(const KernelContext &ctx, llvm::ArrayRef<int64_t> in,
+                 llvm::ArrayRef<int64_t> kernel, llvm::ArrayRef<int64_t> out,
+                 bool ceilMode, Win &w) {
+  auto win =
+      orUnsupported(ctx, ops::makeWindow(ctx.Attrs, in, kernel, out, ceilMode));
+  if (!win)
+    return win.takeError();
+  return fillWin(ctx, *win, w);
 }
 
 /// Whether some output's window has no tap inside the input (Padded false)
@@ -258,31 +217,17 @@ struct ConvShape {
 
 Error convShape(const KernelContext &ctx, const TensorView &x,
                 const TensorView &w, const TensorView &y, ConvShape &s) {
-  if (x.Type != w.Type || x.Type != y.Type)
-    return ctx.unsupported("operands of types " + dtypeName(x.Type) + ", " +
-                           dtypeName(w.Type) + " and " + dtypeName(y.Type) +
-                           " are not supported (expected one type)");
-  unsigned rank = x.rank();
-  if (rank < 3 || w.rank() != rank || y.rank() != rank)
-    return ctx.unsupported("x, w and y must have the same rank >= 3");
-  s.N = x.Shape[0];
-  s.C = x.Shape[1];
-  s.M = w.Shape[0];
-  s.G = ctx.attrInt("group", 1);
-  if (s.G < 1 || s.C != w.Shape[1] * s.G || s.M % s.G || y.Shape[0] != s.N ||
-      y.Shape[1] != s.M)
-    return ctx.unsupported("shapes " + x.type().str() + ", " + w.type().str() +
-                           ", " + y.type().str() + " do not match group " +
-                           llvm::Twine(s.G));
-  s.Cg = s.C / s.G;
-  s.Mg = s.M / s.G;
-  llvm::ArrayRef<int64_t> kernel = w.Shape.drop_front(2);
-  std::vector<int64_t> attrKernel = ctx.attrInts("kernel_shape");
-  if (!attrKernel.empty() && llvm::ArrayRef<int64_t>(attrKernel) != kernel)
-    return ctx.unsupported("kernel_shape does not match the weight's shape " +
-                           w.type().str());
-  return makeWindow(ctx, x.Shape.drop_front(2), kernel, y.Shape.drop_front(2),
-                    /*ceilMode=*/false, s.W);
+  auto g = orUnsupported(
+      ctx, ops::convShape(ctx.Attrs, x.type(), w.type(), y.type()));
+  if (!g)
+    return g.takeError();
+  s.N = g->N;
+  s.C = g->C;
+  s.M = g->M;
+  s.G = g->G;
+  s.Cg = g->cg();
+  s.Mg = g->mg();
+  return fillWin(ctx, g->W, s.W);
 }
 
 /// y[n, m, o] = b[m] + sum over c < Cg and taps k inside the input of
