@@ -144,3 +144,20 @@ llvm::Expected<ops::ConvShape> ops::convShape(const AttributeMap &attrs,
   s.W = std::move(*win);
   return s;
 }
+
+llvm::Expected<ops::Window> ops::poolWindow(const AttributeMap &attrs,
+                                            const TensorType &x,
+                                            const TensorType &y) {
+  if (x.rank() < 3 || y.rank() != x.rank() || x.dim(0) != y.dim(0) ||
+      x.dim(1) != y.dim(1))
+    return fail("input " + x.str() + " and output " + y.str() +
+                " are not [N, C, spatial...]");
+  std::vector<int64_t> kernel = ints(attrs, "kernel_shape");
+  if (kernel.size() != x.rank() - 2)
+    return fail("kernel_shape must have one value per spatial axis");
+  auto c = attrs.find("ceil_mode");
+  bool ceil = c != attrs.end() && c->second.kind() == Attribute::Kind::Int &&
+              c->second.asInt() != 0;
+  return makeWindow(attrs, x.shape().drop_front(2), kernel,
+                    y.shape().drop_front(2), ceil);
+}

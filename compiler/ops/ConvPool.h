@@ -60,6 +60,11 @@ llvm::Expected<ConvShape> convShape(const AttributeMap &attrs,
                                     const TensorType &x, const TensorType &w,
                                     const TensorType &y);
 
+/// A pool's window from input `x` [N, C, In...] and output `y`
+/// [N, C, Out...]; kernel_shape is required, ceil_mode allowed.
+llvm::Expected<Window> poolWindow(const AttributeMap &attrs,
+                                  const TensorType &x, const TensorType &y);
+
 /// ceil(a / b) for b > 0 and any a.
 inline int64_t ceilDiv(int64_t a, int64_t b) {
   return a >= 0 ? (a + b - 1) / b : -(-a / b);

@@ -56,15 +56,6 @@ void advance(llvm::MutableArrayRef<int64_t> index,
 
 using ops::Window;
 
-/// The window (compiler/ops/ConvPool.h), or the op's error.
-llvm::Expected<Window> makeWindow(const KernelContext &ctx,
-                                  llvm::ArrayRef<int64_t> in,
-                                  llvm::ArrayRef<int64_t> kernel,
-                                  llvm::ArrayRef<int64_t> out, bool ceilMode) {
-  return orUnsupported(ctx,
-                       ops::makeWindow(ctx.Attrs, in, kernel, out, ceilMode));
-}
-
 //===----------------------------------------------------------------------===//
 // Conv and its gradients: im2col + GEMM
 //===----------------------------------------------------------------------===//
@@ -620,16 +611,7 @@ void addWindowTaps(PoolTable &t, int64_t o, llvm::ArrayRef<int64_t> pos) {
 /// [N, C, Out...]; kernel_shape is required.
 llvm::Expected<Window> poolWindow(const KernelContext &ctx, const TensorView &x,
                                   const TensorView &y) {
-  if (x.rank() < 3 || y.rank() != x.rank() || x.Shape[0] != y.Shape[0] ||
-      x.Shape[1] != y.Shape[1])
-    return ctx.unsupported("input " + x.type().str() + " and output " +
-                           y.type().str() + " are not [N, C, spatial...]");
-  std::vector<int64_t> kernel = ctx.attrInts("kernel_shape");
-  if (kernel.size() != x.rank() - 2)
-    return ctx.unsupported("kernel_shape must have one value per spatial "
-                           "axis");
-  return makeWindow(ctx, x.Shape.drop_front(2), kernel, y.Shape.drop_front(2),
-                    ctx.attrInt("ceil_mode", 0) != 0);
+  return orUnsupported(ctx, ops::poolWindow(ctx.Attrs, x.type(), y.type()));
 }
 
 /// The pool table of input `x` and output `y` (see poolWindow), with room

@@ -176,20 +176,6 @@ Error fillWin(const KernelContext &ctx, const ops::Window &g, Win &w) {
   return Error::success();
 }
 
-/// Resolves the window of an op with spatial input `in`, kernel `kernel`
-/// and the compiler's output `out` (compiler/ops/ConvPool.h) into `w`;
-/// errors when they disagree, or when there are more than kAxes spatial
-/// axes.
-Error makeWindow(const KernelContext &ctx, llvm::ArrayRef<int64_t> in,
-                 llvm::ArrayRef<int64_t> kernel, llvm::ArrayRef<int64_t> out,
-                 bool ceilMode, Win &w) {
-  auto win =
-      orUnsupported(ctx, ops::makeWindow(ctx.Attrs, in, kernel, out, ceilMode));
-  if (!win)
-    return win.takeError();
-  return fillWin(ctx, *win, w);
-}
-
 /// Whether some output's window has no tap inside the input (Padded false)
 /// or inside the padded input (Padded true). Windows are products of
 /// per-axis spans, so one empty span along any axis makes one.
@@ -455,16 +441,10 @@ Error convGradWeightKernel(const KernelContext &ctx) {
 /// [N, C, Out...]; kernel_shape is required.
 Error poolWindow(const KernelContext &ctx, const TensorView &x,
                  const TensorView &y, Win &w) {
-  if (x.rank() < 3 || y.rank() != x.rank() || x.Shape[0] != y.Shape[0] ||
-      x.Shape[1] != y.Shape[1])
-    return ctx.unsupported("input " + x.type().str() + " and output " +
-                           y.type().str() + " are not [N, C, spatial...]");
-  std::vector<int64_t> kernel = ctx.attrInts("kernel_shape");
-  if (kernel.size() != x.rank() - 2)
-    return ctx.unsupported("kernel_shape must have one value per spatial "
-                           "axis");
-  return makeWindow(ctx, x.Shape.drop_front(2), kernel, y.Shape.drop_front(2),
-                    ctx.attrInt("ceil_mode", 0) != 0, w);
+  auto g = orUnsupported(ctx, ops::poolWindow(ctx.Attrs, x.type(), y.type()));
+  if (!g)
+    return g.takeError();
+  return fillWin(ctx, *g, w);
 }
 
 /// The window of a pool whose windows must all read some input.
