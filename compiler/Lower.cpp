@@ -74,9 +74,9 @@ public:
   /// schedule position (the report's peak).
   std::vector<const Value *> ArenaValues;
   std::vector<const Node *> Calls;
-  /// Category of each arena buffer (0 activations, 1 gradients, 2 temps,
+  /// Category of each arena buffer (activations, gradients, temps,
   /// 3 recomputed).
-  std::vector<int> Categories;
+  std::vector<Transient> Categories;
   /// FLOPs of the function, and of its recomputed nodes.
   uint64_t Flops = 0, RecomputeFlops = 0;
   /// Schedule position of the loss (-1: none).
@@ -209,10 +209,12 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
     Lives.push_back({v->type().sizeInBytes(), first, last});
     ArenaValues.push_back(v);
     const Node *def = v->definingNode();
-    Categories.push_back(def && def->attr("recomputed") ? 3
-                         : first > lossPos ? (updates.isGradient(v) ? 1 : 2)
-                         : last > lossPos  ? 0
-                                           : 2);
+    Categories.push_back(def && def->attr("recomputed") ? Transient::Recomputed
+                         : first > lossPos
+                             ? (updates.isGradient(v) ? Transient::Gradient
+                                                      : Transient::Temporary)
+                         : last > lossPos ? Transient::Activation
+                                          : Transient::Temporary);
     return id;
   };
   for (Value *a : F.arguments()) {
@@ -296,11 +298,11 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
         BufferLife &life = Lives[slot];
         life.Last = std::max<int64_t>(life.Last, LastUse.lookup(r));
         if (life.Last > lossPos && life.First <= lossPos)
-          Categories[slot] = 0;
+          Categories[slot] = Transient::Activation;
         // A gradient summed into a partial one's buffer (a weight used
         // twice) is a gradient from here on.
         else if (life.First > lossPos && updates.isGradient(r))
-          Categories[slot] = 1;
+          Categories[slot] = Transient::Gradient;
       };
       if (dying && T.mayReuseOperand0(n)) {
         int id = Buffers[first];
@@ -464,16 +466,19 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
     int64_t positions = 0;
     for (const BufferLife &b : fl.Lives)
       positions = std::max(positions, b.Last + 1);
-    std::vector<std::array<uint64_t, 4>> timeline(positions, {0, 0, 0, 0});
+    std::vector<std::array<uint64_t, kTransientKinds>> timeline(positions,
+                                                                {0, 0, 0, 0});
     for (size_t i = 0; i < fl.Lives.size(); ++i)
       for (int64_t p = fl.Lives[i].First; p <= fl.Lives[i].Last; ++p)
-        timeline[p][fl.Categories[i]] +=
+        timeline[p][index(fl.Categories[i])] +=
             (fl.Lives[i].Size + plan.Alignment - 1) & ~(plan.Alignment - 1);
     for (const auto &t : timeline)
-      r.GradientsMaxLive = std::max(r.GradientsMaxLive, t[1]);
+      r.GradientsMaxLive =
+          std::max(r.GradientsMaxLive, t[index(Transient::Gradient)]);
     if (fl.LossPos >= 0 && size_t(fl.LossPos) < timeline.size())
       r.SavedActivations =
-          std::max(r.SavedActivations, timeline[fl.LossPos][0]);
+          std::max(r.SavedActivations,
+                   timeline[fl.LossPos][index(Transient::Activation)]);
     // Functions run one at a time: they share the arena.
     if (a.ArenaBytes < plan.ArenaBytes)
       continue;
@@ -485,13 +490,14 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
     int64_t peak = -1;
     for (size_t p = 0; p < r.Timeline.size(); ++p) {
       const auto &t = r.Timeline[p];
-      if (t[0] + t[1] + t[2] + t[3] > best) {
-        best = t[0] + t[1] + t[2] + t[3];
+      uint64_t total = t[0] + t[1] + t[2] + t[3];
+      if (total > best) {
+        best = total;
         peak = int64_t(p);
-        r.Activations = t[0];
-        r.Gradients = t[1];
-        r.Temporaries = t[2];
-        r.Recomputed = t[3];
+        r.Activations = t[index(Transient::Activation)];
+        r.Gradients = t[index(Transient::Gradient)];
+        r.Temporaries = t[index(Transient::Temporary)];
+        r.Recomputed = t[index(Transient::Recomputed)];
       }
     }
     describePeak(fl, peak, r);

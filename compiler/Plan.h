@@ -89,13 +89,29 @@ struct PlanFunction {
   std::vector<KernelCall> Calls;
 };
 
+/// What a transient (arena) value is, for the report (MemoryReport says
+/// how each is decided); the timeline's columns, in this order.
+enum class Transient : uint8_t {
+  Activation = 0, ///< computed up to the loss, live after it
+  Gradient = 1,   ///< after the loss, serving only state updates
+  Temporary = 2,  ///< everything else
+  Recomputed = 3, ///< the backward's clones (the recompute pass)
+};
+constexpr size_t kTransientKinds = 4;
+inline size_t index(Transient t) { return static_cast<size_t>(t); }
+/// "activation", "gradient", "temporary", "recomputed".
+inline const char *transientName(Transient t) {
+  static const char *const names[kTransientKinds] = {"activation", "gradient",
+                                                     "temporary", "recomputed"};
+  return names[index(t)];
+}
+
 /// A value live where transient memory peaks (the report names the
 /// largest).
 struct PeakValue {
   std::string Name, Op, Loc; // the value, its defining op and location
   uint64_t Bytes = 0;
-  int Category =
-      2; // as the timeline: activations, gradients, temps, recomputed
+  Transient Category = Transient::Temporary;
 };
 
 /// Bytes by category; what `headroom report` prints. Categories of transient
@@ -173,7 +189,7 @@ struct MemoryReport {
   /// Live transient bytes after each call of the main function, by category
   /// (activations, gradients, temporaries, recomputed): the report's
   /// timeline.
-  std::vector<std::array<uint64_t, 4>> Timeline;
+  std::vector<std::array<uint64_t, kTransientKinds>> Timeline;
   /// The call after which transient memory peaks (its position in the
   /// function of the timeline, op and location) and the largest values
   /// live there, largest first (at most kPeakValues).

@@ -163,7 +163,7 @@ static void toProto(const MemoryReport &r, pb::MemoryReport &p) {
     pv->set_op(v.Op);
     pv->set_loc(v.Loc);
     pv->set_bytes(v.Bytes);
-    pv->set_category(uint32_t(v.Category));
+    pv->set_category(uint32_t(index(v.Category)));
   }
   for (const auto &point : r.Timeline) {
     pb::TimelinePoint *t = p.add_timeline();
@@ -930,7 +930,7 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
     r.HostBandwidth = pr.host_bandwidth();
   for (const pb::PeakValue &v : pr.peak_values())
     r.PeakValues.push_back({v.name(), v.op(), v.loc(), v.bytes(),
-                            int(std::min<uint32_t>(v.category(), 3))});
+                            Transient(std::min<uint32_t>(v.category(), 3))});
   for (const pb::TimelinePoint &t : pr.timeline())
     r.Timeline.push_back(
         {t.activations(), t.gradients(), t.temporaries(), t.recomputed()});

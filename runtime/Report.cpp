@@ -213,10 +213,6 @@ static void printDataParallel(const Plan &plan, llvm::raw_ostream &os) {
                      collectivePsi(plan));
 }
 
-/// The timeline's categories, as the report names a value's.
-static const char *const kCategoryNames[4] = {"activation", "gradient",
-                                              "temporary", "recomputed"};
-
 /// Where transient memory peaks and the largest values live there.
 static void printPeakValues(const MemoryReport &r, llvm::raw_ostream &os) {
   if (r.PeakValues.empty())
@@ -228,7 +224,7 @@ static void printPeakValues(const MemoryReport &r, llvm::raw_ostream &os) {
   for (size_t i = 0; i < r.PeakValues.size() && i < 5; ++i) {
     const PeakValue &v = r.PeakValues[i];
     os << llvm::format("    %12s  %-10s  ", formatBytes(v.Bytes).c_str(),
-                       kCategoryNames[v.Category & 3]);
+                       transientName(v.Category));
     if (!v.Name.empty())
       os << "%" << v.Name << " = ";
     os << v.Op;
@@ -380,7 +376,7 @@ llvm::json::Value headroom::reportJson(const Plan &plan) {
                            {"op", v.Op},
                            {"loc", v.Loc},
                            {"bytes", int64_t(v.Bytes)},
-                           {"category", kCategoryNames[v.Category & 3]}});
+                           {"category", transientName(v.Category)}});
   root["peak"] = llvm::json::Object{{"position", r.PeakPosition},
                                     {"op", r.PeakOp},
                                     {"loc", r.PeakLoc},

@@ -177,10 +177,10 @@ struct Category {
   const char *Name, *Color;
 };
 /// The timeline's transient categories (MemoryReport::Timeline's order).
-const Category kTransient[4] = {{"activations", "#4e79a7"},
-                                {"gradients", "#e15759"},
-                                {"temporaries", "#f28e2b"},
-                                {"recomputed", "#59a14f"}};
+const Category kTransient[kTransientKinds] = {{"activations", "#4e79a7"},
+                                              {"gradients", "#e15759"},
+                                              {"temporaries", "#f28e2b"},
+                                              {"recomputed", "#59a14f"}};
 const char *const kStateColor = "#9e9e9e", *const kForwardShade = "#eef3fa",
                   *const kUpdateColor = "#2e7d32",
                   *const kBudgetColor = "#c62828";
@@ -205,14 +205,14 @@ void drawTimeline(const MemoryReport &r, llvm::StringRef title, uint64_t budget,
                          : "Memory over the training step: " + title.str(),
            "start", 15, "font-weight=\"bold\"");
   // At most ~800 columns, each the busiest of its calls (keeps every peak).
-  std::vector<std::array<uint64_t, 4>> cols;
+  std::vector<std::array<uint64_t, kTransientKinds>> cols;
   size_t per = std::max<size_t>(1, (r.Timeline.size() + 799) / 800);
-  auto total = [](const std::array<uint64_t, 4> &t) {
+  auto total = [](const std::array<uint64_t, kTransientKinds> &t) {
     return t[0] + t[1] + t[2] + t[3];
   };
   uint64_t most = 0;
   for (size_t i = 0; i < r.Timeline.size(); i += per) {
-    std::array<uint64_t, 4> best = r.Timeline[i];
+    std::array<uint64_t, kTransientKinds> best = r.Timeline[i];
     for (size_t j = i; j < std::min(i + per, r.Timeline.size()); ++j)
       if (total(r.Timeline[j]) > total(best))
         best = r.Timeline[j];
@@ -515,10 +515,11 @@ void peakTable(const MemoryReport &r, llvm::raw_ostream &os) {
         "<th>location</th></tr>\n";
   for (const PeakValue &v : r.PeakValues)
     os << "<tr><td class=\"n\" data-bytes=\"" << v.Bytes << "\">"
-       << formatBytes(v.Bytes) << "</td><td>" << kTransient[v.Category & 3].Name
-       << "</td><td><code>" << escape(v.Name.empty() ? "" : "%" + v.Name)
-       << "</code></td><td>" << escape(v.Op) << "</td><td><code>"
-       << escape(v.Loc) << "</code></td></tr>\n";
+       << formatBytes(v.Bytes) << "</td><td>"
+       << kTransient[index(v.Category)].Name << "</td><td><code>"
+       << escape(v.Name.empty() ? "" : "%" + v.Name) << "</code></td><td>"
+       << escape(v.Op) << "</td><td><code>" << escape(v.Loc)
+       << "</code></td></tr>\n";
   os << "</table>\n";
 }
 

@@ -290,11 +290,14 @@ TEST(PlanFileTest, OverlappedCollectivesRoundTrip) {
         if (c.onCopyStream())
           continue;
         waited = std::max(waited, c.WaitFor); // the compute stream is in order
-        for (int b : c.Inputs)
-          if (b >= 0 && madeBy[b] >= 0)
+        for (int b : c.Inputs) {
+          if (b >= 0 && madeBy[b] >= 0) {
             EXPECT_GE(waited, madeBy[b]) << c.Op << " call " << i;
-        if (c.State >= 0 && wrote[c.State] >= 0)
+          }
+        }
+        if (c.State >= 0 && wrote[c.State] >= 0) {
           EXPECT_GE(waited, wrote[c.State]) << c.Op << " call " << i;
+        }
       }
     }
     EXPECT_TRUE(kinds.count(zero == 0   ? OpKind::AllReduceState
