@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <tuple>
 
 using namespace headroom;
@@ -93,6 +94,8 @@ private:
   /// The setting's plain step (K = 1, nothing recomputed, unfused): what
   /// ExtraFlops is counted from.
   uint64_t PlainFlops = 0;
+  /// Each setting's step as buildStep made it (by buildKey).
+  std::map<std::string, std::unique_ptr<Module>> Built;
   // Deques: candidates are pointed to while more are added.
   std::deque<FitCandidate> Tried;
   std::deque<Compiled> Compiles; // parallel to Tried
@@ -101,7 +104,16 @@ private:
 llvm::Expected<const FitCandidate *>
 Search::tryCompile(CompileOptions o, int rank, const std::string &recompute) {
   o.MemoryBudget = 0;
-  auto c = compile(Model, o);
+  // Each setting's step is imported and built once; candidates compile
+  // copies (recomputation, rematerialization, schedule and lowering).
+  std::unique_ptr<Module> &built = Built[buildKey(o)];
+  if (!built) {
+    auto b = buildStep(Model, o);
+    if (!b)
+      return b.takeError();
+    built = std::move(*b);
+  }
+  auto c = compileBuilt(built->clone(), o);
   if (!c)
     return c.takeError();
   FitCandidate f;

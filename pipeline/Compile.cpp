@@ -7,6 +7,8 @@
 #include "passes/PassManager.h"
 #include "pipeline/AutoFit.h"
 
+#include "llvm/Support/xxhash.h"
+
 using namespace headroom;
 
 llvm::Expected<const Target *> headroom::lookupTarget(llvm::StringRef name) {
@@ -264,7 +266,40 @@ headroom::compileModule(std::unique_ptr<Module> m,
     return finish(std::move(m), options, **target); // its error, at once
   if (auto e = runPasses(*m, options.basePipeline()))
     return e;
+  return compileBuilt(std::move(m), options);
+}
+
+llvm::Expected<Compiled> headroom::compileBuilt(std::unique_ptr<Module> built,
+                                                const CompileOptions &options) {
+  auto target = lookupTarget(options.Target);
+  if (!target)
+    return target.takeError();
   if (options.RecomputeBudget)
-    return fitBudget(std::move(m), options);
-  return finish(std::move(m), options, **target);
+    return fitBudget(std::move(built), options);
+  return finish(std::move(built), options, **target);
+}
+
+std::string headroom::buildKey(const CompileOptions &options) {
+  std::string key = options.basePipeline();
+  auto import = microBatchImport(options);
+  if (!import) {
+    llvm::consumeError(import.takeError());
+    return key + "|invalid";
+  }
+  key += "|batch=" + std::to_string(import->Batch);
+  for (const auto &[name, dims] : import->Shapes) {
+    key += "|" + name + "=";
+    for (int64_t d : dims)
+      key += std::to_string(d) + "x";
+  }
+  for (const std::string &f : import->Freeze)
+    key += "|freeze=" + f;
+  if (import->AllOutputs)
+    key += "|all-outputs";
+  for (const auto &[name, t] : import->ConstantInputs)
+    key += "|" + name + ":" + t.type().str() + "#" +
+           std::to_string(llvm::xxHash64(
+               llvm::StringRef(reinterpret_cast<const char *>(t.bytes().data()),
+                               t.bytes().size())));
+  return key;
 }

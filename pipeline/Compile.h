@@ -37,6 +37,13 @@ llvm::Expected<Compiled> compileModule(std::unique_ptr<Module> m,
 /// no recomputation, no schedule): what the recompute candidates start from.
 llvm::Expected<std::unique_ptr<Module>>
 buildStep(llvm::StringRef modelPath, const CompileOptions &options);
+/// compileModule's work after the base pipeline: `built` is what buildStep
+/// made for these options (auto-fit builds once and compiles copies).
+llvm::Expected<Compiled> compileBuilt(std::unique_ptr<Module> built,
+                                      const CompileOptions &options);
+/// What decides buildStep's module: the micro-batch's import bindings and
+/// the base pipeline. Options with the same key build the same module.
+std::string buildKey(const CompileOptions &options);
 
 /// One recomputation policy the budget search (and `report --recompute
 /// sweep`) tries, with how a person would name it.
