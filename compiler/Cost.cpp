@@ -5,6 +5,7 @@
 #include "compiler/MatMulShape.h"
 #include "compiler/OutputHeadShape.h"
 #include "compiler/Plan.h"
+#include "compiler/Protocol.h"
 
 #include <algorithm>
 
@@ -129,7 +130,7 @@ uint64_t headroom::nodeFlops(const Node &n) {
 /// or Assign once), and an update's slots twice (read and written).
 static uint64_t hostCallBytes(const Plan &plan, const KernelCall &c) {
   if (c.Kind == OpKind::Read)
-    return c.Attrs.count("copy") ? plan.States[c.State].Type.sizeInBytes() : 0;
+    return readCopies(c.Attrs) ? plan.States[c.State].Type.sizeInBytes() : 0;
   uint64_t bytes = 0;
   for (int b : llvm::concat<const int>(c.Inputs, c.Outputs))
     if (b >= 0)

@@ -226,6 +226,13 @@ public:
   Node *returnNode() const;
   /// Values the function returns (operands of its `return`).
   llvm::ArrayRef<Value *> returnValues() const;
+  /// A training step's loss: its result 0 (null without results). The
+  /// forward is what computes it; autodiff's backward follows it.
+  Value *loss() const {
+    return returnValues().empty() ? nullptr : returnValues()[0];
+  }
+  /// The node computing the loss, or null (none, or an argument).
+  Node *lossNode() const { return loss() ? loss()->definingNode() : nullptr; }
 
   /// Creates a node before `before` (or at the end when null). `op` must be in
   /// the op registry, `resultTypes` gives the results.

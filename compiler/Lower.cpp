@@ -5,6 +5,7 @@
 #include "compiler/Cost.h"
 #include "compiler/MemoryPlan.h"
 #include "compiler/Pools.h"
+#include "compiler/Protocol.h"
 #include "compiler/Streams.h"
 #include "compiler/Target.h"
 #include "compiler/UpdateAnalysis.h"
@@ -167,8 +168,8 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
                          ? calls
                          : std::max(LastUse.lookup(v), Position[&n]);
   int lossPos = -1;
-  if (!F.returnValues().empty() && F.returnValues()[0]->definingNode())
-    lossPos = Position.lookup(F.returnValues()[0]->definingNode());
+  if (const Node *loss = F.lossNode())
+    lossPos = Position.lookup(loss);
   LossPos = lossPos;
   UpdateAnalysis updates(F);
 
@@ -209,12 +210,12 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
     Lives.push_back({v->type().sizeInBytes(), first, last});
     ArenaValues.push_back(v);
     const Node *def = v->definingNode();
-    Categories.push_back(def && def->attr("recomputed") ? Transient::Recomputed
-                         : first > lossPos
-                             ? (updates.isGradient(v) ? Transient::Gradient
-                                                      : Transient::Temporary)
-                         : last > lossPos ? Transient::Activation
-                                          : Transient::Temporary);
+    Categories.push_back(
+        def && isRecomputed(def->attrs()) ? Transient::Recomputed
+        : first > lossPos ? (updates.isGradient(v) ? Transient::Gradient
+                                                   : Transient::Temporary)
+        : last > lossPos  ? Transient::Activation
+                          : Transient::Temporary);
     return id;
   };
   for (Value *a : F.arguments()) {
@@ -236,7 +237,7 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
     int pos = Position[&n];
     uint64_t flops = nodeFlops(n);
     Flops += flops;
-    if (n.attr("recomputed"))
+    if (isRecomputed(n.attrs()))
       RecomputeFlops += flops;
     KernelCall call;
     call.Kind = n.kind();
@@ -269,7 +270,7 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
     for (Value *r : n.results()) {
       if (n.is(OpKind::Read)) {
         if (readNeedsCopy(n)) {
-          call.Attrs["copy"] = Attribute::getInt(1);
+          markReadCopies(call.Attrs);
           call.Outputs.push_back(addArena(r, pos));
         } else {
           Placement p;

@@ -22,6 +22,7 @@
 #define HEADROOM_RUNTIME_PLAN_H
 
 #include "compiler/IR.h"
+#include "compiler/Protocol.h"
 
 #include "llvm/Support/Error.h"
 
@@ -73,6 +74,11 @@ struct KernelCall {
   /// A collective the target runs on the copy stream, overlapping the
   /// compute (Target::overlapsCollective).
   bool Overlapped = false;
+  /// The stream its random draws come from: its `stream` (compiler/
+  /// Protocol.h: copies of a node draw alike), else its position.
+  uint64_t randomStream() const {
+    return uint64_t(headroom::randomStream(Attrs).getValueOr(Id));
+  }
   /// Whether it runs on the copy stream: transfers, host calls and
   /// overlapped collectives.
   bool onCopyStream() const {

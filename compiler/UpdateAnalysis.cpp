@@ -7,19 +7,6 @@
 
 using namespace headroom;
 
-void headroom::tagGradient(Value *g, const StateSlot *param) {
-  Node *def = g->definingNode();
-  if (!def)
-    return;
-  std::vector<std::string> tags(def->numResults());
-  if (const Attribute *a = def->attr("grad_of"))
-    if (a->kind() == Attribute::Kind::Strings &&
-        a->asStrings().size() == tags.size())
-      tags = a->asStrings();
-  tags[g->resultIndex()] = param->name();
-  def->setAttr("grad_of", Attribute::getStrings(std::move(tags)));
-}
-
 namespace {
 /// "No gradient", "one gradient" or "several": a tiny lattice.
 const Value *const kSeveral = reinterpret_cast<const Value *>(uintptr_t(1));
@@ -38,12 +25,8 @@ UpdateAnalysis::UpdateAnalysis(const Function &f) {
     if (!n.info()->has(opflags::Terminator))
       nodes.push_back(&n);
   for (const Node *n : nodes) {
-    if (const Attribute *a = n->attr("grad_of"))
-      if (a->kind() == Attribute::Kind::Strings)
-        for (size_t i = 0; i < a->asStrings().size() && i < n->numResults();
-             ++i)
-          if (!a->asStrings()[i].empty())
-            Gradients.insert(n->result(i));
+    for (Value *g : taggedGradients(*n))
+      Gradients.insert(g);
     if (n->is(OpKind::ParamGrad) || n->is(OpKind::SgdUpdate) ||
         n->is(OpKind::MomentumUpdate) || n->is(OpKind::AdamWUpdate) ||
         n->is(OpKind::AdamW8bitUpdate) || n->is(OpKind::Accumulate))

@@ -29,15 +29,12 @@
 #define HEADROOM_COMPILER_UPDATEANALYSIS_H
 
 #include "compiler/IR.h"
+#include "compiler/Protocol.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
 namespace headroom {
-
-/// Tags `g` as the gradient of `param` (the `grad_of` attribute of its
-/// defining node; nothing for a function argument).
-void tagGradient(Value *g, const StateSlot *param);
 
 struct UpdateAnalysis {
   llvm::DenseSet<const Value *> Gradients;

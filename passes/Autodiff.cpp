@@ -15,6 +15,7 @@
 // The optimizer pass runs next; it turns ParamGrad into updates.
 //
 //===----------------------------------------------------------------------===//
+#include "compiler/Protocol.h"
 #include "compiler/UpdateAnalysis.h"
 #include "compiler/Verifier.h"
 #include "passes/GradientRules.h"
@@ -69,7 +70,7 @@ void addDropoutMasks(Function &f) {
 llvm::Error Autodiff::differentiate(Function &f) {
   if (f.returnValues().empty())
     return fail("@" + f.name() + " returns nothing; it must return the loss");
-  Value *loss = f.returnValues()[0];
+  Value *loss = f.loss();
   if (!isFloat(loss->type().dtype()) || loss->type().numElements() != 1)
     return fail("the loss must be a scalar float, @" + f.name() + " returns " +
                 loss->type().str());
@@ -100,7 +101,7 @@ llvm::Error Autodiff::differentiate(Function &f) {
   // The seed, marked: loss scaling (the optimizer's loss_scale) replaces it.
   grads[loss] = b.constant(
       Tensor::fromDoubles(loss->type().dtype(), loss->type().shape(), {1.0}));
-  grads[loss]->definingNode()->setAttr("loss_seed", Attribute::getInt(1));
+  markLossSeed(*grads[loss]->definingNode());
   auto accumulate = [&](Value *v, Value *g) {
     auto [it, inserted] = grads.try_emplace(v, g);
     if (!inserted)

@@ -21,6 +21,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/ConstantFolding.h"
+#include "compiler/Protocol.h"
 #include "compiler/Verifier.h"
 #include "passes/Passes.h"
 
@@ -104,7 +105,7 @@ static bool foldTransposeIntoMatMuls(Node &t) {
     return false;
   Node *def = t.operand(0)->definingNode();
   if (def && def->is(OpKind::MatMul) && t.operand(0)->users().size() == 1 &&
-      !def->attr("grad_of") && def->operand(0)->type().rank() >= 2 &&
+      !hasGradientTag(*def) && def->operand(0)->type().rank() >= 2 &&
       def->operand(1)->type().rank() >= 2) {
     // (op(A) op(B))^T = op(B)^T op(A)^T: the same node, operands swapped.
     bool ta = def->intAttr("transA", 0), tb = def->intAttr("transB", 0);
@@ -114,8 +115,7 @@ static bool foldTransposeIntoMatMuls(Node &t) {
     setTransposeFlag(*def, "transA", !tb);
     setTransposeFlag(*def, "transB", !ta);
     def->result(0)->setType(y->type());
-    if (const Attribute *g = t.attr("grad_of")) // the gradient is the product
-      def->setAttr("grad_of", *g);
+    copyGradientTags(t, *def); // the gradient is the product
     y->replaceAllUsesWith(def->result(0));
     return true;
   }

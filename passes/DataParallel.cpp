@@ -45,6 +45,7 @@
 #include "passes/Passes.h"
 
 #include "compiler/Collectives.h"
+#include "compiler/Protocol.h"
 #include "compiler/Verifier.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -221,14 +222,9 @@ void DataParallel::reduceGradients(Function &f) {
   AttributeMap mean;
   mean["op"] = Attribute::getString("mean");
   std::vector<Value *> grads;
-  for (Node &n : f.nodes()) {
-    const Attribute *a = n.attr("grad_of");
-    if (!a || a->kind() != Attribute::Kind::Strings)
-      continue;
-    for (unsigned i = 0; i < n.numResults() && i < a->asStrings().size(); ++i)
-      if (!a->asStrings()[i].empty())
-        grads.push_back(n.result(i));
-  }
+  for (Node &n : f.nodes())
+    for (Value *g : taggedGradients(n))
+      grads.push_back(g);
   auto reduce = [&](Builder &b, Value *v) {
     return O.Zero == 0 ? b.createValue("AllReduce", {v}, v->type(), mean)
                        : b.createValue("ReduceScatter", {v},
@@ -287,8 +283,8 @@ void DataParallel::gatherWeights(Function &f) {
   for (const Node &n : f.nodes())
     position[&n] = at++;
   int loss = INT32_MAX;
-  if (!f.returnValues().empty() && f.returnValues()[0]->definingNode())
-    loss = position.lookup(f.returnValues()[0]->definingNode());
+  if (const Node *l = f.lossNode())
+    loss = position.lookup(l);
   for (auto &[slot, uses] : Uses) {
     const TensorType &whole = Shards.lookup(slot);
     if (StateSlot *replica = Replicas.lookup(slot)) {
@@ -430,7 +426,7 @@ void DataParallel::agreeOnScalars(Function &f) {
   }
   if (f.returnValues().empty())
     return;
-  Value *loss = f.returnValues()[0];
+  Value *loss = f.loss();
   if (!loss->definingNode() || loss->type() != TensorType(DType::F32, {}))
     return;
   AttributeMap mean;

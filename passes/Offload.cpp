@@ -153,8 +153,7 @@ void Offload::insertTransfers(Function &f) {
 /// back before its first reader after the loss; the forward's readers keep
 /// the device value, which dies after the last of them.
 bool Offload::offloadActivations(Function &f) const {
-  const Node *loss =
-      f.returnValues().empty() ? nullptr : f.returnValues()[0]->definingNode();
+  const Node *loss = f.lossNode();
   if (!loss)
     return false;
   llvm::DenseMap<const Node *, int> position;

@@ -45,6 +45,7 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Optimizer.h"
 
+#include "compiler/Protocol.h"
 #include "compiler/StateQuantization.h"
 #include "compiler/UpdateAnalysis.h"
 
@@ -180,7 +181,7 @@ Value *finiteStep(Builder &b, Function &f, Value *total) {
   Value *inf = b.constant(Tensor::fromDoubles(
       DType::F32, {}, {std::numeric_limits<double>::infinity()}));
   Value *ok = b.createValue("Less", {total, inf}, flag);
-  Value *loss = f.returnValues().empty() ? nullptr : f.returnValues()[0];
+  Value *loss = f.loss();
   if (!loss || !isFloat(loss->type().dtype()) ||
       loss->type().numElements() != 1)
     return ok;
@@ -625,7 +626,7 @@ llvm::Expected<bool> Optimizer::run(Module &m) {
     for (Function *f : functions) {
       Node *seed = nullptr;
       for (Node &n : f->nodes())
-        if (n.is(OpKind::Constant) && n.attr("loss_seed"))
+        if (n.is(OpKind::Constant) && isLossSeed(n))
           seed = &n;
       if (!seed)
         continue;

@@ -1,6 +1,8 @@
 //===- Passes.cpp - The pass registry -------------------------------------===//
 #include "passes/Passes.h"
 
+#include "compiler/Protocol.h"
+
 using namespace headroom;
 
 static const PassInfo kPasses[] = {
@@ -89,11 +91,11 @@ static bool drawsRandom(const Node &n) {
 void headroom::stampRandomStreams(Function &f) {
   bool all = true;
   for (const Node &n : f.nodes())
-    all &= !drawsRandom(n) || n.attr("stream");
+    all &= !drawsRandom(n) || randomStream(n.attrs());
   if (all) // already numbered (by autodiff): copies keep their streams
     return;
   int64_t stream = 0;
   for (Node &n : f.nodes())
     if (drawsRandom(n))
-      n.setAttr("stream", Attribute::getInt(stream++));
+      setRandomStream(n, stream++);
 }

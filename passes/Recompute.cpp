@@ -30,6 +30,7 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Recompute.h"
 
+#include "compiler/Protocol.h"
 #include "passes/Passes.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -84,9 +85,9 @@ struct ForwardInfo {
 };
 
 ForwardInfo::ForwardInfo(const Function &f) {
-  if (f.returnValues().empty() || !f.returnValues()[0]->definingNode())
+  const Node *loss = f.lossNode();
+  if (!loss)
     return;
-  const Node *loss = f.returnValues()[0]->definingNode();
   for (const Node &n : f.nodes()) {
     Pos[&n] = Nodes.size();
     Nodes.push_back(const_cast<Node *>(&n));
@@ -372,7 +373,7 @@ bool Recompute::recomputeFunction(Function &f) {
     for (Value *r : d->results())
       types.push_back(r->type());
     AttributeMap attrs = d->attrs();
-    attrs["recomputed"] = Attribute::getInt(1);
+    markRecomputed(attrs);
     Node *c = f.createNode(d->op(), operands, types, std::move(attrs),
                            d->state(), before);
     c->setLoc(d->loc());

@@ -38,6 +38,7 @@
 // its original did, from the same values).
 //
 //===----------------------------------------------------------------------===//
+#include "compiler/Protocol.h"
 #include "passes/Passes.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -58,7 +59,7 @@ constexpr uint64_t kDefaultMinBytes = 64 * 1024;
 /// Ops cheap enough to compute twice: elementwise math, casts and copies.
 bool isCheap(const Node &n) {
   if (n.numResults() != 1 || n.state() || n.info()->hasSideEffects() ||
-      n.attr("stream"))
+      randomStream(n.attrs()))
     return false;
   if (n.info()->has(opflags::Elementwise))
     return true;

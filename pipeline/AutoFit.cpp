@@ -3,6 +3,7 @@
 
 #include "compiler/ByteSize.h"
 #include "compiler/Cost.h"
+#include "compiler/Protocol.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -479,7 +480,7 @@ llvm::Expected<FitResult> Search::run() {
   unsigned fused = 0;
   for (const PlanFunction &f : out.Best.ThePlan.Functions)
     for (const KernelCall &c : f.Calls)
-      fused += c.Kind == OpKind::FusedAttention && !c.Attrs.count("recomputed");
+      fused += c.Kind == OpKind::FusedAttention && !isRecomputed(c.Attrs);
   if (fused && Base.FuseAttention)
     out.Why += "; attention fused in every candidate (exact, no [seq, seq] "
                "tensors)";

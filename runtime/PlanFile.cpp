@@ -13,6 +13,7 @@
 #include "compiler/Collectives.h"
 
 #include "compiler/OpInfo.h"
+#include "compiler/Protocol.h"
 #include "compiler/StateQuantization.h"
 #include "runtime/ModelIO.h"
 #include "runtime/plan.pb.h"
@@ -563,7 +564,7 @@ llvm::Error PlanReader::checkCall(const PlanFunction &f,
   // A Read is its slot, or a copy of it in the arena.
   if (c.Kind == OpKind::Read) {
     const Placement &place = P.Placements[value];
-    bool copy = c.Attrs.count("copy");
+    bool copy = readCopies(c.Attrs);
     // (An index out of range is checkPlacements' to report.)
     bool inRange = place.Index >= 0 && size_t(place.Index) < P.States.size();
     if (copy ? place.Where != Placement::Kind::Arena

@@ -2,6 +2,7 @@
 #include "runtime/Report.h"
 
 #include "compiler/Cost.h"
+#include "compiler/Protocol.h"
 #include "compiler/StateQuantization.h"
 
 #include "llvm/Support/Format.h"
@@ -69,7 +70,7 @@ static AttentionCounts countAttention(const Plan &plan) {
   for (const PlanFunction &f : plan.Functions) {
     AttentionCounts c;
     for (const KernelCall &call : f.Calls) {
-      if (call.Attrs.count("recomputed"))
+      if (isRecomputed(call.Attrs))
         continue;
       if (call.Kind == OpKind::FusedAttention)
         ++c.Fused;

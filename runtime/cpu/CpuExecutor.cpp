@@ -9,6 +9,7 @@
 // e2e tests measure the allocation).
 //
 //===----------------------------------------------------------------------===//
+#include "compiler/Protocol.h"
 #include "kernels/cpu/Kernel.h"
 #include "runtime/Executor.h"
 
@@ -92,15 +93,6 @@ uint64_t mixSeed(uint64_t seed, uint64_t step, uint64_t call) {
   return z ^ (z >> 31);
 }
 
-/// The random stream of a call: its `stream` attribute (autodiff gives every
-/// Dropout one, so that copies of a function draw alike), else its position.
-uint64_t randomStream(const KernelCall &c) {
-  auto it = c.Attrs.find("stream");
-  if (it != c.Attrs.end() && it->second.kind() == Attribute::Kind::Int)
-    return static_cast<uint64_t>(it->second.asInt());
-  return c.Id;
-}
-
 } // namespace
 
 llvm::Error CpuExecutor::allocate() {
@@ -152,7 +144,7 @@ llvm::Error CpuExecutor::allocate() {
 llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
   switch (c.Kind) {
   case OpKind::Read:
-    if (c.Attrs.count("copy") && stateBytes(c.State))
+    if (readCopies(c.Attrs) && stateBytes(c.State))
       std::memcpy(Pointers[c.Outputs[0]], state(c.State), stateBytes(c.State));
     return llvm::Error::success();
   case OpKind::Assign:
@@ -204,7 +196,7 @@ llvm::Error CpuExecutor::runCall(const PlanFunction &f, const KernelCall &c) {
                     ins,
                     outs,
                     c.Attrs,
-                    mixSeed(Options.Seed, Step, randomStream(c)),
+                    mixSeed(Options.Seed, Step, c.randomStream()),
                     Workspace,
                     ThePlan.WorkspaceBytes};
   if (auto e = runKernel(ctx))

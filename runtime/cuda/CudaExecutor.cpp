@@ -36,6 +36,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/CudaExecutor.h"
 
+#include "compiler/Protocol.h"
 #include "kernels/cuda/CudaTarget.h"
 #include "kernels/cuda/HostKernel.h"
 #include "kernels/cuda/Kernel.h"
@@ -170,14 +171,6 @@ Error useDevice(int device) {
 #endif
 
 uint64_t alignTo(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
-/// The random stream of a call (as runtime/cpu/CpuExecutor.cpp picks it).
-uint64_t randomStream(const KernelCall &c) {
-  auto it = c.Attrs.find("stream");
-  if (it != c.Attrs.end() && it->second.kind() == Attribute::Kind::Int)
-    return static_cast<uint64_t>(it->second.asInt());
-  return c.Id;
-}
 
 /// Pinned host bytes a function's arguments, results and reported gradients
 /// pass through, at fixed offsets.
@@ -511,7 +504,7 @@ void CudaExecutor::callViews(
 Error CudaExecutor::runHostCall(const PlanFunction &f, const KernelCall &c) {
   switch (c.Kind) {
   case OpKind::Read:
-    if (c.Attrs.count("copy"))
+    if (readCopies(c.Attrs))
       std::memmove(Pointers[c.Outputs[0]], state(c.State), stateBytes(c.State));
     return Error::success();
   case OpKind::Assign:
@@ -531,7 +524,7 @@ Error CudaExecutor::runHostCall(const PlanFunction &f, const KernelCall &c) {
       {c.Op, ins, outs, c.Attrs, 0, HostWorkspace, ThePlan.HostWorkspaceBytes},
       StepStaging,
       Options.Seed,
-      randomStream(c),
+      c.randomStream(),
       constants};
   if (Error e = runOnHost(call))
     return fail("@" + f.Name + " call " + llvm::Twine(c.Id) +
@@ -555,7 +548,7 @@ static void CUDART_CB hostTaskEntry(void *data) {
 
 Error CudaExecutor::runHost(const PlanFunction &f, const KernelCall &c) {
   bool nothing = c.Kind == OpKind::Constant ||
-                 (c.Kind == OpKind::Read && !c.Attrs.count("copy"));
+                 (c.Kind == OpKind::Read && !readCopies(c.Attrs));
   if (nothing)
     return Error::success();
 #if defined(HEADROOM_CUDA_EMULATED)
@@ -583,7 +576,7 @@ Error CudaExecutor::runCall(const PlanFunction &f, const KernelCall &c,
     return toDevice(Pointers[c.Outputs[0]], hostView(c.Inputs[0]).Data,
                     ThePlan.Buffers[c.Inputs[0]].sizeInBytes(), Current);
   case OpKind::Read:
-    if (c.Attrs.count("copy") && stateBytes(c.State))
+    if (readCopies(c.Attrs) && stateBytes(c.State))
       return onDevice(Pointers[c.Outputs[0]], state(c.State),
                       stateBytes(c.State), Stream);
     return Error::success();
@@ -621,7 +614,7 @@ Error CudaExecutor::runCall(const PlanFunction &f, const KernelCall &c,
   ctx.BlasWorkspaceBytes = ThePlan.LibraryBytes;
   ctx.Step = StepOnDevice;
   ctx.RunSeed = Options.Seed;
-  ctx.RandomStream = randomStream(c);
+  ctx.RandomStream = c.randomStream();
   ctx.Constants = constants;
   if (Error e = runKernel(ctx))
     return fail("@" + f.Name + " call " + llvm::Twine(c.Id) + ": " +

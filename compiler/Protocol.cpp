@@ -1,0 +1,33 @@
+//===- Protocol.cpp - The attributes passes hand each other ---------------===//
+#include "compiler/Protocol.h"
+
+using namespace headroom;
+
+void headroom::tagGradient(Value *g, const StateSlot *param) {
+  Node *def = g->definingNode();
+  if (!def)
+    return;
+  std::vector<std::string> tags(def->numResults());
+  if (const Attribute *a = def->attr("grad_of"))
+    if (a->kind() == Attribute::Kind::Strings &&
+        a->asStrings().size() == tags.size())
+      tags = a->asStrings();
+  tags[g->resultIndex()] = param->name();
+  def->setAttr("grad_of", Attribute::getStrings(std::move(tags)));
+}
+
+std::vector<Value *> headroom::taggedGradients(const Node &n) {
+  std::vector<Value *> out;
+  const Attribute *a = n.attr("grad_of");
+  if (!a || a->kind() != Attribute::Kind::Strings)
+    return out;
+  for (size_t i = 0; i < a->asStrings().size() && i < n.numResults(); ++i)
+    if (!a->asStrings()[i].empty())
+      out.push_back(n.result(i));
+  return out;
+}
+
+void headroom::copyGradientTags(const Node &from, Node &to) {
+  if (const Attribute *a = from.attr("grad_of"))
+    to.setAttr("grad_of", *a);
+}
