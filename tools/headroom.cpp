@@ -258,7 +258,8 @@ static std::string opsMarkdown() {
       " with the meaning they have at opset " + std::to_string(kIrOpset) +
       " (docs/import.md says which newer versions are read and how); ONNX "
       "function ops not listed here are expanded into their bodies at "
-      "import.\n\n| op | kind | what it does |\n|---|---|---|\n";
+      "import. To add one: docs/adding-an-op.md.\n\n| op | kind | what it "
+      "does |\n|---|---|---|\n";
   for (const OpInfo &op : allOps())
     s += "| `" + op.Name.str() + "` | " +
          (op.has(opflags::Onnx) ? "ONNX" : "headroom") + " | " + op.Doc.str() +
