@@ -65,7 +65,7 @@ public:
                    const llvm::DenseMap<const StateSlot *, int> &stateIds,
                    const Target &target, const LowerOptions &o)
       : P(plan), F(f), FnIndex(functionIndex), StateIds(stateIds), T(target),
-        O(o), Pools(f) {}
+        O(o), Pools(f), Updates(f) {}
 
   llvm::Expected<PlanFunction> lower();
   /// Transient buffers of this function with their lifetimes.
@@ -75,8 +75,7 @@ public:
   /// schedule position (the report's peak).
   std::vector<const Value *> ArenaValues;
   std::vector<const Node *> Calls;
-  /// Category of each arena buffer (activations, gradients, temps,
-  /// 3 recomputed).
+  /// The report's category of each arena buffer.
   std::vector<Transient> Categories;
   /// FLOPs of the function, and of its recomputed nodes.
   uint64_t Flops = 0, RecomputeFlops = 0;
@@ -95,6 +94,11 @@ public:
   uint64_t CollectiveBytes = 0, CollectiveElements = 0;
 
 private:
+  llvm::Error analyzeLiveness();
+  Transient categoryOf(const Value *v, int first, int last) const;
+  int addTransient(const Value *v, int first);
+  KernelCall makeCall(const Node &n, int pos);
+  int assignResult(const Node &n, Value *r, int pos, KernelCall &call);
   bool readNeedsCopy(const Node &read) const;
   int newBuffer(const Value *v, Placement place) {
     int id = P.Buffers.size();
@@ -116,6 +120,11 @@ private:
   llvm::DenseMap<const StateSlot *, llvm::SmallVector<const Node *, 2>> Writers;
   llvm::DenseMap<const Value *, int> LastUse;
   PoolAssignment Pools;
+  UpdateAnalysis Updates;
+  /// The copy stream's schedule (empty when everything is in order).
+  StreamSchedule Streams;
+  /// Arena buffer id -> its index in ArenaBuffers (a view: its target's).
+  llvm::DenseMap<int, int> ArenaSlot;
 };
 
 } // namespace
@@ -146,9 +155,11 @@ bool FunctionLowering::readNeedsCopy(const Node &read) const {
   return false;
 }
 
-llvm::Expected<PlanFunction> FunctionLowering::lower() {
-  PlanFunction pf;
-  pf.Name = F.name();
+/// Liveness: each node's schedule position, the writers of each slot, each
+/// value's last use (a function result lives to the end; a device value a
+/// copy-stream call reads, until the compute stream joins that call,
+/// compiler/Streams.h), the loss's position.
+llvm::Error FunctionLowering::analyzeLiveness() {
   int calls = 0;
   for (const Node &n : F.nodes()) {
     if (!n.info()->has(opflags::Terminator)) {
@@ -160,69 +171,170 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
         if (!llvm::is_contained(Writers[s], &n))
           Writers[s].push_back(&n);
   }
-  // Last use of every value; function results live to the end.
   for (const Node &n : F.nodes())
     for (Value *v : n.operands())
       if (v)
         LastUse[v] = n.info()->has(opflags::Terminator)
                          ? calls
                          : std::max(LastUse.lookup(v), Position[&n]);
-  int lossPos = -1;
   if (const Node *loss = F.lossNode())
-    lossPos = Position.lookup(loss);
-  LossPos = lossPos;
-  UpdateAnalysis updates(F);
-
+    LossPos = Position.lookup(loss);
   if (Pools.any() && !T.hasHostPool())
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         "@%s keeps values in a host pool, which the %s target does not have "
         "(offload is for --device cuda)",
         F.name().c_str(), T.name().str().c_str());
-  // The copy stream: a device value a copy call reads lives until the
-  // compute stream joins that call (compiler/Streams.h).
-  StreamSchedule streams;
   if (Pools.any() || llvm::any_of(Calls, [&](const Node *n) {
         return isCollective(n->kind()) && T.overlapsCollective(*n);
       })) {
-    streams = scheduleStreams(Calls, Pools, T);
+    Streams = scheduleStreams(Calls, Pools, T);
     for (size_t k = 0; k < Calls.size(); ++k)
-      if (streams.OnCopy[k])
+      if (Streams.OnCopy[k])
         for (Value *v : Calls[k]->operands())
           if (v && !Pools.onHost(v))
-            LastUse[v] = std::max(LastUse.lookup(v), streams.JoinedAt[k]);
+            LastUse[v] = std::max(LastUse.lookup(v), Streams.JoinedAt[k]);
   }
-  llvm::DenseMap<int, int> arenaSlot; // buffer id -> index in ArenaBuffers
-  auto addArena = [&](const Value *v, int first) {
-    if (Pools.onHost(v)) {
-      Placement host;
-      host.Host = true;
-      int id = newBuffer(v, host);
-      HostBuffers.push_back(id);
-      HostLives.push_back(
-          {v->type().sizeInBytes(), first, std::max(first, LastUse.lookup(v))});
-      return id;
-    }
-    int id = newBuffer(v, Placement());
-    arenaSlot[id] = ArenaBuffers.size();
-    ArenaBuffers.push_back(id);
-    int last = std::max(first, LastUse.lookup(v));
-    Lives.push_back({v->type().sizeInBytes(), first, last});
-    ArenaValues.push_back(v);
-    const Node *def = v->definingNode();
-    Categories.push_back(
-        def && isRecomputed(def->attrs()) ? Transient::Recomputed
-        : first > lossPos ? (updates.isGradient(v) ? Transient::Gradient
-                                                   : Transient::Temporary)
-        : last > lossPos  ? Transient::Activation
-                          : Transient::Temporary);
+  return llvm::Error::success();
+}
+
+/// The report's category of a transient value alive over [first, last].
+Transient FunctionLowering::categoryOf(const Value *v, int first,
+                                       int last) const {
+  const Node *def = v->definingNode();
+  if (def && isRecomputed(def->attrs()))
+    return Transient::Recomputed;
+  if (first > LossPos)
+    return Updates.isGradient(v) ? Transient::Gradient : Transient::Temporary;
+  return last > LossPos ? Transient::Activation : Transient::Temporary;
+}
+
+/// A new transient buffer for `v`, born at `first`: in the host pool's
+/// arena or the device's, with its lifetime and category.
+int FunctionLowering::addTransient(const Value *v, int first) {
+  int last = std::max(first, LastUse.lookup(v));
+  if (Pools.onHost(v)) {
+    Placement host;
+    host.Host = true;
+    int id = newBuffer(v, host);
+    HostBuffers.push_back(id);
+    HostLives.push_back({v->type().sizeInBytes(), first, last});
     return id;
+  }
+  int id = newBuffer(v, Placement());
+  ArenaSlot[id] = ArenaBuffers.size();
+  ArenaBuffers.push_back(id);
+  Lives.push_back({v->type().sizeInBytes(), first, last});
+  ArenaValues.push_back(v);
+  Categories.push_back(categoryOf(v, first, last));
+  return id;
+}
+
+/// The call of `n` at `pos` without its outputs; counts its FLOPs, transfers
+/// and collective bytes.
+KernelCall FunctionLowering::makeCall(const Node &n, int pos) {
+  uint64_t flops = nodeFlops(n);
+  Flops += flops;
+  if (isRecomputed(n.attrs()))
+    RecomputeFlops += flops;
+  KernelCall call;
+  call.Kind = n.kind();
+  call.Op = n.op();
+  call.Attrs = n.attrs();
+  call.Id = pos;
+  call.Host = Pools.runsOnHost(n);
+  call.Flops = flops;
+  if (!Streams.WaitFor.empty()) {
+    call.WaitFor = Streams.WaitFor[pos];
+    call.Overlapped = isCollective(n.kind()) && Streams.OnCopy[pos];
+  }
+  if (n.is(OpKind::ToHost))
+    ToHostBytes += n.result(0)->type().sizeInBytes();
+  if (n.is(OpKind::ToDevice))
+    ToDeviceBytes += n.result(0)->type().sizeInBytes();
+  if (isCollective(n.kind())) {
+    CollectiveBytes += collectiveBytes(n);
+    CollectiveElements +=
+        collectiveBytes(n) / dtypeSize(n.numOperands()
+                                           ? n.operand(0)->type().dtype()
+                                           : n.state()->type().dtype());
+  }
+  for (Value *v : n.operands())
+    call.Inputs.push_back(v ? Buffers.lookup(v) : -1);
+  if (n.state())
+    call.State = StateIds.lookup(n.state());
+  for (const StateSlot *s : n.states().drop_front(n.state() ? 1 : 0))
+    call.MoreStates.push_back(StateIds.lookup(s));
+  return call;
+}
+
+/// Buffer assignment of result `r` of `n` (at `pos`): its slot (a Read that
+/// need not copy), the plan's constants, the dying operand's place (in
+/// place, or a view of the same bytes), or a new transient buffer.
+int FunctionLowering::assignResult(const Node &n, Value *r, int pos,
+                                   KernelCall &call) {
+  if (n.is(OpKind::Read)) {
+    if (readNeedsCopy(n)) {
+      markReadCopies(call.Attrs);
+      return addTransient(r, pos);
+    }
+    Placement p;
+    p.Where = Placement::Kind::State;
+    p.Index = call.State;
+    p.Host = n.state()->onHost();
+    return newBuffer(r, p);
+  }
+  if (n.is(OpKind::Constant)) {
+    Placement p;
+    p.Where = Placement::Kind::Constant;
+    p.Index = FnIndex;
+    p.Call = pos;
+    return newBuffer(r, p);
+  }
+  Value *first = n.operand(0);
+  bool dying = O.InPlace && r == n.result(0) && !Pools.onHost(r) &&
+               LastUse.lookup(first) == pos &&
+               ArenaSlot.count(Buffers[first]) &&
+               !llvm::is_contained(F.arguments(), first);
+  // The dying operand's place in the arena now holds r: extend its life.
+  auto takeOver = [&](int slot) {
+    BufferLife &life = Lives[slot];
+    life.Last = std::max<int64_t>(life.Last, LastUse.lookup(r));
+    if (life.Last > LossPos && life.First <= LossPos)
+      Categories[slot] = Transient::Activation;
+    // A gradient summed into a partial one's buffer (a weight used
+    // twice) is a gradient from here on.
+    else if (life.First > LossPos && Updates.isGradient(r))
+      Categories[slot] = Transient::Gradient;
   };
+  if (dying && T.mayReuseOperand0(n)) {
+    int id = Buffers[first];
+    Buffers[r] = id;
+    takeOver(ArenaSlot[id]);
+    return id;
+  }
+  if (dying && isView(n)) {
+    // The same bytes under another shape: a buffer of r's type at the
+    // operand's place, so the kernel's copy is skipped.
+    int slot = ArenaSlot[Buffers[first]];
+    int id = newBuffer(r, Placement());
+    ArenaSlot[id] = slot;
+    Aliases.push_back({id, slot});
+    takeOver(slot);
+    return id;
+  }
+  return addTransient(r, pos);
+}
+
+llvm::Expected<PlanFunction> FunctionLowering::lower() {
+  if (auto e = analyzeLiveness())
+    return e;
+  PlanFunction pf;
+  pf.Name = F.name();
   for (Value *a : F.arguments()) {
-    pf.Args.push_back(addArena(a, 0));
+    pf.Args.push_back(addTransient(a, 0));
     pf.ArgNames.push_back(a->name());
   }
-
   for (const Node &n : F.nodes()) {
     if (n.info()->has(opflags::Terminator)) {
       for (Value *v : n.operands())
@@ -235,96 +347,9 @@ llvm::Expected<PlanFunction> FunctionLowering::lower() {
           F.name().c_str(), describeNode(n).c_str(), T.name().str().c_str(),
           llvm::toString(std::move(e)).c_str());
     int pos = Position[&n];
-    uint64_t flops = nodeFlops(n);
-    Flops += flops;
-    if (isRecomputed(n.attrs()))
-      RecomputeFlops += flops;
-    KernelCall call;
-    call.Kind = n.kind();
-    call.Op = n.op();
-    call.Attrs = n.attrs();
-    call.Id = pos;
-    call.Host = Pools.runsOnHost(n);
-    call.Flops = flops;
-    if (!streams.WaitFor.empty()) {
-      call.WaitFor = streams.WaitFor[pos];
-      call.Overlapped = isCollective(n.kind()) && streams.OnCopy[pos];
-    }
-    if (n.is(OpKind::ToHost))
-      ToHostBytes += n.result(0)->type().sizeInBytes();
-    if (n.is(OpKind::ToDevice))
-      ToDeviceBytes += n.result(0)->type().sizeInBytes();
-    if (isCollective(n.kind())) {
-      CollectiveBytes += collectiveBytes(n);
-      CollectiveElements +=
-          collectiveBytes(n) / dtypeSize(n.numOperands()
-                                             ? n.operand(0)->type().dtype()
-                                             : n.state()->type().dtype());
-    }
-    for (Value *v : n.operands())
-      call.Inputs.push_back(v ? Buffers.lookup(v) : -1);
-    if (n.state())
-      call.State = StateIds.lookup(n.state());
-    for (const StateSlot *s : n.states().drop_front(n.state() ? 1 : 0))
-      call.MoreStates.push_back(StateIds.lookup(s));
-    for (Value *r : n.results()) {
-      if (n.is(OpKind::Read)) {
-        if (readNeedsCopy(n)) {
-          markReadCopies(call.Attrs);
-          call.Outputs.push_back(addArena(r, pos));
-        } else {
-          Placement p;
-          p.Where = Placement::Kind::State;
-          p.Index = call.State;
-          p.Host = n.state()->onHost();
-          call.Outputs.push_back(newBuffer(r, p));
-        }
-        continue;
-      }
-      if (n.is(OpKind::Constant)) {
-        Placement p;
-        p.Where = Placement::Kind::Constant;
-        p.Index = FnIndex;
-        p.Call = pos;
-        call.Outputs.push_back(newBuffer(r, p));
-        continue;
-      }
-      Value *first = n.operand(0);
-      bool dying = O.InPlace && r == n.result(0) && !Pools.onHost(r) &&
-                   LastUse.lookup(first) == pos &&
-                   arenaSlot.count(Buffers[first]) &&
-                   !llvm::is_contained(F.arguments(), first);
-      // The dying operand's place in the arena now holds r: extend its life.
-      auto takeOver = [&](int slot) {
-        BufferLife &life = Lives[slot];
-        life.Last = std::max<int64_t>(life.Last, LastUse.lookup(r));
-        if (life.Last > lossPos && life.First <= lossPos)
-          Categories[slot] = Transient::Activation;
-        // A gradient summed into a partial one's buffer (a weight used
-        // twice) is a gradient from here on.
-        else if (life.First > lossPos && updates.isGradient(r))
-          Categories[slot] = Transient::Gradient;
-      };
-      if (dying && T.mayReuseOperand0(n)) {
-        int id = Buffers[first];
-        Buffers[r] = id;
-        takeOver(arenaSlot[id]);
-        call.Outputs.push_back(id);
-        continue;
-      }
-      if (dying && isView(n)) {
-        // The same bytes under another shape: a buffer of r's type at the
-        // operand's place, so the kernel's copy is skipped.
-        int slot = arenaSlot[Buffers[first]];
-        int id = newBuffer(r, Placement());
-        arenaSlot[id] = slot;
-        Aliases.push_back({id, slot});
-        takeOver(slot);
-        call.Outputs.push_back(id);
-        continue;
-      }
-      call.Outputs.push_back(addArena(r, pos));
-    }
+    KernelCall call = makeCall(n, pos);
+    for (Value *r : n.results())
+      call.Outputs.push_back(assignResult(n, r, pos, call));
     if (call.Host)
       HostWorkspace = std::max(HostWorkspace, T.workspaceBytes(n));
     else
