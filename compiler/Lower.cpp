@@ -397,29 +397,19 @@ static void describePeak(const FunctionLowering &fl, int64_t peak,
   }
 }
 
-llvm::Expected<Plan> headroom::lowerModule(const Module &m,
-                                           const Target &target,
-                                           const LowerOptions &o) {
-  Plan plan;
-  plan.TargetName = target.name().str();
-  plan.Alignment = target.alignment();
-  plan.LibraryBytes = target.libraryBytes();
-  if (m.ranks() > 1) {
-    plan.Report.CollectiveLibraryBytes = target.collectiveLibraryBytes();
-    plan.LibraryBytes += plan.Report.CollectiveLibraryBytes;
-  }
-  llvm::DenseMap<const StateSlot *, int> stateIds;
+/// The plan's state slots and the report's counts of them; `ids` gets each
+/// slot's index.
+static void lowerStates(const Module &m, Plan &plan,
+                        llvm::DenseMap<const StateSlot *, int> &ids) {
   MemoryReport &r = plan.Report;
-  plan.Ranks = m.ranks();
-  r.Ranks = m.ranks();
   for (const auto &s : m.states()) {
-    stateIds[s.get()] = plan.States.size();
+    ids[s.get()] = plan.States.size();
     PlanState ps{s->name(),   s->type(),  s->kind(), s->init(),
                  s->onHost(), llvm::None, -1};
     if (s->shardOf())
       ps.ShardOf = *s->shardOf();
     if (s->replicaOf())
-      ps.ReplicaOf = stateIds.lookup(s->replicaOf());
+      ps.ReplicaOf = ids.lookup(s->replicaOf());
     plan.States.push_back(std::move(ps));
     uint64_t bytes = s->type().sizeInBytes();
     if (s->shardOf()) {
@@ -434,6 +424,7 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
     case StateKind::Param:
     case StateKind::Replica:
       r.Parameters += bytes;
+      r.LargestParameter = std::max(r.LargestParameter, bytes);
       break;
     case StateKind::Frozen:
       r.Frozen += bytes;
@@ -448,9 +439,92 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
       r.GradientState += bytes;
       break;
     }
-    if (s->kind() == StateKind::Param || s->kind() == StateKind::Replica)
-      r.LargestParameter = std::max(r.LargestParameter, bytes);
   }
+}
+
+/// Places a lowered function's transient buffers in the device and host
+/// arenas; returns the device arena's assignment.
+static ArenaAssignment placeArenas(const FunctionLowering &fl, Plan &plan) {
+  ArenaAssignment a = planArena(fl.Lives, plan.Alignment);
+  for (size_t i = 0; i < fl.ArenaBuffers.size(); ++i)
+    plan.Placements[fl.ArenaBuffers[i]].Offset = a.Offsets[i];
+  for (auto [id, slot] : fl.Aliases)
+    plan.Placements[id].Offset = a.Offsets[slot];
+  ArenaAssignment host = planArena(fl.HostLives, plan.Alignment);
+  for (size_t i = 0; i < fl.HostBuffers.size(); ++i)
+    plan.Placements[fl.HostBuffers[i]].Offset = host.Offsets[i];
+  plan.HostArenaBytes = std::max(plan.HostArenaBytes, host.ArenaBytes);
+  plan.HostWorkspaceBytes = std::max(plan.HostWorkspaceBytes, fl.HostWorkspace);
+  return a;
+}
+
+/// Live bytes of a lowered function at each position, by category (aligned
+/// sizes).
+static std::vector<std::array<uint64_t, kTransientKinds>>
+transientTimeline(const FunctionLowering &fl, uint64_t alignment) {
+  int64_t positions = 0;
+  for (const BufferLife &b : fl.Lives)
+    positions = std::max(positions, b.Last + 1);
+  std::vector<std::array<uint64_t, kTransientKinds>> timeline(positions,
+                                                              {0, 0, 0, 0});
+  for (size_t i = 0; i < fl.Lives.size(); ++i)
+    for (int64_t p = fl.Lives[i].First; p <= fl.Lives[i].Last; ++p)
+      timeline[p][index(fl.Categories[i])] +=
+          (fl.Lives[i].Size + alignment - 1) & ~(alignment - 1);
+  return timeline;
+}
+
+/// The report's picture of the function whose arena is the plan's: its
+/// timeline, where transient memory peaks and what lives there, where the
+/// loss and the updates are.
+static void describeArena(const FunctionLowering &fl,
+                          std::vector<std::array<uint64_t, kTransientKinds>> t,
+                          MemoryReport &r) {
+  r.Timeline = std::move(t);
+  uint64_t best = 0;
+  int64_t peak = -1;
+  for (size_t p = 0; p < r.Timeline.size(); ++p) {
+    const auto &at = r.Timeline[p];
+    uint64_t total = at[0] + at[1] + at[2] + at[3];
+    if (total > best) {
+      best = total;
+      peak = int64_t(p);
+      r.Activations = at[index(Transient::Activation)];
+      r.Gradients = at[index(Transient::Gradient)];
+      r.Temporaries = at[index(Transient::Temporary)];
+      r.Recomputed = at[index(Transient::Recomputed)];
+    }
+  }
+  describePeak(fl, peak, r);
+  r.LossPosition = fl.LossPos;
+  r.UpdatePositions.clear();
+  for (size_t pos = 0; pos < fl.Calls.size(); ++pos) {
+    const Node &n = *fl.Calls[pos];
+    bool update =
+        n.is(OpKind::SgdUpdate) || n.is(OpKind::MomentumUpdate) ||
+        n.is(OpKind::AdamWUpdate) || n.is(OpKind::AdamW8bitUpdate) ||
+        (n.is(OpKind::Assign) && n.state()->kind() == StateKind::Param);
+    if (update)
+      r.UpdatePositions.push_back(int64_t(pos));
+  }
+}
+
+llvm::Expected<Plan> headroom::lowerModule(const Module &m,
+                                           const Target &target,
+                                           const LowerOptions &o) {
+  Plan plan;
+  plan.TargetName = target.name().str();
+  plan.Alignment = target.alignment();
+  plan.LibraryBytes = target.libraryBytes();
+  MemoryReport &r = plan.Report;
+  if (m.ranks() > 1) {
+    r.CollectiveLibraryBytes = target.collectiveLibraryBytes();
+    plan.LibraryBytes += r.CollectiveLibraryBytes;
+  }
+  plan.Ranks = m.ranks();
+  r.Ranks = m.ranks();
+  llvm::DenseMap<const StateSlot *, int> stateIds;
+  lowerStates(m, plan, stateIds);
   for (const LoraAdapter &a : m.adapters())
     plan.Adapters.push_back({a.Base->name(), a.A->name(), a.B->name(), a.Alpha,
                              a.Dropout, a.OutIn});
@@ -472,32 +546,14 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
       calls += d.Function == f->name() ? d.Repeat : 0;
     r.StepFlops += calls * fl.Flops;
     r.RecomputeFlops += calls * fl.RecomputeFlops;
-    ArenaAssignment a = planArena(fl.Lives, plan.Alignment);
-    for (size_t i = 0; i < fl.ArenaBuffers.size(); ++i)
-      plan.Placements[fl.ArenaBuffers[i]].Offset = a.Offsets[i];
-    for (auto [id, slot] : fl.Aliases)
-      plan.Placements[id].Offset = a.Offsets[slot];
-    ArenaAssignment host = planArena(fl.HostLives, plan.Alignment);
-    for (size_t i = 0; i < fl.HostBuffers.size(); ++i)
-      plan.Placements[fl.HostBuffers[i]].Offset = host.Offsets[i];
-    plan.HostArenaBytes = std::max(plan.HostArenaBytes, host.ArenaBytes);
-    plan.HostWorkspaceBytes =
-        std::max(plan.HostWorkspaceBytes, fl.HostWorkspace);
     r.ToHostBytes += calls * fl.ToHostBytes;
     r.ToDeviceBytes += calls * fl.ToDeviceBytes;
     r.CollectiveBytes += calls * fl.CollectiveBytes;
     r.CollectiveElements += calls * fl.CollectiveElements;
-    // Live bytes at each position by category (aligned sizes): the most
-    // gradient bytes over every function, the timeline of the largest.
-    int64_t positions = 0;
-    for (const BufferLife &b : fl.Lives)
-      positions = std::max(positions, b.Last + 1);
-    std::vector<std::array<uint64_t, kTransientKinds>> timeline(positions,
-                                                                {0, 0, 0, 0});
-    for (size_t i = 0; i < fl.Lives.size(); ++i)
-      for (int64_t p = fl.Lives[i].First; p <= fl.Lives[i].Last; ++p)
-        timeline[p][index(fl.Categories[i])] +=
-            (fl.Lives[i].Size + plan.Alignment - 1) & ~(plan.Alignment - 1);
+    ArenaAssignment a = placeArenas(fl, plan);
+    // The most gradient bytes over every function, the timeline of the
+    // largest arena.
+    auto timeline = transientTimeline(fl, plan.Alignment);
     for (const auto &t : timeline)
       r.GradientsMaxLive =
           std::max(r.GradientsMaxLive, t[index(Transient::Gradient)]);
@@ -511,33 +567,7 @@ llvm::Expected<Plan> headroom::lowerModule(const Module &m,
     plan.ArenaBytes = a.ArenaBytes;
     r.ArenaBytes = a.ArenaBytes;
     r.ArenaLowerBound = a.LowerBound;
-    r.Timeline = std::move(timeline);
-    uint64_t best = 0;
-    int64_t peak = -1;
-    for (size_t p = 0; p < r.Timeline.size(); ++p) {
-      const auto &t = r.Timeline[p];
-      uint64_t total = t[0] + t[1] + t[2] + t[3];
-      if (total > best) {
-        best = total;
-        peak = int64_t(p);
-        r.Activations = t[index(Transient::Activation)];
-        r.Gradients = t[index(Transient::Gradient)];
-        r.Temporaries = t[index(Transient::Temporary)];
-        r.Recomputed = t[index(Transient::Recomputed)];
-      }
-    }
-    describePeak(fl, peak, r);
-    r.LossPosition = fl.LossPos;
-    r.UpdatePositions.clear();
-    for (size_t pos = 0; pos < fl.Calls.size(); ++pos) {
-      const Node &n = *fl.Calls[pos];
-      bool update =
-          n.is(OpKind::SgdUpdate) || n.is(OpKind::MomentumUpdate) ||
-          n.is(OpKind::AdamWUpdate) || n.is(OpKind::AdamW8bitUpdate) ||
-          (n.is(OpKind::Assign) && n.state()->kind() == StateKind::Param);
-      if (update)
-        r.UpdatePositions.push_back(int64_t(pos));
-    }
+    describeArena(fl, std::move(timeline), r);
   }
   for (const PlanFunction &pf : plan.Functions)
     for (const KernelCall &c : pf.Calls)
