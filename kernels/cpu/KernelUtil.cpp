@@ -43,3 +43,27 @@ llvm::Expected<ops::SliceBox> cpu::sliceBox(const KernelContext &ctx,
   return orUnsupported(
       ctx, ops::sliceBox(dataShape, ints[1], ints[2], given(3), given(4)));
 }
+
+llvm::Expected<std::vector<int64_t>> cpu::reduceAxes(const KernelContext &ctx,
+                                                     bool &noop) {
+  std::vector<int64_t> axes;
+  if (ctx.hasInput(1)) {
+    if (ctx.Inputs[1].Type != DType::I64)
+      return ctx.unsupported("axes must be i64");
+    auto v = intOperand(ctx, 1, "axes");
+    if (!v)
+      return v.takeError();
+    axes = std::move(*v);
+  } else {
+    axes = ctx.attrInts("axes");
+  }
+  int64_t rank = ctx.Inputs[0].rank();
+  noop = axes.empty() && ctx.attrInt("noop_with_empty_axes", 0);
+  for (int64_t &a : axes) {
+    auto n = normAxis(ctx, a, rank);
+    if (!n)
+      return n.takeError();
+    a = *n;
+  }
+  return axes;
+}

@@ -79,6 +79,11 @@ intOperand(const KernelContext &ctx, unsigned i, llvm::StringRef what);
 llvm::Expected<ops::SliceBox> sliceBox(const KernelContext &ctx,
                                        llvm::ArrayRef<int64_t> dataShape);
 
+/// The reductions' axes, normalized: the `axes` operand (i64) or attribute;
+/// empty with `noop` set means "copy" (noop_with_empty_axes).
+llvm::Expected<std::vector<int64_t>> reduceAxes(const KernelContext &ctx,
+                                                bool &noop);
+
 /// `axis` normalized into [0, rank), or the op's error.
 inline llvm::Expected<int64_t> normAxis(const KernelContext &ctx, int64_t axis,
                                         int64_t rank) {

@@ -94,7 +94,7 @@ checkLayerNorm(const KernelContext &ctx, bool grad, ComputedFn computed) {
                                  "statistics output", true, computed)
               : checkNormForward(ctx, {1}, s->Cols, s->Rows,
                                  "statistics output", true, computed))
-    return std::move(e);
+    return llvm::Expected<ops::NormRows>(std::move(e));
   return s;
 }
 
@@ -110,7 +110,7 @@ checkBatchNorm(const KernelContext &ctx, bool grad, ComputedFn computed) {
           grad ? checkNormGrad(ctx, s->C, computed)
                : checkNormForward(ctx, {1, 2, 3, 4}, s->C, s->C,
                                   "running statistics output", false, computed))
-    return std::move(e);
+    return llvm::Expected<ops::ChannelShape>(std::move(e));
   return s;
 }
 

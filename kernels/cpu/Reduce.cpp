@@ -102,29 +102,6 @@ void reduceWalk(const T *in, T *out, const ReduceLoops &l, Acc acc) {
   }
 }
 
-/// The normalized axes to reduce; empty with `noop` set means "copy".
-llvm::Expected<std::vector<int64_t>> reduceAxes(const KernelContext &ctx,
-                                                bool &noop) {
-  std::vector<int64_t> axes;
-  if (ctx.hasInput(1)) {
-    const TensorView &t = ctx.Inputs[1];
-    if (t.Type != DType::I64)
-      return ctx.unsupported("axes must be i64");
-    axes.assign(t.as<int64_t>(), t.as<int64_t>() + t.numElements());
-  } else {
-    axes = ctx.attrInts("axes");
-  }
-  int64_t rank = ctx.Inputs[0].rank();
-  noop = axes.empty() && ctx.attrInt("noop_with_empty_axes", 0);
-  for (int64_t &a : axes) {
-    if (a < -rank || a >= rank)
-      return ctx.unsupported("axis " + llvm::Twine(a) +
-                             " is out of range for rank " + llvm::Twine(rank));
-    a = a < 0 ? a + rank : a;
-  }
-  return axes;
-}
-
 template <typename T> T lowestValue() {
   return std::numeric_limits<T>::has_infinity
              ? -std::numeric_limits<T>::infinity()

@@ -302,32 +302,6 @@ template <typename T, ReduceKind K> struct ReducePartialsBody {
   }
 };
 
-/// The normalized axes to reduce (from the constant `axes` input or the
-/// attribute); empty with `noop` set means "copy".
-llvm::Expected<std::vector<int64_t>> reduceAxes(const KernelContext &ctx,
-                                                bool &noop) {
-  std::vector<int64_t> axes;
-  if (ctx.hasInput(1)) {
-    auto t = ctx.constant(1, "axes");
-    if (!t)
-      return t.takeError();
-    if ((*t)->type().dtype() != DType::I64)
-      return ctx.unsupported("axes must be i64");
-    axes = (*t)->toInts();
-  } else {
-    axes = ctx.attrInts("axes");
-  }
-  int64_t rank = ctx.Inputs[0].rank();
-  noop = axes.empty() && ctx.attrInt("noop_with_empty_axes", 0);
-  for (int64_t &a : axes) {
-    if (a < -rank || a >= rank)
-      return ctx.unsupported("axis " + llvm::Twine(a) +
-                             " is out of range for rank " + llvm::Twine(rank));
-    a = a < 0 ? a + rank : a;
-  }
-  return axes;
-}
-
 template <ReduceKind K> struct ReduceApply {
   const KernelContext &Ctx;
   template <typename T> Error apply() const {
