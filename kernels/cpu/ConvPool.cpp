@@ -31,12 +31,7 @@ namespace {
 
 using Dims = llvm::SmallVector<int64_t, 3>;
 
-int64_t product(llvm::ArrayRef<int64_t> dims) {
-  int64_t n = 1;
-  for (int64_t d : dims)
-    n *= d;
-  return n;
-}
+using ops::product;
 
 using ops::ceilDiv;
 

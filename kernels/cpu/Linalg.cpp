@@ -12,6 +12,7 @@
 #include "kernels/cpu/Kernel.h"
 
 #include "compiler/MatMulShape.h"
+#include "compiler/ops/Shape.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -126,12 +127,7 @@ SmallVector<int64_t, 4> batchStrides(ArrayRef<int64_t> batch,
   return strides;
 }
 
-int64_t product(ArrayRef<int64_t> dims) {
-  int64_t p = 1;
-  for (int64_t d : dims)
-    p *= d;
-  return p;
-}
+using ops::product;
 
 template <typename T> Error matMul(const KernelContext &ctx) {
   const TensorView &a = ctx.Inputs[0], &b = ctx.Inputs[1];

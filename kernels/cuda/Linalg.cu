@@ -26,6 +26,7 @@
 
 #include "compiler/MatMulShape.h"
 #include "compiler/Types.h"
+#include "compiler/ops/Shape.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -324,12 +325,7 @@ struct GemmApply {
   }
 };
 
-int64_t product(ArrayRef<int64_t> dims) {
-  int64_t p = 1;
-  for (int64_t d : dims)
-    p *= d;
-  return p;
-}
+using ops::product;
 
 /// The GEMMs of MatMul: numpy's rules, each run of batch axes that merges
 /// into one strided batch is one call.
