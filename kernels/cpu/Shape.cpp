@@ -21,6 +21,7 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/KernelUtil.h"
+#include "kernels/cpu/MoveKernels.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -288,125 +289,26 @@ Error copyKernel(const KernelContext &ctx) {
   return Error::success();
 }
 
-Error transposeKernel(const KernelContext &ctx) {
-  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  std::vector<int64_t> given = ctx.attrInts("perm");
-  auto perm = orUnsupported(
-      ctx,
-      ops::transposePerm(ctx.attr("perm") ? llvm::makeArrayRef(given)
-                                          : llvm::Optional<ArrayRef<int64_t>>(),
-                         x.rank()));
-  if (!perm)
-    return perm.takeError();
-  ops::TransposeLayout layout = ops::transposeLayout(x.Shape, *perm);
-  const Dims &shape = layout.Shape, &srcStrides = layout.SourceStrides;
-  if (auto e = expectResultShape(ctx, y, shape))
-    return e;
-  if (auto e = expectSameType(ctx, x, y))
-    return e;
-  copyStrided(dtypeSize(x.Type), y.Data, x.Data, y.Shape,
-              contiguousStrides(y.Shape), srcStrides);
-  return Error::success();
-}
-
-/// Concat and Split: copies `parts` into or out of `whole` along `axis`. Seen
-/// as [outer, axis, inner], each part is a block of rows in every outer
-/// slice of the whole.
-Error joinOrSplit(const KernelContext &ctx, const TensorView &whole,
-                  ArrayRef<TensorView> parts, bool join) {
-  std::vector<TensorType> partTypes;
-  for (const TensorView &p : parts)
-    partTypes.push_back(p.type());
-  auto axis = orUnsupported(
-      ctx, ops::joinAxis(ctx.attrInt("axis", 0), whole.type(), partTypes));
-  if (!axis)
-    return axis.takeError();
-  int64_t outer = product(whole.Shape.take_front(*axis));
-  int64_t rowBytes =
-      product(whole.Shape.drop_front(*axis + 1)) * dtypeSize(whole.Type);
-  int64_t wholeBytes = whole.Shape[*axis] * rowBytes, offset = 0;
-  for (const TensorView &p : parts) {
-    int64_t partBytes = p.Shape[*axis] * rowBytes;
-    for (int64_t o = 0; partBytes && o < outer; ++o) {
-      char *w = static_cast<char *>(whole.Data) + o * wholeBytes + offset;
-      char *q = static_cast<char *>(p.Data) + o * partBytes;
-      if (join)
-        std::memcpy(w, q, partBytes);
-      else
-        std::memcpy(q, w, partBytes);
-    }
-    offset += partBytes;
-  }
-  return Error::success();
-}
-
-Error concatKernel(const KernelContext &ctx) {
-  return joinOrSplit(ctx, ctx.Outputs[0], ctx.Inputs, /*join=*/true);
-}
-
-Error splitKernel(const KernelContext &ctx) {
-  const TensorView &x = ctx.Inputs[0];
-  if (hasOperand(ctx, 1)) {
-    auto split = intOperand(ctx, 1, "split");
-    if (!split)
-      return split.takeError();
-    std::vector<TensorType> results;
-    for (const TensorView &y : ctx.Outputs)
-      results.push_back(y.type());
-    if (auto e = ops::checkSplitSizes(*split, ctx.attrInt("axis", 0), x.type(),
-                                      results))
-      return ctx.unsupported(llvm::toString(std::move(e)));
-  }
-  return joinOrSplit(ctx, x, ctx.Outputs, /*join=*/false);
-}
-
 //===----------------------------------------------------------------------===//
 // Slice and SliceGrad
 //===----------------------------------------------------------------------===//
 
+/// The CPU's element moves for the shared kernels (kernels/cpu/MoveKernels.h).
+struct Moves {
+  static Error copy(const KernelContext &, unsigned bytes, void *dst,
+                    const void *src, ArrayRef<int64_t> shape,
+                    ArrayRef<int64_t> dstStrides,
+                    ArrayRef<int64_t> srcStrides) {
+    copyStrided(bytes, dst, src, shape, dstStrides, srcStrides);
+    return Error::success();
+  }
+  static void zero(const KernelContext &, void *dst, uint64_t bytes) {
+    if (bytes)
+      std::memset(dst, 0, bytes);
+  }
+};
+
 using ops::boxLayout;
-
-Error sliceKernel(const KernelContext &ctx) {
-  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  auto box = sliceBox(ctx, x.Shape);
-  if (!box)
-    return box.takeError();
-  if (auto e = expectResultShape(ctx, y, box->Shape))
-    return e;
-  if (auto e = expectSameType(ctx, x, y))
-    return e;
-  if (y.numElements() == 0)
-    return Error::success();
-  Dims strides;
-  int64_t first = boxLayout(*box, x.Shape, strides);
-  copyStrided(dtypeSize(x.Type), y.Data, bytesAt(x, first), y.Shape,
-              contiguousStrides(y.Shape), strides);
-  return Error::success();
-}
-
-/// SliceGrad(dy, starts, ends, axes?, steps?): zeros shaped like Slice's
-/// data, with dy written where Slice read. Slice reads each position at most
-/// once, so writing (not adding) is exact.
-Error sliceGradKernel(const KernelContext &ctx) {
-  const TensorView &dy = ctx.Inputs[0], &dx = ctx.Outputs[0];
-  auto box = sliceBox(ctx, dx.Shape);
-  if (!box)
-    return box.takeError();
-  if (dy.Shape != ArrayRef<int64_t>(box->Shape))
-    return ctx.unsupported("dy is " + dy.type().str() + ", but the slice of " +
-                           dx.type().str() + " is " + shapeString(box->Shape));
-  if (auto e = expectSameType(ctx, dy, dx))
-    return e;
-  if (dx.sizeInBytes())
-    std::memset(dx.Data, 0, dx.sizeInBytes());
-  if (dy.numElements() == 0)
-    return Error::success();
-  Dims strides;
-  int64_t first = boxLayout(*box, dx.Shape, strides);
-  copyStrided(dtypeSize(dx.Type), bytesAt(dx, first), dy.Data, dy.Shape,
-              strides, contiguousStrides(dy.Shape));
-  return Error::success();
-}
 
 //===----------------------------------------------------------------------===//
 // Gather and GatherGrad
@@ -1136,11 +1038,11 @@ Error rangeKernel(const KernelContext &ctx) {
 void headroom::cpu::registerShapeKernels() {
   for (const char *op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
     registerKernel(op, copyKernel);
-  registerKernel("Transpose", transposeKernel);
-  registerKernel("Concat", concatKernel);
-  registerKernel("Split", splitKernel);
-  registerKernel("Slice", sliceKernel);
-  registerKernel("SliceGrad", sliceGradKernel);
+  registerKernel("Transpose", transposeKernelOf<KernelContext, Moves>);
+  registerKernel("Concat", concatKernelOf<KernelContext, Moves>);
+  registerKernel("Split", splitKernelOf<KernelContext, Moves>);
+  registerKernel("Slice", sliceKernelOf<KernelContext, Moves>);
+  registerKernel("SliceGrad", sliceGradKernelOf<KernelContext, Moves>);
   registerKernel("Gather", gatherKernel);
   registerKernel("GatherGrad", gatherGradKernel, FloatSupport::F32F64);
   registerKernel("GatherElements", gatherElementsKernel);

@@ -36,6 +36,7 @@
 // to f32, sums, and rounds once).
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/cpu/MoveKernels.h"
 #include "kernels/cuda/Launch.h"
 
 #include "compiler/Types.h"
@@ -395,121 +396,24 @@ Error copyKernel(const KernelContext &ctx) {
   return Error::success();
 }
 
-Error transposeKernel(const KernelContext &ctx) {
-  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  std::vector<int64_t> given = ctx.attrInts("perm");
-  auto perm = orUnsupported(
-      ctx,
-      ops::transposePerm(ctx.attr("perm") ? llvm::makeArrayRef(given)
-                                          : llvm::Optional<ArrayRef<int64_t>>(),
-                         x.rank()));
-  if (!perm)
-    return perm.takeError();
-  ops::TransposeLayout layout = ops::transposeLayout(x.Shape, *perm);
-  const Dims &shape = layout.Shape, &srcStrides = layout.SourceStrides;
-  if (Error e = expectResultShape(ctx, y, shape))
-    return e;
-  if (Error e = expectSameType(ctx, x, y))
-    return e;
-  return stridedCopy(ctx, dtypeSize(x.Type), y.Data, x.Data, y.Shape,
-                     contiguousStrides(y.Shape), srcStrides);
-}
-
-/// Concat and Split: copies `parts` into or out of `whole` along `axis`,
-/// one launch per part. Seen as [outer, axis, inner], a part is a block of
-/// rows in every outer slice of the whole.
-Error joinOrSplit(const KernelContext &ctx, const TensorView &whole,
-                  ArrayRef<TensorView> parts, bool join) {
-  std::vector<TensorType> partTypes;
-  for (const TensorView &p : parts)
-    partTypes.push_back(p.type());
-  auto axis = orUnsupported(
-      ctx, ops::joinAxis(ctx.attrInt("axis", 0), whole.type(), partTypes));
-  if (!axis)
-    return axis.takeError();
-  int64_t outer = product(whole.Shape.take_front(*axis));
-  int64_t inner = product(whole.Shape.drop_front(*axis + 1));
-  int64_t wholeRow = whole.Shape[*axis] * inner, offset = 0;
-  unsigned bytes = dtypeSize(whole.Type);
-  for (const TensorView &p : parts) {
-    int64_t n = p.Shape[*axis];
-    int64_t shape[] = {outer, n * inner};
-    int64_t wholeStrides[] = {wholeRow, 1}, partStrides[] = {n * inner, 1};
-    char *w = bytesAt(whole, offset);
-    Error e = join ? stridedCopy(ctx, bytes, w, p.Data, shape, wholeStrides,
-                                 partStrides)
-                   : stridedCopy(ctx, bytes, p.Data, w, shape, partStrides,
-                                 wholeStrides);
-    if (e)
-      return e;
-    offset += n * inner;
-  }
-  return Error::success();
-}
-
-Error concatKernel(const KernelContext &ctx) {
-  return joinOrSplit(ctx, ctx.Outputs[0], ctx.Inputs, /*join=*/true);
-}
-
-Error splitKernel(const KernelContext &ctx) {
-  const TensorView &x = ctx.Inputs[0];
-  if (hasOperand(ctx, 1)) {
-    auto split = intOperand(ctx, 1, "split");
-    if (!split)
-      return split.takeError();
-    std::vector<TensorType> results;
-    for (const TensorView &y : ctx.Outputs)
-      results.push_back(y.type());
-    if (auto e = ops::checkSplitSizes(*split, ctx.attrInt("axis", 0), x.type(),
-                                      results))
-      return ctx.unsupported(llvm::toString(std::move(e)));
-  }
-  return joinOrSplit(ctx, x, ctx.Outputs, /*join=*/false);
-}
-
 //===----------------------------------------------------------------------===//
 // Slice and SliceGrad
 //===----------------------------------------------------------------------===//
 
+/// The GPU's element moves for the shared kernels (kernels/cpu/MoveKernels.h).
+struct Moves {
+  static Error copy(const KernelContext &ctx, unsigned bytes, void *dst,
+                    const void *src, ArrayRef<int64_t> shape,
+                    ArrayRef<int64_t> dstStrides,
+                    ArrayRef<int64_t> srcStrides) {
+    return stridedCopy(ctx, bytes, dst, src, shape, dstStrides, srcStrides);
+  }
+  static void zero(const KernelContext &ctx, void *dst, uint64_t bytes) {
+    fillZeroAsync(ctx, dst, bytes);
+  }
+};
+
 using ops::boxLayout;
-
-Error sliceKernel(const KernelContext &ctx) {
-  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  auto box = sliceBox(ctx, x.Shape);
-  if (!box)
-    return box.takeError();
-  if (Error e = expectResultShape(ctx, y, box->Shape))
-    return e;
-  if (Error e = expectSameType(ctx, x, y))
-    return e;
-  if (y.numElements() == 0)
-    return Error::success();
-  Dims strides;
-  int64_t first = boxLayout(*box, x.Shape, strides);
-  return stridedCopy(ctx, dtypeSize(x.Type), y.Data, bytesAt(x, first), y.Shape,
-                     contiguousStrides(y.Shape), strides);
-}
-
-/// SliceGrad(dy, starts, ends, axes?, steps?): zeros shaped like Slice's
-/// data, with dy written where Slice read (each position at most once).
-Error sliceGradKernel(const KernelContext &ctx) {
-  const TensorView &dy = ctx.Inputs[0], &dx = ctx.Outputs[0];
-  auto box = sliceBox(ctx, dx.Shape);
-  if (!box)
-    return box.takeError();
-  if (dy.Shape != ArrayRef<int64_t>(box->Shape))
-    return ctx.unsupported("dy is " + dy.type().str() + ", but the slice of " +
-                           dx.type().str() + " is " + shapeString(box->Shape));
-  if (Error e = expectSameType(ctx, dy, dx))
-    return e;
-  fillZeroAsync(ctx, dx.Data, dx.sizeInBytes());
-  if (dy.numElements() == 0)
-    return Error::success();
-  Dims strides;
-  int64_t first = boxLayout(*box, dx.Shape, strides);
-  return stridedCopy(ctx, dtypeSize(dx.Type), bytesAt(dx, first), dy.Data,
-                     dy.Shape, strides, contiguousStrides(dy.Shape));
-}
 
 //===----------------------------------------------------------------------===//
 // Gather and GatherGrad
@@ -1469,11 +1373,11 @@ Error rangeKernel(const KernelContext &ctx) {
 void cuda::registerShapeKernels() {
   for (const char *op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
     registerKernel(op, copyKernel);
-  registerKernel("Transpose", transposeKernel);
-  registerKernel("Concat", concatKernel);
-  registerKernel("Split", splitKernel);
-  registerKernel("Slice", sliceKernel);
-  registerKernel("SliceGrad", sliceGradKernel);
+  registerKernel("Transpose", cpu::transposeKernelOf<KernelContext, Moves>);
+  registerKernel("Concat", cpu::concatKernelOf<KernelContext, Moves>);
+  registerKernel("Split", cpu::splitKernelOf<KernelContext, Moves>);
+  registerKernel("Slice", cpu::sliceKernelOf<KernelContext, Moves>);
+  registerKernel("SliceGrad", cpu::sliceGradKernelOf<KernelContext, Moves>);
   registerKernel("Gather", gatherKernel);
   registerKernel("GatherGrad", gatherGradKernel);
   registerKernel("GatherElements", gatherElementsKernel);
