@@ -1,6 +1,7 @@
 //===- MoveKernels.h - Kernels that only move elements ----------*- C++ -*-===//
 //
-// Transpose, Concat, Split, Slice and SliceGrad, written once for both
+// Transpose, Concat, Split, Slice, SliceGrad, Expand and Tile, written once
+// for both
 // backends: each checks its operands by the rules of compiler/ops/Shape.h
 // and moves elements with two primitives its backend gives as `Moves`:
 //
@@ -138,6 +139,56 @@ llvm::Error sliceGradKernelOf(const Ctx &ctx) {
   int64_t first = ops::boxLayout(*box, dx.Shape, strides);
   return Moves::copy(ctx, dtypeSize(dx.Type), bytesAt(dx, first), dy.Data,
                      dy.Shape, strides, ops::contiguousStrides(dy.Shape));
+}
+
+template <typename Ctx, typename Moves>
+llvm::Error expandKernelOf(const Ctx &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (llvm::Error e = expectSameType(ctx, x, y))
+    return e;
+  if (x.rank() > y.rank())
+    return ctx.unsupported(x.type().str() + " has a higher rank than " +
+                           y.type().str());
+  // x's axes align with y's last ones; a size-1 axis of x is read with
+  // stride 0.
+  size_t lead = y.rank() - x.rank();
+  ops::Dims xStrides = ops::contiguousStrides(x.Shape), srcStrides(y.rank(), 0);
+  for (size_t d = 0; d < x.rank(); ++d) {
+    if (x.Shape[d] == y.Shape[lead + d])
+      srcStrides[lead + d] = xStrides[d];
+    else if (x.Shape[d] != 1)
+      return ctx.unsupported(x.type().str() + " does not broadcast to " +
+                             y.type().str());
+  }
+  return Moves::copy(ctx, dtypeSize(x.Type), y.Data, x.Data, y.Shape,
+                     ops::contiguousStrides(y.Shape), srcStrides);
+}
+
+/// Tile sees the result's axis d as [repeats[d], x.Shape[d]]: a copy of x
+/// with stride 0 over the repeats.
+template <typename Ctx, typename Moves>
+llvm::Error tileKernelOf(const Ctx &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  auto repeats = intOperand(ctx, 1, "repeats");
+  if (!repeats)
+    return repeats.takeError();
+  if (repeats->size() != x.rank())
+    return ctx.unsupported("repeats has " + llvm::Twine(repeats->size()) +
+                           " entries for rank " + llvm::Twine(x.rank()));
+  ops::Dims shape, xStrides = ops::contiguousStrides(x.Shape);
+  for (size_t d = 0; d < x.rank(); ++d)
+    shape.push_back(x.Shape[d] * (*repeats)[d]);
+  if (llvm::Error e = expectResultShape(ctx, y, shape))
+    return e;
+  if (llvm::Error e = expectSameType(ctx, x, y))
+    return e;
+  ops::Dims yStrides = ops::contiguousStrides(y.Shape), loops, dst, src;
+  for (size_t d = 0; d < x.rank(); ++d) {
+    loops.append({(*repeats)[d], x.Shape[d]});
+    dst.append({yStrides[d] * x.Shape[d], yStrides[d]});
+    src.append({0, xStrides[d]});
+  }
+  return Moves::copy(ctx, dtypeSize(x.Type), y.Data, x.Data, loops, dst, src);
 }
 
 } // namespace cpu

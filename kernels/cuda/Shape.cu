@@ -975,54 +975,6 @@ Error scatterNdKernel(const KernelContext &ctx) {
 // Expand, Tile, Pad, Trilu
 //===----------------------------------------------------------------------===//
 
-Error expandKernel(const KernelContext &ctx) {
-  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  if (Error e = expectSameType(ctx, x, y))
-    return e;
-  if (x.rank() > y.rank())
-    return ctx.unsupported(x.type().str() + " has a higher rank than " +
-                           y.type().str());
-  // x's axes align with y's last ones; a size-1 axis of x is read with
-  // stride 0.
-  size_t lead = y.rank() - x.rank();
-  Dims xStrides = contiguousStrides(x.Shape), srcStrides(y.rank(), 0);
-  for (size_t d = 0; d < x.rank(); ++d) {
-    if (x.Shape[d] == y.Shape[lead + d])
-      srcStrides[lead + d] = xStrides[d];
-    else if (x.Shape[d] != 1)
-      return ctx.unsupported(x.type().str() + " does not broadcast to " +
-                             y.type().str());
-  }
-  return stridedCopy(ctx, dtypeSize(x.Type), y.Data, x.Data, y.Shape,
-                     contiguousStrides(y.Shape), srcStrides);
-}
-
-/// Tile sees the result's axis d as [repeats[d], x.Shape[d]]: a copy of x
-/// with stride 0 over the repeats.
-Error tileKernel(const KernelContext &ctx) {
-  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  auto repeats = intOperand(ctx, 1, "repeats");
-  if (!repeats)
-    return repeats.takeError();
-  if (repeats->size() != x.rank())
-    return ctx.unsupported("repeats has " + Twine(repeats->size()) +
-                           " entries for rank " + Twine(x.rank()));
-  Dims shape, xStrides = contiguousStrides(x.Shape);
-  for (size_t d = 0; d < x.rank(); ++d)
-    shape.push_back(x.Shape[d] * (*repeats)[d]);
-  if (Error e = expectResultShape(ctx, y, shape))
-    return e;
-  if (Error e = expectSameType(ctx, x, y))
-    return e;
-  Dims yStrides = contiguousStrides(y.Shape), loops, dst, src;
-  for (size_t d = 0; d < x.rank(); ++d) {
-    loops.append({(*repeats)[d], x.Shape[d]});
-    dst.append({yStrides[d] * x.Shape[d], yStrides[d]});
-    src.append({0, xStrides[d]});
-  }
-  return stridedCopy(ctx, dtypeSize(x.Type), y.Data, x.Data, loops, dst, src);
-}
-
 enum PadMode : int { PadConstant, PadReflect, PadEdge, PadWrap };
 
 /// Pad's result element e: the input element it copies (the CPU's
@@ -1385,8 +1337,8 @@ void cuda::registerShapeKernels() {
   registerKernel("ScatterElements", scatterElementsKernel);
   registerKernel("GatherND", gatherNdKernel);
   registerKernel("ScatterND", scatterNdKernel);
-  registerKernel("Expand", expandKernel);
-  registerKernel("Tile", tileKernel);
+  registerKernel("Expand", cpu::expandKernelOf<KernelContext, Moves>);
+  registerKernel("Tile", cpu::tileKernelOf<KernelContext, Moves>);
   registerKernel("Pad", padKernel);
   registerKernel("Trilu", triluKernel);
   registerKernel("CumSum", cumSumKernel);
