@@ -149,3 +149,28 @@ Expected<int64_t> ops::joinAxis(int64_t axis, const TensorType &whole,
                 Twine(whole.dim(*a)));
   return a;
 }
+
+Expected<ops::NdIndexing>
+ops::ndIndexing(const TensorType &data, const TensorType &indices, int64_t b) {
+  if (indices.rank() == 0)
+    return fail("indices must have rank >= 1");
+  if (b < 0 || b >= int64_t(indices.rank()) || b >= int64_t(data.rank()))
+    return fail("batch_dims " + Twine(b) + " for indices " + indices.str() +
+                " and " + data.str());
+  for (int64_t d = 0; d < b; ++d)
+    if (indices.dim(d) != data.dim(d))
+      return fail("batch axis " + Twine(d) + " of indices " + indices.str() +
+                  " differs from " + data.str());
+  NdIndexing l;
+  l.Batch = b;
+  l.K = indices.shape().back();
+  if (l.K < 1 || b + l.K > int64_t(data.rank()))
+    return fail("index tuples of " + Twine(l.K) + " coordinates into " +
+                data.str() + " after " + Twine(b) + " batch axes");
+  l.Slice = product(data.shape().drop_front(b + l.K));
+  l.BatchStride = product(data.shape().drop_front(b));
+  l.PerBatch = product(indices.shape().drop_front(b).drop_back());
+  l.SliceShape.assign(indices.shape().begin(), indices.shape().end() - 1);
+  l.SliceShape.append(data.shape().begin() + b + l.K, data.shape().end());
+  return l;
+}

@@ -88,6 +88,20 @@ llvm::Error checkSplitSizes(llvm::ArrayRef<int64_t> sizes, int64_t axis,
 llvm::Expected<int64_t> joinAxis(int64_t axis, const TensorType &whole,
                                  llvm::ArrayRef<TensorType> parts);
 
+/// GatherND's and ScatterND's index tuples into `data` from `indices`
+/// (batch_dims b: the first b axes of both are paired, each tuple indexes
+/// within its batch element): K coordinates per tuple, Slice elements per
+/// tuple, BatchStride elements per batch element of data, PerBatch tuples
+/// per batch element, and SliceShape, the shape GatherND gives (the
+/// indices' shape without its last axis, then data's after the K-th).
+struct NdIndexing {
+  int64_t Batch = 0, K = 0, Slice = 1, BatchStride = 0, PerBatch = 0;
+  Dims SliceShape;
+};
+llvm::Expected<NdIndexing> ndIndexing(const TensorType &data,
+                                      const TensorType &indices,
+                                      int64_t batchDims);
+
 } // namespace ops
 } // namespace headroom
 

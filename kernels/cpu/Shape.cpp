@@ -584,36 +584,21 @@ struct NdLayout {
 
 Expected<NdLayout> ndLayout(const KernelContext &ctx, const TensorView &data,
                             unsigned indicesInput) {
-  const TensorView &indices = ctx.Inputs[indicesInput];
-  // GatherND's batch_dims b: the first b axes of data and indices are
-  // paired, and each tuple indexes within its batch element.
-  int64_t b = ctx.attrInt("batch_dims", 0);
-  if (indices.rank() == 0)
-    return ctx.unsupported("indices must have rank >= 1");
-  if (b < 0 || b >= int64_t(indices.rank()) || b >= int64_t(data.rank()))
-    return ctx.unsupported("batch_dims " + Twine(b) + " for indices " +
-                           indices.type().str() + " and " + data.type().str());
-  for (int64_t d = 0; d < b; ++d)
-    if (indices.Shape[d] != data.Shape[d])
-      return ctx.unsupported("batch axis " + Twine(d) + " of indices " +
-                             indices.type().str() + " differs from " +
-                             data.type().str());
+  auto nd = orUnsupported(ctx, ops::ndIndexing(data.type(),
+                                               ctx.Inputs[indicesInput].type(),
+                                               ctx.attrInt("batch_dims", 0)));
+  if (!nd)
+    return nd.takeError();
   NdLayout l;
-  l.Batch = b;
-  l.K = indices.Shape.back();
-  if (l.K < 1 || b + l.K > int64_t(data.rank()))
-    return ctx.unsupported("index tuples of " + Twine(l.K) +
-                           " coordinates into " + data.type().str() +
-                           " after " + Twine(b) + " batch axes");
-  l.Slice = product(data.Shape.drop_front(b + l.K));
+  l.Batch = nd->Batch;
+  l.K = nd->K;
+  l.Slice = nd->Slice;
+  int64_t b = nd->Batch, batchStride = nd->BatchStride, perBatch = nd->PerBatch;
   auto idx = intOperand(ctx, indicesInput, "indices");
   if (!idx)
     return idx.takeError();
   Dims strides = contiguousStrides(data.Shape);
-  int64_t batchStride = product(data.Shape.drop_front(b));
   size_t tuples = idx->size() / size_t(l.K);
-  int64_t perBatch =
-      product(indices.Shape.drop_front(b).drop_back()); // tuples per batch
   l.Offsets.resize(tuples);
   for (size_t t = 0; t < tuples; ++t) {
     int64_t off = perBatch ? int64_t(t) / perBatch * batchStride : 0;

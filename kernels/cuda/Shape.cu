@@ -801,34 +801,24 @@ struct NdLayout {
 };
 
 Expected<NdLayout> ndLayout(const KernelContext &ctx, const TensorView &data) {
-  const TensorView &indices = ctx.Inputs[1];
-  int64_t b = ctx.attrInt("batch_dims", 0);
-  if (indices.rank() == 0)
-    return ctx.unsupported("indices must have rank >= 1");
-  if (b < 0 || b >= int64_t(indices.rank()) || b >= int64_t(data.rank()))
-    return ctx.unsupported("batch_dims " + Twine(b) + " for indices " +
-                           indices.type().str() + " and " + data.type().str());
-  for (int64_t d = 0; d < b; ++d)
-    if (indices.Shape[d] != data.Shape[d])
-      return ctx.unsupported("batch axis " + Twine(d) + " of indices " +
-                             indices.type().str() + " differs from " +
-                             data.type().str());
+  auto nd =
+      orUnsupported(ctx, ops::ndIndexing(data.type(), ctx.Inputs[1].type(),
+                                         ctx.attrInt("batch_dims", 0)));
+  if (!nd)
+    return nd.takeError();
   NdLayout l;
-  l.Batch = b;
-  l.K = indices.Shape.back();
-  if (l.K < 1 || b + l.K > int64_t(data.rank()))
-    return ctx.unsupported("index tuples of " + Twine(l.K) +
-                           " coordinates into " + data.type().str() +
-                           " after " + Twine(b) + " batch axes");
+  l.Batch = nd->Batch;
+  l.K = nd->K;
+  l.Slice = nd->Slice;
+  l.BatchStride = nd->BatchStride;
+  l.PerBatch = nd->PerBatch;
+  int64_t b = nd->Batch;
   if (l.K > kMaxDims)
     return ctx.unsupported("index tuples of more than " + Twine(kMaxDims) +
                            " coordinates");
   if (Error e = expectIndexType(ctx, 1))
     return Expected<NdLayout>(std::move(e));
-  l.Slice = product(data.Shape.drop_front(b + l.K));
   Dims strides = contiguousStrides(data.Shape);
-  l.BatchStride = product(data.Shape.drop_front(b));
-  l.PerBatch = product(indices.Shape.drop_front(b).drop_back());
   for (int64_t j = 0; j < l.K; ++j) {
     l.Extents.push_back(data.Shape[b + j]);
     l.Strides.push_back(strides[b + j]);
