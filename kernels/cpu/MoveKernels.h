@@ -191,6 +191,36 @@ llvm::Error tileKernelOf(const Ctx &ctx) {
   return Moves::copy(ctx, dtypeSize(x.Type), y.Data, x.Data, loops, dst, src);
 }
 
+/// Trilu(x, k?) {upper}: the matrices of the last two axes, [Rows, Cols],
+/// and the diagonal K (clamped so that row + K cannot overflow; the kept
+/// columns are the same).
+struct TriluShape {
+  int64_t Rows = 0, Cols = 0, K = 0;
+  bool Upper = true;
+};
+inline llvm::Expected<TriluShape> triluShape(const KernelContext &ctx) {
+  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  if (x.rank() < 2)
+    return ctx.unsupported("the input must have rank >= 2, not " +
+                           x.type().str());
+  if (x.type() != y.type())
+    return ctx.unsupported("result " + y.type().str() + " differs from " +
+                           x.type().str());
+  TriluShape t;
+  t.Rows = x.Shape[x.rank() - 2];
+  t.Cols = x.Shape.back();
+  if (hasOperand(ctx, 1)) {
+    auto kv = intOperand(ctx, 1, "k");
+    if (!kv)
+      return kv.takeError();
+    if (kv->size() != 1)
+      return ctx.unsupported("k must have one element");
+    t.K = std::max(-t.Rows - 1, std::min((*kv)[0], t.Cols + 1));
+  }
+  t.Upper = ctx.attrInt("upper", 1) != 0;
+  return t;
+}
+
 } // namespace cpu
 } // namespace headroom
 

@@ -827,24 +827,11 @@ Error cumSumKernel(const KernelContext &ctx) {
 /// elements with col - row >= k (upper) or <= k (lower), one row at a time.
 Error triluKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  if (x.rank() < 2)
-    return ctx.unsupported("the input must have rank >= 2, not " +
-                           x.type().str());
-  if (x.type() != y.type())
-    return ctx.unsupported("result " + y.type().str() + " differs from " +
-                           x.type().str());
-  int64_t rows = x.Shape[x.rank() - 2], cols = x.Shape.back();
-  int64_t k = 0;
-  if (hasOperand(ctx, 1)) {
-    auto kv = intOperand(ctx, 1, "k");
-    if (!kv)
-      return kv.takeError();
-    if (kv->size() != 1)
-      return ctx.unsupported("k must have one element");
-    // Clamped so that row + k cannot overflow; the kept columns are the same.
-    k = std::max(-rows - 1, std::min((*kv)[0], cols + 1));
-  }
-  bool upper = ctx.attrInt("upper", 1) != 0;
+  auto t = triluShape(ctx);
+  if (!t)
+    return t.takeError();
+  int64_t rows = t->Rows, cols = t->Cols, k = t->K;
+  bool upper = t->Upper;
   if (x.numElements() == 0)
     return Error::success();
   int64_t bytes = dtypeSize(x.Type), count = x.numElements() / cols;

@@ -1114,25 +1114,12 @@ struct TriluApply {
 /// Trilu(x, k?) {upper}: keeps, in each matrix of the last two axes, the
 /// elements with col - row >= k (upper) or <= k (lower).
 Error triluKernel(const KernelContext &ctx) {
-  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  if (x.rank() < 2)
-    return ctx.unsupported("the input must have rank >= 2, not " +
-                           x.type().str());
-  if (x.type() != y.type())
-    return ctx.unsupported("result " + y.type().str() + " differs from " +
-                           x.type().str());
-  int64_t rows = x.Shape[x.rank() - 2], cols = x.Shape.back();
-  int64_t k = 0;
-  if (hasOperand(ctx, 1)) {
-    auto kv = intOperand(ctx, 1, "k");
-    if (!kv)
-      return kv.takeError();
-    if (kv->size() != 1)
-      return ctx.unsupported("k must have one element");
-    // Clamped so that row + k cannot overflow; the kept columns are the same.
-    k = std::max(-rows - 1, std::min((*kv)[0], cols + 1));
-  }
-  bool upper = ctx.attrInt("upper", 1) != 0;
+  const TensorView &x = ctx.Inputs[0];
+  auto t = triluShape(ctx);
+  if (!t)
+    return t.takeError();
+  int64_t rows = t->Rows, cols = t->Cols, k = t->K;
+  bool upper = t->Upper;
   if (x.numElements() == 0)
     return Error::success();
   return withUnit(dtypeSize(x.Type), TriluApply{ctx, rows, cols, k, upper});
