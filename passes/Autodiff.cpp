@@ -142,7 +142,7 @@ llvm::Error Autodiff::differentiate(Function &f) {
     }
     if (!anyNeeds)
       continue;
-    GradRule rule = lookupGradRule(n.op());
+    GradRule rule = lookupGradRule(n.kind());
     if (!rule)
       return fail(describeNode(n) + ": no gradient rule for op '" + n.op() +
                   "' (docs/autodiff.md lists the ops that have one)");

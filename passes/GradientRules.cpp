@@ -13,8 +13,6 @@
 #include "compiler/MatMulShape.h"
 #include "compiler/Verifier.h"
 
-#include "llvm/ADT/StringMap.h"
-
 #include <algorithm>
 #include <cmath>
 
@@ -783,84 +781,97 @@ static llvm::Error gradLinearCrossEntropy(GradContext &c) {
 // The table
 //===----------------------------------------------------------------------===//
 
-static const llvm::StringMap<GradRule> &rules() {
-  static const llvm::StringMap<GradRule> table = {
+namespace {
+struct RuleRow {
+  OpKind Op;
+  GradRule Rule;
+};
+} // namespace
+
+/// Keyed by OpKind: a rule for an op that does not exist does not compile.
+static llvm::ArrayRef<RuleRow> ruleRows() {
+  static const RuleRow table[] = {
       // Elementwise arithmetic.
-      {"Add", gradAdd},
-      {"Sub", gradSub},
-      {"Mul", gradMul},
-      {"Div", gradDiv},
-      {"Pow", gradPow},
-      {"Sum", gradSum},
-      {"Neg", gradNeg},
-      {"Identity", gradIdentity},
-      {"Sqrt", gradSqrt},
-      {"Reciprocal", gradReciprocal},
-      {"Exp", gradExp},
-      {"Log", gradLog},
-      {"Sin", gradSin},
-      {"Cos", gradCos},
-      {"Erf", gradErf},
-      {"Cast", gradCast},
+      {OpKind::Add, gradAdd},
+      {OpKind::Sub, gradSub},
+      {OpKind::Mul, gradMul},
+      {OpKind::Div, gradDiv},
+      {OpKind::Pow, gradPow},
+      {OpKind::Sum, gradSum},
+      {OpKind::Neg, gradNeg},
+      {OpKind::Identity, gradIdentity},
+      {OpKind::Sqrt, gradSqrt},
+      {OpKind::Reciprocal, gradReciprocal},
+      {OpKind::Exp, gradExp},
+      {OpKind::Log, gradLog},
+      {OpKind::Sin, gradSin},
+      {OpKind::Cos, gradCos},
+      {OpKind::Erf, gradErf},
+      {OpKind::Cast, gradCast},
       // Activations.
-      {"Tanh", gradTanh},
-      {"Sigmoid", gradSigmoid},
-      {"Relu", gradRelu},
-      {"LeakyRelu", gradLeakyRelu},
-      {"Clip", gradClip},
-      {"HardSigmoid", gradHardSigmoid},
-      {"Abs", gradAbs},
-      {"Softmax", gradSoftmax},
-      {"LogSoftmax", gradLogSoftmax},
-      {"Dropout", gradDropout},
-      {"FusedAttention", gradFusedAttention},
-      {"LinearCrossEntropy", gradLinearCrossEntropy},
+      {OpKind::Tanh, gradTanh},
+      {OpKind::Sigmoid, gradSigmoid},
+      {OpKind::Relu, gradRelu},
+      {OpKind::LeakyRelu, gradLeakyRelu},
+      {OpKind::Clip, gradClip},
+      {OpKind::HardSigmoid, gradHardSigmoid},
+      {OpKind::Abs, gradAbs},
+      {OpKind::Softmax, gradSoftmax},
+      {OpKind::LogSoftmax, gradLogSoftmax},
+      {OpKind::Dropout, gradDropout},
+      {OpKind::FusedAttention, gradFusedAttention},
+      {OpKind::LinearCrossEntropy, gradLinearCrossEntropy},
       // Linear algebra.
-      {"MatMul", gradMatMul},
-      {"Gemm", gradGemm},
+      {OpKind::MatMul, gradMatMul},
+      {OpKind::Gemm, gradGemm},
       // Reductions, normalizations, losses.
-      {"ReduceSum", gradReduceSum},
-      {"ReduceMean", gradReduceMean},
-      {"SoftmaxCrossEntropyLoss", gradSoftmaxCrossEntropyLoss},
-      {"LayerNormalization", gradLayerNormalization},
-      {"BatchNormalization", gradBatchNormalization},
+      {OpKind::ReduceSum, gradReduceSum},
+      {OpKind::ReduceMean, gradReduceMean},
+      {OpKind::SoftmaxCrossEntropyLoss, gradSoftmaxCrossEntropyLoss},
+      {OpKind::LayerNormalization, gradLayerNormalization},
+      {OpKind::BatchNormalization, gradBatchNormalization},
       // Convolution and pooling.
-      {"Conv", gradConv},
-      {"MaxPool", gradMaxPool},
-      {"AveragePool", gradAveragePool},
-      {"GlobalAveragePool", gradGlobalAveragePool},
-      {"Pad", gradPad},
+      {OpKind::Conv, gradConv},
+      {OpKind::MaxPool, gradMaxPool},
+      {OpKind::AveragePool, gradAveragePool},
+      {OpKind::GlobalAveragePool, gradGlobalAveragePool},
+      {OpKind::Pad, gradPad},
       // Shapes and data movement.
-      {"Reshape", gradReshapeLike},
-      {"Flatten", gradReshapeLike},
-      {"Squeeze", gradReshapeLike},
-      {"Unsqueeze", gradReshapeLike},
-      {"Transpose", gradTranspose},
-      {"Concat", gradConcat},
-      {"Split", gradSplit},
-      {"Slice", gradSlice},
-      {"Gather", gradGather},
-      {"GatherElements", gradGatherElements},
-      {"ScatterElements", gradScatterElements},
-      {"GatherND", gradGatherND},
-      {"ScatterND", gradScatterND},
-      {"Expand", gradExpand},
-      {"Where", gradWhere},
-      {"Trilu", gradTrilu},
-      {"CumSum", gradCumSum},
+      {OpKind::Reshape, gradReshapeLike},
+      {OpKind::Flatten, gradReshapeLike},
+      {OpKind::Squeeze, gradReshapeLike},
+      {OpKind::Unsqueeze, gradReshapeLike},
+      {OpKind::Transpose, gradTranspose},
+      {OpKind::Concat, gradConcat},
+      {OpKind::Split, gradSplit},
+      {OpKind::Slice, gradSlice},
+      {OpKind::Gather, gradGather},
+      {OpKind::GatherElements, gradGatherElements},
+      {OpKind::ScatterElements, gradScatterElements},
+      {OpKind::GatherND, gradGatherND},
+      {OpKind::ScatterND, gradScatterND},
+      {OpKind::Expand, gradExpand},
+      {OpKind::Where, gradWhere},
+      {OpKind::Trilu, gradTrilu},
+      {OpKind::CumSum, gradCumSum},
   };
   return table;
 }
 
-GradRule headroom::lookupGradRule(llvm::StringRef op) {
-  auto it = rules().find(op);
-  return it == rules().end() ? nullptr : it->second;
+GradRule headroom::lookupGradRule(OpKind op) {
+  static const std::vector<GradRule> byKind = [] {
+    std::vector<GradRule> v(allOps().size(), nullptr);
+    for (const RuleRow &r : ruleRows())
+      v[static_cast<size_t>(r.Op)] = r.Rule;
+    return v;
+  }();
+  return byKind[static_cast<size_t>(op)];
 }
 
 std::vector<llvm::StringRef> headroom::opsWithGradRules() {
   std::vector<llvm::StringRef> ops;
-  for (const auto &kv : rules())
-    ops.push_back(kv.first());
+  for (const RuleRow &r : ruleRows())
+    ops.push_back(opInfo(r.Op).Name);
   std::sort(ops.begin(), ops.end());
   return ops;
 }

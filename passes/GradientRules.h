@@ -61,7 +61,7 @@ public:
 using GradRule = llvm::Error (*)(GradContext &ctx);
 
 /// The rule for `op`, or null.
-GradRule lookupGradRule(llvm::StringRef op);
+GradRule lookupGradRule(OpKind op);
 /// Ops that have a rule (for docs and tests).
 std::vector<llvm::StringRef> opsWithGradRules();
 
