@@ -342,6 +342,7 @@ Error backwardKernel(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerAttentionKernels() {
-  registerKernel("FusedAttention", forwardKernel, FloatSupport::F32F64);
-  registerKernel("FusedAttentionGrad", backwardKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::FusedAttention, forwardKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::FusedAttentionGrad, backwardKernel,
+                 FloatSupport::F32F64);
 }

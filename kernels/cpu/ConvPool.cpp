@@ -890,21 +890,23 @@ uint64_t averagePoolGradWorkspaceQuery(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerConvPoolKernels() {
-  registerKernel("Conv", convKernel, FloatSupport::F32F64);
-  registerKernel("ConvGradInput", convGradInputKernel, FloatSupport::F32F64);
-  registerKernel("ConvGradWeight", convGradWeightKernel, FloatSupport::F32F64);
-  registerWorkspace("Conv", convWorkspaceQuery);
-  registerWorkspace("ConvGradInput", convGradInputWorkspaceQuery);
-  registerWorkspace("ConvGradWeight", convGradWeightWorkspaceQuery);
-  registerWorkspace("MaxPool", maxPoolWorkspaceQuery);
-  registerWorkspace("MaxPoolGrad", maxPoolGradWorkspaceQuery);
-  registerWorkspace("AveragePool", averagePoolWorkspaceQuery);
-  registerWorkspace("AveragePoolGrad", averagePoolGradWorkspaceQuery);
-  registerKernel("MaxPool", maxPoolKernel, FloatSupport::F32F64);
-  registerKernel("MaxPoolGrad", maxPoolGradKernel, FloatSupport::F32F64);
-  registerKernel("AveragePool", averagePoolKernel, FloatSupport::F32F64);
-  registerKernel("AveragePoolGrad", averagePoolGradKernel,
+  registerKernel(OpKind::Conv, convKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::ConvGradInput, convGradInputKernel,
                  FloatSupport::F32F64);
-  registerKernel("GlobalAveragePool", globalAveragePoolKernel,
+  registerKernel(OpKind::ConvGradWeight, convGradWeightKernel,
+                 FloatSupport::F32F64);
+  registerWorkspace(OpKind::Conv, convWorkspaceQuery);
+  registerWorkspace(OpKind::ConvGradInput, convGradInputWorkspaceQuery);
+  registerWorkspace(OpKind::ConvGradWeight, convGradWeightWorkspaceQuery);
+  registerWorkspace(OpKind::MaxPool, maxPoolWorkspaceQuery);
+  registerWorkspace(OpKind::MaxPoolGrad, maxPoolGradWorkspaceQuery);
+  registerWorkspace(OpKind::AveragePool, averagePoolWorkspaceQuery);
+  registerWorkspace(OpKind::AveragePoolGrad, averagePoolGradWorkspaceQuery);
+  registerKernel(OpKind::MaxPool, maxPoolKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::MaxPoolGrad, maxPoolGradKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::AveragePool, averagePoolKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::AveragePoolGrad, averagePoolGradKernel,
+                 FloatSupport::F32F64);
+  registerKernel(OpKind::GlobalAveragePool, globalAveragePoolKernel,
                  FloatSupport::F32F64);
 }

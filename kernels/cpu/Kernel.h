@@ -21,6 +21,7 @@
 #define HEADROOM_KERNELS_CPU_KERNEL_H
 
 #include "compiler/Attribute.h"
+#include "compiler/OpInfo.h"
 
 #include "llvm/Support/Error.h"
 
@@ -91,7 +92,9 @@ enum class FloatSupport { Any, F32F64 };
 
 /// The kernel for `op`, or null.
 KernelFn lookupKernel(llvm::StringRef op);
-void registerKernel(llvm::StringRef op, KernelFn fn,
+/// Registers `fn` for `op` (an enumerator: a kernel for an op that does
+/// not exist does not compile).
+void registerKernel(OpKind op, KernelFn fn,
                     FloatSupport floats = FloatSupport::Any);
 
 /// The scratch bytes a kernel needs for the call described by `ctx`, whose
@@ -102,7 +105,7 @@ using WorkspaceFn = uint64_t (*)(const KernelContext &ctx);
 
 /// The workspace query of `op`, or null when its kernel needs no scratch.
 WorkspaceFn lookupWorkspace(llvm::StringRef op);
-void registerWorkspace(llvm::StringRef op, WorkspaceFn fn);
+void registerWorkspace(OpKind op, WorkspaceFn fn);
 
 /// Runs the kernel of ctx.Op (an error when there is none), widening f16 and
 /// bf16 for an f32/f64-only kernel (FloatSupport).

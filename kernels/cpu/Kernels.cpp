@@ -26,13 +26,13 @@ static llvm::StringMap<WorkspaceFn> &workspaceRegistry() {
   return r;
 }
 
-void headroom::cpu::registerKernel(llvm::StringRef op, KernelFn fn,
+void headroom::cpu::registerKernel(OpKind op, KernelFn fn,
                                    FloatSupport floats) {
-  registry()[op] = Registered{fn, floats};
+  registry()[opInfo(op).Name] = Registered{fn, floats};
 }
 
-void headroom::cpu::registerWorkspace(llvm::StringRef op, WorkspaceFn fn) {
-  workspaceRegistry()[op] = fn;
+void headroom::cpu::registerWorkspace(OpKind op, WorkspaceFn fn) {
+  workspaceRegistry()[opInfo(op).Name] = fn;
 }
 
 /// Runs every family's registration once.

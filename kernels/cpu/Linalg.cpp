@@ -183,6 +183,6 @@ Error matMulKernel(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerLinalgKernels() {
-  registerKernel("Gemm", gemmKernel, FloatSupport::F32F64);
-  registerKernel("MatMul", matMulKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::Gemm, gemmKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::MatMul, matMulKernel, FloatSupport::F32F64);
 }

@@ -406,14 +406,14 @@ Error outputHeadKernel(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerLossKernels() {
-  registerKernel("LinearCrossEntropy", outputHeadKernel);
-  registerKernel("LinearCrossEntropyGrad", outputHeadKernel);
-  registerWorkspace("LinearCrossEntropy", outputHeadWorkspace);
-  registerWorkspace("LinearCrossEntropyGrad", outputHeadWorkspace);
-  registerKernel("NegativeLogLikelihoodLoss", nllLossKernel,
+  registerKernel(OpKind::LinearCrossEntropy, outputHeadKernel);
+  registerKernel(OpKind::LinearCrossEntropyGrad, outputHeadKernel);
+  registerWorkspace(OpKind::LinearCrossEntropy, outputHeadWorkspace);
+  registerWorkspace(OpKind::LinearCrossEntropyGrad, outputHeadWorkspace);
+  registerKernel(OpKind::NegativeLogLikelihoodLoss, nllLossKernel,
                  FloatSupport::F32F64);
-  registerKernel("SoftmaxCrossEntropyLoss", softmaxCrossEntropyKernel,
+  registerKernel(OpKind::SoftmaxCrossEntropyLoss, softmaxCrossEntropyKernel,
                  FloatSupport::F32F64);
-  registerKernel("SoftmaxCrossEntropyLossGrad", softmaxCrossEntropyGradKernel,
-                 FloatSupport::F32F64);
+  registerKernel(OpKind::SoftmaxCrossEntropyLossGrad,
+                 softmaxCrossEntropyGradKernel, FloatSupport::F32F64);
 }

@@ -301,10 +301,12 @@ llvm::Error batchNormGradKernel(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerNormKernels() {
-  registerKernel("LayerNormalization", layerNormKernel, FloatSupport::F32F64);
-  registerKernel("LayerNormalizationGrad", layerNormGradKernel,
+  registerKernel(OpKind::LayerNormalization, layerNormKernel,
                  FloatSupport::F32F64);
-  registerKernel("BatchNormalization", batchNormKernel, FloatSupport::F32F64);
-  registerKernel("BatchNormalizationGrad", batchNormGradKernel,
+  registerKernel(OpKind::LayerNormalizationGrad, layerNormGradKernel,
+                 FloatSupport::F32F64);
+  registerKernel(OpKind::BatchNormalization, batchNormKernel,
+                 FloatSupport::F32F64);
+  registerKernel(OpKind::BatchNormalizationGrad, batchNormGradKernel,
                  FloatSupport::F32F64);
 }

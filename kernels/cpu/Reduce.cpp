@@ -341,17 +341,17 @@ Error logSoftmaxKernel(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerReduceKernels() {
-  registerKernel("ReduceSum", reduceKernel<ReduceKind::Sum>,
+  registerKernel(OpKind::ReduceSum, reduceKernel<ReduceKind::Sum>,
                  FloatSupport::F32F64);
-  registerKernel("ReduceMean", reduceKernel<ReduceKind::Mean>,
+  registerKernel(OpKind::ReduceMean, reduceKernel<ReduceKind::Mean>,
                  FloatSupport::F32F64);
-  registerKernel("ReduceMax", reduceKernel<ReduceKind::Max>,
+  registerKernel(OpKind::ReduceMax, reduceKernel<ReduceKind::Max>,
                  FloatSupport::F32F64);
-  registerKernel("ReduceMin", reduceKernel<ReduceKind::Min>,
+  registerKernel(OpKind::ReduceMin, reduceKernel<ReduceKind::Min>,
                  FloatSupport::F32F64);
-  registerKernel("ReduceProd", reduceKernel<ReduceKind::Prod>,
+  registerKernel(OpKind::ReduceProd, reduceKernel<ReduceKind::Prod>,
                  FloatSupport::F32F64);
-  registerKernel("ArgMax", argMaxKernel, FloatSupport::F32F64);
-  registerKernel("Softmax", softmaxKernel, FloatSupport::F32F64);
-  registerKernel("LogSoftmax", logSoftmaxKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::ArgMax, argMaxKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::Softmax, softmaxKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::LogSoftmax, logSoftmaxKernel, FloatSupport::F32F64);
 }

@@ -958,27 +958,28 @@ Error rangeKernel(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerShapeKernels() {
-  for (const char *op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+  for (OpKind op :
+       {OpKind::Reshape, OpKind::Flatten, OpKind::Squeeze, OpKind::Unsqueeze})
     registerKernel(op, copyKernel);
-  registerKernel("Transpose", transposeKernelOf<KernelContext, Moves>);
-  registerKernel("Concat", concatKernelOf<KernelContext, Moves>);
-  registerKernel("Split", splitKernelOf<KernelContext, Moves>);
-  registerKernel("Slice", sliceKernelOf<KernelContext, Moves>);
-  registerKernel("SliceGrad", sliceGradKernelOf<KernelContext, Moves>);
-  registerKernel("Gather", gatherKernel);
-  registerKernel("GatherGrad", gatherGradKernel, FloatSupport::F32F64);
-  registerKernel("GatherElements", gatherElementsKernel);
-  registerKernel("GatherND", gatherNdKernel);
-  registerKernel("ScatterND", scatterNdKernel);
-  registerKernel("ScatterElements", scatterElementsKernel);
-  registerKernel("GatherElementsGrad", gatherElementsGradKernel);
-  registerKernel("Expand", expandKernelOf<KernelContext, Moves>);
-  registerKernel("Tile", tileKernelOf<KernelContext, Moves>);
-  registerKernel("Pad", padKernel);
-  registerKernel("Trilu", triluKernel);
-  registerKernel("CumSum", cumSumKernel);
-  registerKernel("Shape", shapeKernel);
-  registerKernel("Size", sizeKernel);
-  registerKernel("ConstantOfShape", constantOfShapeKernel);
-  registerKernel("Range", rangeKernel);
+  registerKernel(OpKind::Transpose, transposeKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Concat, concatKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Split, splitKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Slice, sliceKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::SliceGrad, sliceGradKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Gather, gatherKernel);
+  registerKernel(OpKind::GatherGrad, gatherGradKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::GatherElements, gatherElementsKernel);
+  registerKernel(OpKind::GatherND, gatherNdKernel);
+  registerKernel(OpKind::ScatterND, scatterNdKernel);
+  registerKernel(OpKind::ScatterElements, scatterElementsKernel);
+  registerKernel(OpKind::GatherElementsGrad, gatherElementsGradKernel);
+  registerKernel(OpKind::Expand, expandKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Tile, tileKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Pad, padKernel);
+  registerKernel(OpKind::Trilu, triluKernel);
+  registerKernel(OpKind::CumSum, cumSumKernel);
+  registerKernel(OpKind::Shape, shapeKernel);
+  registerKernel(OpKind::Size, sizeKernel);
+  registerKernel(OpKind::ConstantOfShape, constantOfShapeKernel);
+  registerKernel(OpKind::Range, rangeKernel);
 }

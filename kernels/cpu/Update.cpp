@@ -292,11 +292,12 @@ llvm::Error nf4DequantizeKernel(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerUpdateKernels() {
-  registerKernel("SgdUpdate", sgdUpdateKernel, FloatSupport::F32F64);
-  registerKernel("MomentumUpdate", momentumUpdateKernel, FloatSupport::F32F64);
-  registerKernel("AdamWUpdate", adamwUpdateKernel, FloatSupport::F32F64);
-  registerKernel("AdamW8bitUpdate", adamw8bitUpdateKernel,
+  registerKernel(OpKind::SgdUpdate, sgdUpdateKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::MomentumUpdate, momentumUpdateKernel,
                  FloatSupport::F32F64);
-  registerKernel("Accumulate", accumulateKernel, FloatSupport::F32F64);
-  registerKernel("Nf4Dequantize", nf4DequantizeKernel);
+  registerKernel(OpKind::AdamWUpdate, adamwUpdateKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::AdamW8bitUpdate, adamw8bitUpdateKernel,
+                 FloatSupport::F32F64);
+  registerKernel(OpKind::Accumulate, accumulateKernel, FloatSupport::F32F64);
+  registerKernel(OpKind::Nf4Dequantize, nf4DequantizeKernel);
 }

@@ -962,6 +962,6 @@ Error backward(const KernelContext &ctx) {
 } // namespace
 
 void cuda::registerAttentionKernels() {
-  registerKernel("FusedAttention", forward);
-  registerKernel("FusedAttentionGrad", backward);
+  registerKernel(OpKind::FusedAttention, forward);
+  registerKernel(OpKind::FusedAttentionGrad, backward);
 }

@@ -757,12 +757,12 @@ Error globalAveragePoolKernel(const KernelContext &ctx) {
 } // namespace
 
 void cuda::registerConvPoolKernels() {
-  registerKernel("Conv", convKernel);
-  registerKernel("ConvGradInput", convGradInputKernel);
-  registerKernel("ConvGradWeight", convGradWeightKernel);
-  registerKernel("MaxPool", maxPoolKernel);
-  registerKernel("MaxPoolGrad", maxPoolGradKernel);
-  registerKernel("AveragePool", averagePoolKernel);
-  registerKernel("AveragePoolGrad", averagePoolGradKernel);
-  registerKernel("GlobalAveragePool", globalAveragePoolKernel);
+  registerKernel(OpKind::Conv, convKernel);
+  registerKernel(OpKind::ConvGradInput, convGradInputKernel);
+  registerKernel(OpKind::ConvGradWeight, convGradWeightKernel);
+  registerKernel(OpKind::MaxPool, maxPoolKernel);
+  registerKernel(OpKind::MaxPoolGrad, maxPoolGradKernel);
+  registerKernel(OpKind::AveragePool, averagePoolKernel);
+  registerKernel(OpKind::AveragePoolGrad, averagePoolGradKernel);
+  registerKernel(OpKind::GlobalAveragePool, globalAveragePoolKernel);
 }

@@ -65,7 +65,7 @@ using KernelFn = llvm::Error (*)(const KernelContext &ctx);
 
 /// The kernel for `op`, or null.
 KernelFn lookupKernel(llvm::StringRef op);
-void registerKernel(llvm::StringRef op, KernelFn fn);
+void registerKernel(OpKind op, KernelFn fn);
 /// Every registered op (for the check against CudaOps.def).
 std::vector<std::string> registeredOps();
 

@@ -28,8 +28,8 @@ static llvm::StringMap<KernelFn> &registry() {
   return r;
 }
 
-void cuda::registerKernel(llvm::StringRef op, KernelFn fn) {
-  registry()[op] = fn;
+void cuda::registerKernel(OpKind op, KernelFn fn) {
+  registry()[opInfo(op).Name] = fn;
 }
 
 static void registerAll() {

@@ -428,6 +428,6 @@ Error matMulKernel(const KernelContext &ctx) {
 } // namespace
 
 void cuda::registerLinalgKernels() {
-  registerKernel("Gemm", gemmKernel);
-  registerKernel("MatMul", matMulKernel);
+  registerKernel(OpKind::Gemm, gemmKernel);
+  registerKernel(OpKind::MatMul, matMulKernel);
 }

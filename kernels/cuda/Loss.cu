@@ -657,9 +657,10 @@ Error outputHeadKernel(const KernelContext &ctx) {
 } // namespace
 
 void cuda::registerLossKernels() {
-  registerKernel("LinearCrossEntropy", outputHeadKernel);
-  registerKernel("LinearCrossEntropyGrad", outputHeadKernel);
-  registerKernel("NegativeLogLikelihoodLoss", nllLossKernel);
-  registerKernel("SoftmaxCrossEntropyLoss", softmaxCrossEntropyKernel);
-  registerKernel("SoftmaxCrossEntropyLossGrad", softmaxCrossEntropyGradKernel);
+  registerKernel(OpKind::LinearCrossEntropy, outputHeadKernel);
+  registerKernel(OpKind::LinearCrossEntropyGrad, outputHeadKernel);
+  registerKernel(OpKind::NegativeLogLikelihoodLoss, nllLossKernel);
+  registerKernel(OpKind::SoftmaxCrossEntropyLoss, softmaxCrossEntropyKernel);
+  registerKernel(OpKind::SoftmaxCrossEntropyLossGrad,
+                 softmaxCrossEntropyGradKernel);
 }

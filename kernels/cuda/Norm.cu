@@ -566,8 +566,8 @@ Error batchNormGrad(const KernelContext &ctx) {
 } // namespace
 
 void cuda::registerNormKernels() {
-  registerKernel("LayerNormalization", layerNorm);
-  registerKernel("LayerNormalizationGrad", layerNormGrad);
-  registerKernel("BatchNormalization", batchNorm);
-  registerKernel("BatchNormalizationGrad", batchNormGrad);
+  registerKernel(OpKind::LayerNormalization, layerNorm);
+  registerKernel(OpKind::LayerNormalizationGrad, layerNormGrad);
+  registerKernel(OpKind::BatchNormalization, batchNorm);
+  registerKernel(OpKind::BatchNormalizationGrad, batchNormGrad);
 }

@@ -549,12 +549,12 @@ template <bool Log> Error softmaxKernel(const KernelContext &ctx) {
 } // namespace
 
 void cuda::registerReduceKernels() {
-  registerKernel("ReduceSum", reduceKernel<ReduceKind::Sum>);
-  registerKernel("ReduceMean", reduceKernel<ReduceKind::Mean>);
-  registerKernel("ReduceMax", reduceKernel<ReduceKind::Max>);
-  registerKernel("ReduceMin", reduceKernel<ReduceKind::Min>);
-  registerKernel("ReduceProd", reduceKernel<ReduceKind::Prod>);
-  registerKernel("ArgMax", argMaxKernel);
-  registerKernel("Softmax", softmaxKernel</*Log=*/false>);
-  registerKernel("LogSoftmax", softmaxKernel</*Log=*/true>);
+  registerKernel(OpKind::ReduceSum, reduceKernel<ReduceKind::Sum>);
+  registerKernel(OpKind::ReduceMean, reduceKernel<ReduceKind::Mean>);
+  registerKernel(OpKind::ReduceMax, reduceKernel<ReduceKind::Max>);
+  registerKernel(OpKind::ReduceMin, reduceKernel<ReduceKind::Min>);
+  registerKernel(OpKind::ReduceProd, reduceKernel<ReduceKind::Prod>);
+  registerKernel(OpKind::ArgMax, argMaxKernel);
+  registerKernel(OpKind::Softmax, softmaxKernel</*Log=*/false>);
+  registerKernel(OpKind::LogSoftmax, softmaxKernel</*Log=*/true>);
 }

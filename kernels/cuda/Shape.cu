@@ -1300,25 +1300,28 @@ Error rangeKernel(const KernelContext &ctx) {
 } // namespace
 
 void cuda::registerShapeKernels() {
-  for (const char *op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+  for (OpKind op :
+       {OpKind::Reshape, OpKind::Flatten, OpKind::Squeeze, OpKind::Unsqueeze})
     registerKernel(op, copyKernel);
-  registerKernel("Transpose", cpu::transposeKernelOf<KernelContext, Moves>);
-  registerKernel("Concat", cpu::concatKernelOf<KernelContext, Moves>);
-  registerKernel("Split", cpu::splitKernelOf<KernelContext, Moves>);
-  registerKernel("Slice", cpu::sliceKernelOf<KernelContext, Moves>);
-  registerKernel("SliceGrad", cpu::sliceGradKernelOf<KernelContext, Moves>);
-  registerKernel("Gather", gatherKernel);
-  registerKernel("GatherGrad", gatherGradKernel);
-  registerKernel("GatherElements", gatherElementsKernel);
-  registerKernel("GatherElementsGrad", gatherElementsGradKernel);
-  registerKernel("ScatterElements", scatterElementsKernel);
-  registerKernel("GatherND", gatherNdKernel);
-  registerKernel("ScatterND", scatterNdKernel);
-  registerKernel("Expand", cpu::expandKernelOf<KernelContext, Moves>);
-  registerKernel("Tile", cpu::tileKernelOf<KernelContext, Moves>);
-  registerKernel("Pad", padKernel);
-  registerKernel("Trilu", triluKernel);
-  registerKernel("CumSum", cumSumKernel);
-  registerKernel("ConstantOfShape", constantOfShapeKernel);
-  registerKernel("Range", rangeKernel);
+  registerKernel(OpKind::Transpose,
+                 cpu::transposeKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Concat, cpu::concatKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Split, cpu::splitKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Slice, cpu::sliceKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::SliceGrad,
+                 cpu::sliceGradKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Gather, gatherKernel);
+  registerKernel(OpKind::GatherGrad, gatherGradKernel);
+  registerKernel(OpKind::GatherElements, gatherElementsKernel);
+  registerKernel(OpKind::GatherElementsGrad, gatherElementsGradKernel);
+  registerKernel(OpKind::ScatterElements, scatterElementsKernel);
+  registerKernel(OpKind::GatherND, gatherNdKernel);
+  registerKernel(OpKind::ScatterND, scatterNdKernel);
+  registerKernel(OpKind::Expand, cpu::expandKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Tile, cpu::tileKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Pad, padKernel);
+  registerKernel(OpKind::Trilu, triluKernel);
+  registerKernel(OpKind::CumSum, cumSumKernel);
+  registerKernel(OpKind::ConstantOfShape, constantOfShapeKernel);
+  registerKernel(OpKind::Range, rangeKernel);
 }

@@ -491,10 +491,10 @@ Error nf4Dequantize(const KernelContext &ctx) {
 } // namespace
 
 void cuda::registerUpdateKernels() {
-  registerKernel("SgdUpdate", sgdUpdate);
-  registerKernel("MomentumUpdate", momentumUpdate);
-  registerKernel("AdamWUpdate", adamwUpdate);
-  registerKernel("AdamW8bitUpdate", adamw8bitUpdate);
-  registerKernel("Accumulate", accumulate);
-  registerKernel("Nf4Dequantize", nf4Dequantize);
+  registerKernel(OpKind::SgdUpdate, sgdUpdate);
+  registerKernel(OpKind::MomentumUpdate, momentumUpdate);
+  registerKernel(OpKind::AdamWUpdate, adamwUpdate);
+  registerKernel(OpKind::AdamW8bitUpdate, adamw8bitUpdate);
+  registerKernel(OpKind::Accumulate, accumulate);
+  registerKernel(OpKind::Nf4Dequantize, nf4Dequantize);
 }
