@@ -72,6 +72,9 @@ struct ForwardInfo {
   llvm::DenseMap<const Node *, int> Pos;
   llvm::DenseMap<const Node *, int> Block; // -1 outside the repeated blocks
   unsigned NumBlocks = 0;
+  /// Values computed from the function's arguments (the rest -- Reads,
+  /// Constants, weight casts, tables -- are side inputs).
+  llvm::DenseSet<const Value *> FromArgument;
   llvm::DenseSet<const Value *> Side;
   /// Side values that only move or cast parameters (mixed precision's bf16
   /// copies of the weights): free to recompute from the Read.
@@ -82,6 +85,15 @@ struct ForwardInfo {
   bool isForward(const Value *v) const {
     return v->definingNode() && Pos.count(v->definingNode());
   }
+
+private:
+  bool blocksFromScopes();
+  void blocksFromStructure();
+  void findSideInputs(const Function &f);
+  void findCutPoints();
+  /// The forward nodes that compute from the arguments, in order: what the
+  /// repeated blocks are made of.
+  std::vector<Node *> dataNodes() const;
 };
 
 ForwardInfo::ForwardInfo(const Function &f) {
@@ -94,7 +106,24 @@ ForwardInfo::ForwardInfo(const Function &f) {
     if (&n == loss)
       break;
   }
-  // The repeated family: the one whose scopes name the most indices.
+  for (Value *a : f.arguments())
+    FromArgument.insert(a);
+  for (Node *n : Nodes)
+    for (Value *v : n->operands())
+      if (v && FromArgument.count(v)) {
+        for (Value *r : n->results())
+          FromArgument.insert(r);
+        break;
+      }
+  if (!blocksFromScopes())
+    blocksFromStructure();
+  findSideInputs(f);
+  findCutPoints();
+  Chain.NumBlocks = NumBlocks;
+}
+
+/// The repeated family: the one whose scopes name the most indices.
+bool ForwardInfo::blocksFromScopes() {
   std::map<std::string, std::map<int, int>> families; // family -> index -> id
   for (Node *n : Nodes) {
     std::string family;
@@ -121,23 +150,111 @@ ForwardInfo::ForwardInfo(const Function &f) {
                    ? dense[index]
                    : -1;
   }
+  return NumBlocks > 0;
+}
 
-  // Side inputs.
-  llvm::DenseSet<const Value *> fromArgument;
-  for (Value *a : f.arguments())
-    fromArgument.insert(a);
+std::vector<Node *> ForwardInfo::dataNodes() const {
+  std::vector<Node *> data;
   for (Node *n : Nodes)
+    if (n->numResults() && FromArgument.count(n->result(0)))
+      data.push_back(n);
+  return data;
+}
+
+/// Without scopes, the blocks are the longest tandem repeat of the data
+/// nodes' signatures (op, operand and result types: a layer's weights differ,
+/// their types do not), cut at the residual stream. Every period p is tried;
+/// a run of positions where node i matches node i + p spans
+/// floor((run + p) / p) copies, and the repeat covering the most nodes wins
+/// (the smallest period on a tie: two layers also repeat). The copies'
+/// boundaries are then moved to the cut points: each block ends at the same
+/// cut point of its copy, the one giving the most whole blocks (the earliest
+/// on a tie), so a block is what lies between two residual cuts.
+void ForwardInfo::blocksFromStructure() {
+  for (Node *n : Nodes)
+    Block[n] = -1;
+  std::vector<Node *> data = dataNodes();
+  std::map<std::string, int> ids;
+  std::vector<int> sig;
+  for (Node *n : data) {
+    std::string s = n->op();
     for (Value *v : n->operands())
-      if (v && fromArgument.count(v)) {
-        for (Value *r : n->results())
-          fromArgument.insert(r);
-        break;
+      s += v ? "|" + v->type().str() : "|-";
+    s += "->";
+    for (Value *v : n->results())
+      s += "|" + v->type().str();
+    sig.push_back(ids.emplace(s, ids.size()).first->second);
+  }
+  size_t n = sig.size(), bestPeriod = 0, bestStart = 0, bestCount = 0;
+  constexpr size_t MinPeriod = 2;
+  for (size_t p = MinPeriod; 2 * p <= n; ++p)
+    for (size_t i = 0; i + p < n;) {
+      if (sig[i] != sig[i + p]) {
+        ++i;
+        continue;
       }
+      size_t a = i;
+      while (i + p < n && sig[i] == sig[i + p])
+        ++i;
+      size_t count = (i - a + p) / p;
+      if (count >= 2 && count * p > bestCount * bestPeriod) {
+        bestPeriod = p;
+        bestStart = a;
+        bestCount = count;
+      }
+    }
+  if (!bestCount)
+    return;
+  // Provisional blocks (the copies as found), for the side inputs and cut
+  // points that place the final boundaries.
+  auto assign = [&](size_t first, size_t count) {
+    for (Node *d : data)
+      Block[d] = -1;
+    for (size_t i = first; i < first + count * bestPeriod && i < n; ++i)
+      Block[data[i]] = (i - first) / bestPeriod;
+    NumBlocks = count;
+  };
+  assign(bestStart, bestCount);
+  findSideInputs(*Nodes.front()->parent());
+  findCutPoints();
+  llvm::DenseSet<const Node *> cuts;
+  for (const Value *c : Chain.CutPoints)
+    cuts.insert(c->definingNode());
+  // With boundaries at offset r, block j is (c_j, c_j+1] for the boundary
+  // nodes c_j = start + r - 1 + j p (c_0 may be the node just before the
+  // repeat, its input, or the arguments), inside the repeat; whole when
+  // both ends are cut points. The longest run of whole blocks over all
+  // offsets wins.
+  size_t end = bestStart + bestCount * bestPeriod; // one past the repeat
+  size_t chosenFirst = 0, chosenCount = 0;
+  for (size_t r = 0; r < bestPeriod; ++r) {
+    size_t runFirst = 0, run = 0;
+    // c + 1 is the boundary's next node: c = -1 is the function's arguments.
+    for (size_t c1 = bestStart + r; c1 <= end; c1 += bestPeriod) {
+      if (c1 > 0 && !cuts.count(data[c1 - 1])) {
+        run = 0;
+        continue;
+      }
+      if (run++ == 0)
+        runFirst = c1;
+      if (run - 1 > chosenCount) {
+        chosenCount = run - 1;
+        chosenFirst = runFirst;
+      }
+    }
+  }
+  // Fewer than two whole blocks: the repeat is not a chain of layers.
+  assign(chosenFirst, chosenCount >= 2 ? chosenCount : 0);
+}
+
+void ForwardInfo::findSideInputs(const Function &f) {
+  Side.clear();
+  WeightCopies.clear();
   for (Value *a : f.arguments())
     Side.insert(a);
   for (Node *n : Nodes)
     for (Value *r : n->results()) {
-      if (!fromArgument.count(r)) {
+      if (!FromArgument.count(r)) {
         Side.insert(r);
         continue;
       }
@@ -161,9 +278,12 @@ ForwardInfo::ForwardInfo(const Function &f) {
     if (copy && n->numResults() == 1 && Side.count(n->result(0)))
       WeightCopies.insert(n->result(0));
   }
+}
 
-  // Cut points: the one non-side value live in the forward after its
-  // definition.
+/// Cut points: the one non-side value live in the forward after its
+/// definition.
+void ForwardInfo::findCutPoints() {
+  Chain = ForwardChain();
   std::vector<int> delta(Nodes.size() + 1, 0);
   llvm::DenseMap<const Value *, int> lastUse;
   for (Node *n : Nodes)
@@ -196,7 +316,6 @@ ForwardInfo::ForwardInfo(const Function &f) {
       Chain.CutBlock.push_back(Block.lookup(n));
     }
   }
-  Chain.NumBlocks = NumBlocks;
 }
 
 class Recompute : public Pass {

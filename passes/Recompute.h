@@ -36,7 +36,8 @@ std::unique_ptr<Pass> createRecomputePass(const RecomputeOptions &options);
 
 /// The forward of a training step as recomputation sees it: the nodes up to
 /// the loss, the repeated blocks their ONNX scopes name (`/h.3/attn/...` is
-/// block 3 of `h`), and the cut points: values that all data flows through
+/// block 3 of `h`; without scopes, the graph's repeated layers between
+/// residual cuts), and the cut points: values that all data flows through
 /// (nothing else but side inputs -- data arguments, weights, values used by
 /// several blocks such as RoPE tables and masks -- is live across them).
 struct ForwardChain {
