@@ -91,7 +91,8 @@ private:
 
   llvm::StringRef Model;
   CompileOptions Base;
-  unsigned Blocks = 0;
+  /// The recomputation candidates (the step's repeated blocks).
+  RecomputeSpace Space{0};
   /// The setting's plain step (K = 1, nothing recomputed, unfused): what
   /// ExtraFlops is counted from.
   uint64_t PlainFlops = 0;
@@ -139,54 +140,19 @@ Search::tryCompile(CompileOptions o, int rank, const std::string &recompute) {
 llvm::Expected<const FitCandidate *>
 Search::bestRecompute(const CompileOptions &o, int rank) {
   const FitCandidate *best = nullptr;
-  auto consider = [&](const FitCandidate *c) {
-    if (c->Fits && (!best || better(c, best)))
-      best = c;
-  };
-  auto with = [&](Policy p, unsigned n, std::vector<unsigned> keep,
-                  const std::string &label) {
+  auto tryChoice = [&](const RecomputeChoice &choice) -> llvm::Expected<bool> {
     CompileOptions r = o;
-    r.Recompute.Kind = p;
-    r.Recompute.N = n;
-    r.Recompute.KeepBlocks = std::move(keep);
-    return tryCompile(r, rank, label);
+    choice.applyTo(r.Recompute);
+    auto c = tryCompile(r, rank, choice.Label);
+    if (!c)
+      return c.takeError();
+    if ((*c)->Fits && (!best || better(*c, best)))
+      best = *c;
+    return (*c)->Fits;
   };
-  // The leanest policies first: when none of them fits, nothing does.
-  bool any = false;
-  for (auto [p, label] : {std::make_pair(Policy::Every, "every=1"),
-                          std::make_pair(Policy::All, "all"),
-                          std::make_pair(Policy::Sqrt, "sqrt")}) {
-    auto c = with(p, 1, {}, label);
-    if (!c)
-      return c.takeError();
-    consider(*c);
-    any |= (*c)->Fits;
-  }
-  if (!any)
-    return nullptr;
-  auto sel = with(Policy::Selective, 1, {}, "selective");
-  if (!sel)
-    return sel.takeError();
-  consider(*sel);
-  // The block chain: keeping more blocks whole costs fewer FLOPs and more
-  // memory, so the most that still fits is found by bisection.
-  unsigned lo = 1, hi = Blocks ? Blocks - 1 : 0;
-  while (lo <= hi) {
-    unsigned k = (lo + hi) / 2;
-    std::vector<unsigned> keep;
-    for (unsigned b = Blocks - k; b < Blocks; ++b)
-      keep.push_back(b);
-    auto c = with(Policy::Every, 1, keep,
-                  "every=1 keeping the last " + std::to_string(k) + " of " +
-                      std::to_string(Blocks) + " blocks");
-    if (!c)
-      return c.takeError();
-    consider(*c);
-    if ((*c)->Fits)
-      lo = k + 1;
-    else
-      hi = k - 1;
-  }
+  // The plain step was tried already (bestAt's caller, or --fuse-update's).
+  if (auto e = Space.search(tryChoice, /*withNone=*/false))
+    return e;
   return best;
 }
 
@@ -259,8 +225,7 @@ llvm::Expected<FitResult> Search::run() {
     auto built = buildStep(Model, o);
     if (!built)
       return built.takeError();
-    if (!(*built)->functions().empty())
-      Blocks = analyzeForwardChain(*(*built)->functions().front()).NumBlocks;
+    Space = RecomputeSpace::of(**built);
   }
   Kind user = Base.Optimizer.Kind;
   std::vector<Setting> settings = {{DType::F32, true, user, 0},
@@ -376,16 +341,16 @@ llvm::Expected<FitResult> Search::run() {
     o.BaseNf4 = s.Nf4;
     for (unsigned k : {accums.front(), accums.back()}) {
       o.Accumulate = k;
-      for (Policy p : {Policy::Every, Policy::All, Policy::Sqrt}) {
-        o.Recompute = RecomputeOptions();
-        o.Recompute.Kind = p;
-        auto c = tryCompile(o, s.Rank,
-                            p == Policy::Every ? "every=1"
-                            : p == Policy::All ? "all"
-                                               : "sqrt");
+      // Every candidate the search falls back to when nothing fits.
+      auto lean = [&](const RecomputeChoice &choice) -> llvm::Expected<bool> {
+        choice.applyTo(o.Recompute);
+        auto c = tryCompile(o, s.Rank, choice.Label);
         if (!c)
           return c.takeError();
-      }
+        return false;
+      };
+      if (auto e = Space.search(lean, /*withNone=*/false))
+        return e;
     }
   }
   if (!winner && Base.HostMemoryBudget) {

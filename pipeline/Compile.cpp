@@ -156,40 +156,6 @@ static llvm::Expected<Compiled> lowerSteps(std::unique_ptr<Module> m,
                   options.passPipeline(/*scheduled=*/true)};
 }
 
-std::vector<RecomputeChoice> headroom::recomputeCandidates(const Module &m) {
-  using P = RecomputeOptions::Policy;
-  std::vector<RecomputeChoice> out;
-  auto add = [&](P kind, unsigned n, std::vector<unsigned> keepBlocks,
-                 std::string label) {
-    RecomputeChoice c;
-    c.Options.Kind = kind;
-    c.Options.N = n;
-    c.Options.KeepBlocks = std::move(keepBlocks);
-    c.Label = std::move(label);
-    out.push_back(std::move(c));
-  };
-  add(P::None, 1, {}, "none");
-  add(P::Selective, 1, {}, "selective");
-  unsigned blocks = m.functions().empty()
-                        ? 0
-                        : analyzeForwardChain(*m.functions().front()).NumBlocks;
-  // The block chain: the last k blocks kept whole (the backward frees them
-  // first), the others recomputed from their inputs.
-  for (unsigned k = blocks; k-- > 1;) {
-    std::vector<unsigned> keep;
-    for (unsigned b = blocks - k; b < blocks; ++b)
-      keep.push_back(b);
-    add(P::Every, 1, keep,
-        "every=1, keeping the last " + std::to_string(k) + " of " +
-            std::to_string(blocks) + " blocks");
-  }
-  for (unsigned n = 1; n <= blocks; n *= 2)
-    add(P::Every, n, {}, "every=" + std::to_string(n));
-  add(P::Sqrt, 1, {}, "sqrt");
-  add(P::All, 1, {}, "all");
-  return out;
-}
-
 llvm::Expected<std::vector<Compiled>>
 headroom::compileRecomputeCandidates(const Module &built,
                                      const CompileOptions &options,
@@ -201,9 +167,7 @@ headroom::compileRecomputeCandidates(const Module &built,
   for (const RecomputeChoice &c : choices) {
     CompileOptions o = options;
     o.RecomputeBudget = 0;
-    o.Recompute.Kind = c.Options.Kind;
-    o.Recompute.N = c.Options.N;
-    o.Recompute.KeepBlocks = c.Options.KeepBlocks;
+    c.applyTo(o.Recompute);
     auto compiled = finish(built.clone(), o, **target);
     if (!compiled)
       return compiled.takeError();
@@ -212,37 +176,48 @@ headroom::compileRecomputeCandidates(const Module &built,
   return out;
 }
 
-/// `--recompute budget=SIZE`: of every candidate, the fewest recomputed
-/// FLOPs whose planned peak fits (the lower peak on a tie).
+/// `--recompute budget=SIZE`: of the candidates RecomputeSpace::search
+/// visits, the fewest recomputed FLOPs whose planned peak fits (the lower
+/// peak on a tie).
 static llvm::Expected<Compiled> fitBudget(std::unique_ptr<Module> built,
                                           const CompileOptions &options) {
-  std::vector<RecomputeChoice> choices = recomputeCandidates(*built);
-  auto compiled = compileRecomputeCandidates(*built, options, choices);
-  if (!compiled)
-    return compiled.takeError();
-  int best = -1, lowest = 0;
-  for (size_t i = 0; i < compiled->size(); ++i) {
-    const MemoryReport &r = (*compiled)[i].ThePlan.Report;
-    if (r.PeakBytes() < (*compiled)[lowest].ThePlan.Report.PeakBytes())
-      lowest = i;
-    if (r.PeakBytes() > options.RecomputeBudget)
-      continue;
-    const MemoryReport *b =
-        best < 0 ? nullptr : &(*compiled)[best].ThePlan.Report;
-    if (!b || r.RecomputeFlops < b->RecomputeFlops ||
-        (r.RecomputeFlops == b->RecomputeFlops &&
-         r.PeakBytes() < b->PeakBytes()))
-      best = i;
-  }
-  if (best < 0)
+  auto target = lookupTarget(options.Target);
+  if (!target)
+    return target.takeError();
+  llvm::Optional<Compiled> best, lowest;
+  std::string lowestLabel;
+  auto tryChoice = [&](const RecomputeChoice &c) -> llvm::Expected<bool> {
+    CompileOptions o = options;
+    o.RecomputeBudget = 0;
+    c.applyTo(o.Recompute);
+    auto compiled = finish(built->clone(), o, **target);
+    if (!compiled)
+      return compiled.takeError();
+    const MemoryReport &r = compiled->ThePlan.Report;
+    bool fits = r.PeakBytes() <= options.RecomputeBudget;
+    if (fits) {
+      const MemoryReport *b = best ? &best->ThePlan.Report : nullptr;
+      if (!b || r.RecomputeFlops < b->RecomputeFlops ||
+          (r.RecomputeFlops == b->RecomputeFlops &&
+           r.PeakBytes() < b->PeakBytes()))
+        best = std::move(*compiled);
+    } else if (!lowest || r.PeakBytes() < lowest->ThePlan.Report.PeakBytes()) {
+      lowest = std::move(*compiled);
+      lowestLabel = c.Label;
+    }
+    return fits;
+  };
+  if (auto e = RecomputeSpace::of(*built).search(tryChoice, /*withNone=*/true))
+    return e;
+  if (!best)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         "--recompute budget=%s: no recomputation fits; the smallest peak "
         "reachable is %s (--recompute %s)",
         formatBytes(options.RecomputeBudget).c_str(),
-        formatBytes((*compiled)[lowest].ThePlan.Report.PeakBytes()).c_str(),
-        choices[lowest].Label.c_str());
-  return std::move((*compiled)[best]);
+        formatBytes(lowest->ThePlan.Report.PeakBytes()).c_str(),
+        lowestLabel.c_str());
+  return std::move(*best);
 }
 
 llvm::Expected<std::unique_ptr<Module>>

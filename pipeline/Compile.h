@@ -13,6 +13,7 @@
 #include "compiler/Plan.h"
 #include "compiler/Target.h"
 #include "pipeline/CompileOptions.h"
+#include "pipeline/RecomputeSearch.h"
 
 #include <memory>
 
@@ -45,16 +46,6 @@ llvm::Expected<Compiled> compileBuilt(std::unique_ptr<Module> built,
 /// the base pipeline. Options with the same key build the same module.
 std::string buildKey(const CompileOptions &options);
 
-/// One recomputation policy the budget search (and `report --recompute
-/// sweep`) tries, with how a person would name it.
-struct RecomputeChoice {
-  RecomputeOptions Options;
-  std::string Label;
-};
-/// The candidates for a step `built` by the base pipeline: none,
-/// selective, the block chain with the last k blocks kept whole, every=N,
-/// sqrt, all.
-std::vector<RecomputeChoice> recomputeCandidates(const Module &built);
 /// Each candidate recomputed, scheduled and lowered from a copy of `built`.
 llvm::Expected<std::vector<Compiled>>
 compileRecomputeCandidates(const Module &built, const CompileOptions &options,

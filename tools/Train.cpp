@@ -764,7 +764,7 @@ int runRecomputeSweep(const CompileOptions &options) {
   auto built = buildStep(Model, options);
   if (!built)
     return reportError(built.takeError());
-  std::vector<RecomputeChoice> choices = recomputeCandidates(**built);
+  std::vector<RecomputeChoice> choices = RecomputeSpace::of(**built).all();
   auto compiled = compileRecomputeCandidates(**built, options, choices);
   if (!compiled)
     return reportError(compiled.takeError());
