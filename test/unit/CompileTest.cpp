@@ -724,3 +724,42 @@ TEST(TargetTest, InPlaceIsTheTargetsChoice) {
 }
 
 } // namespace
+
+/// The recomputation search visits none, the leanest three, selective and
+/// then bisects the block chain for the most blocks kept whole that fit.
+TEST(CompileTest, RecomputeSearchBisectsTheBlockChain) {
+  RecomputeSpace space(32);
+  EXPECT_EQ(space.all().size(), 2u + 31u + 6u + 2u);
+  for (unsigned fitting : {0u, 1u, 7u, 30u, 31u}) {
+    std::vector<std::string> tried;
+    unsigned most = 0;
+    auto tryChoice = [&](const RecomputeChoice &c) -> llvm::Expected<bool> {
+      tried.push_back(c.Label);
+      if (c.Options.Kind == RecomputeOptions::Policy::None)
+        return false;
+      unsigned kept = c.Options.KeepBlocks.size();
+      bool fits = kept <= fitting;
+      if (fits)
+        most = std::max(most, kept);
+      return fits;
+    };
+    ASSERT_FALSE(bool(space.search(tryChoice, /*withNone=*/true)));
+    ASSERT_GE(tried.size(), 5u);
+    EXPECT_EQ(tried[0], "none");
+    EXPECT_EQ(tried[1], "every=1");
+    EXPECT_EQ(tried[2], "all");
+    EXPECT_EQ(tried[3], "sqrt");
+    EXPECT_EQ(tried[4], "selective");
+    EXPECT_EQ(most, fitting) << "with " << fitting << " blocks fitting";
+    EXPECT_LE(tried.size(), 5u + 5u); // log2(31) bisection steps
+  }
+  // Nothing lean fits: every=2, 4, ... until one does, then nothing else.
+  std::vector<std::string> tried;
+  auto onlyEvery4 = [&](const RecomputeChoice &c) -> llvm::Expected<bool> {
+    tried.push_back(c.Label);
+    return c.Label == "every=4";
+  };
+  ASSERT_FALSE(bool(space.search(onlyEvery4, /*withNone=*/false)));
+  EXPECT_EQ(tried, (std::vector<std::string>{"every=1", "all", "sqrt",
+                                             "every=2", "every=4"}));
+}
