@@ -359,80 +359,28 @@ static Tensor reshaped(const Tensor &x, ArrayRef<int64_t> shape) {
 
 static Expected<Results> foldReshape(const AttributeMap &attrs, const Tensor &x,
                                      const Tensor &shapeT) {
-  std::vector<int64_t> req = shapeT.toInts();
-  bool allowZero = attrInt(attrs, "allowzero", 0) != 0;
-  Shape shape;
-  int inferred = -1;
-  int64_t known = 1;
-  for (size_t i = 0; i < req.size(); ++i) {
-    int64_t d = req[i];
-    if (d == 0 && !allowZero) {
-      if (i >= x.type().rank())
-        return err("Reshape copies dimension " + llvm::Twine(i) + " that " +
-                   x.type().str() + " does not have");
-      d = x.type().dim(i);
-    }
-    if (d == -1) {
-      if (inferred >= 0)
-        return err("Reshape shape has more than one -1");
-      inferred = i;
-      shape.push_back(1);
-      continue;
-    }
-    if (d < 0)
-      return err("Reshape shape has negative dimension " + llvm::Twine(d));
-    shape.push_back(d);
-    known *= d;
-  }
-  if (inferred >= 0) {
-    if (known == 0 || x.numElements() % known)
-      return err("Reshape cannot infer -1 for " + x.type().str());
-    shape[inferred] = x.numElements() / known;
-    known *= shape[inferred];
-  }
-  if (known != x.numElements())
-    return err("Reshape of " + x.type().str() + " to " + shapeString(shape) +
-               " changes the element count");
-  return one(reshaped(x, shape));
+  auto shape = ops::reshapeShape(x.type(), shapeT.toInts(),
+                                 attrInt(attrs, "allowzero", 0) != 0);
+  if (!shape)
+    return shape.takeError();
+  return one(reshaped(x, *shape));
 }
 
 static Expected<Results> foldUnsqueeze(const Tensor &x, const Tensor &axesT) {
-  std::vector<int64_t> axes = axesT.toInts();
-  int64_t rank = x.type().rank() + axes.size();
-  std::vector<bool> inserted(rank, false);
-  for (int64_t a : axes) {
-    auto n = normAxis(a, rank);
-    if (!n || inserted[*n])
-      return err("Unsqueeze axes are out of range or repeated");
-    inserted[*n] = true;
-  }
-  Shape shape;
-  unsigned src = 0;
-  for (int64_t d = 0; d < rank; ++d)
-    shape.push_back(inserted[d] ? 1 : x.type().dim(src++));
-  return one(reshaped(x, shape));
+  auto shape = ops::unsqueezeShape(x.type().shape(), axesT.toInts());
+  if (!shape)
+    return shape.takeError();
+  return one(reshaped(x, *shape));
 }
 
 static Expected<Results> foldSqueeze(const Tensor &x, const Tensor *axesT) {
-  int64_t rank = x.type().rank();
-  std::vector<bool> drop(rank, false);
-  if (axesT) {
-    for (int64_t a : axesT->toInts()) {
-      auto n = normAxis(a, rank);
-      if (!n || x.type().dim(*n) != 1)
-        return err("Squeeze axis " + llvm::Twine(a) +
-                   " is not a size-1 axis of " + x.type().str());
-      drop[*n] = true;
-    }
-  } else {
-    for (int64_t d = 0; d < rank; ++d)
-      drop[d] = x.type().dim(d) == 1;
-  }
-  Shape shape;
-  for (int64_t d = 0; d < rank; ++d)
-    if (!drop[d])
-      shape.push_back(x.type().dim(d));
-  return one(reshaped(x, shape));
+  std::vector<int64_t> axes = axesT ? axesT->toInts() : std::vector<int64_t>();
+  auto shape =
+      ops::squeezeShape(x.type(), axesT ? Optional<ArrayRef<int64_t>>(axes)
+                                        : Optional<ArrayRef<int64_t>>());
+  if (!shape)
+    return shape.takeError();
+  return one(reshaped(x, *shape));
 }
 
 static Expected<Results> foldSlice(ArrayRef<const Tensor *> ins) {

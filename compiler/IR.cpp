@@ -1,5 +1,6 @@
 //===- IR.cpp - headroom's intermediate representation --------------------===//
 #include "compiler/IR.h"
+#include "compiler/ops/ResultTypes.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
@@ -196,6 +197,21 @@ Value *Builder::constant(Tensor t) {
   AttributeMap attrs;
   attrs["value"] = Attribute::getTensor(std::move(t));
   return createValue("Constant", {}, type, std::move(attrs));
+}
+
+Value *Builder::apply(llvm::StringRef op, llvm::ArrayRef<Value *> operands,
+                      AttributeMap attrs) {
+  const OpInfo *info = lookupOp(op);
+  if (!info)
+    llvm::report_fatal_error("Builder::apply: no op named '" + op + "'");
+  auto types = ops::inferResultTypes(info->Kind, operands, attrs);
+  if (!types)
+    llvm::report_fatal_error("Builder::apply(" + op +
+                             "): " + llvm::toString(types.takeError()));
+  if (!*types || (*types)->size() != 1)
+    llvm::report_fatal_error("Builder::apply(" + op +
+                             "): no single result type by rule; give it");
+  return createValue(op, operands, (**types)[0], std::move(attrs));
 }
 
 Value *Builder::read(StateSlot *s) {

@@ -274,6 +274,12 @@ public:
                      const TensorType &type, AttributeMap attrs = {}) {
     return create(op, operands, {type}, std::move(attrs))->result(0);
   }
+  /// A single-result node of an op with a result-type rule
+  /// (compiler/ops/ResultTypes.h: elementwise, Cast, MatMul, reductions,
+  /// the shape family) whose type the rule gives; returns its result. A
+  /// rule that refuses the operands is a bug in the pass: fatal, naming both.
+  Value *apply(llvm::StringRef op, llvm::ArrayRef<Value *> operands,
+               AttributeMap attrs = {});
   Value *constant(Tensor t);
   Value *read(StateSlot *s);
 

@@ -1,5 +1,6 @@
 //===- Verifier.cpp - IR invariants ---------------------------------------===//
 #include "compiler/Verifier.h"
+#include "compiler/ops/ResultTypes.h"
 #include "compiler/ops/Shape.h"
 
 #include "compiler/AttentionShape.h"
@@ -39,6 +40,7 @@ private:
   llvm::Error verifyMatrixProduct(const Node &n);
   llvm::Error verifyAttention(const Node &n);
   llvm::Error verifyShapeFamily(const Node &n);
+  llvm::Error verifyResultTypes(const Node &n);
   llvm::Error verify8bitStates(const Node &n);
   llvm::Error fail(const Node &n, const llvm::Twine &msg) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -261,6 +263,26 @@ llvm::Error Verifier::verifyNode(const Node &n) {
   if ((n.is(OpKind::Shape) || n.is(OpKind::Size)) &&
       n.result(0)->type().dtype() != DType::I64)
     return fail(n, "result must be i64");
+  return verifyResultTypes(n);
+}
+
+/// Every op with a result-type rule (compiler/ops/ResultTypes.h) has the
+/// types it gives.
+llvm::Error Verifier::verifyResultTypes(const Node &n) {
+  auto inferred = ops::inferResultTypes(n.kind(), n.operands(), n.attrs());
+  if (!inferred)
+    return fail(n, llvm::toString(inferred.takeError()));
+  if (!*inferred)
+    return llvm::Error::success();
+  if ((*inferred)->size() != n.numResults())
+    return fail(n, "has " + llvm::Twine(n.numResults()) +
+                       " results; its rule gives " +
+                       llvm::Twine((*inferred)->size()));
+  for (unsigned i = 0; i < n.numResults(); ++i)
+    if (n.result(i)->type() != (**inferred)[i])
+      return fail(n, "result " + llvm::Twine(i) + " is " +
+                         n.result(i)->type().str() + " but its rule gives " +
+                         (**inferred)[i].str());
   return llvm::Error::success();
 }
 

@@ -105,7 +105,7 @@ llvm::Error Autodiff::differentiate(Function &f) {
   auto accumulate = [&](Value *v, Value *g) {
     auto [it, inserted] = grads.try_emplace(v, g);
     if (!inserted)
-      it->second = b.createValue("Add", {it->second, g}, v->type());
+      it->second = b.apply("Add", {it->second, g});
   };
   llvm::SmallVector<Node *, 64> forward;
   for (Node &n : f.nodes())
@@ -129,8 +129,7 @@ llvm::Error Autodiff::differentiate(Function &f) {
       if (n.state()->kind() == StateKind::Param) {
         auto [pit, inserted] = paramGrads.insert({n.state(), dOut[0]});
         if (!inserted)
-          pit->second =
-              b.createValue("Add", {pit->second, dOut[0]}, dOut[0]->type());
+          pit->second = b.apply("Add", {pit->second, dOut[0]});
       }
       continue;
     }

@@ -226,7 +226,7 @@ void DataParallel::reduceGradients(Function &f) {
     for (Value *g : taggedGradients(n))
       grads.push_back(g);
   auto reduce = [&](Builder &b, Value *v) {
-    return O.Zero == 0 ? b.createValue("AllReduce", {v}, v->type(), mean)
+    return O.Zero == 0 ? b.apply("AllReduce", {v}, mean)
                        : b.createValue("ReduceScatter", {v},
                                        shardType(v->type(), O.Ranks), mean);
   };
@@ -293,8 +293,7 @@ void DataParallel::gatherWeights(Function &f) {
         if (v->type().dtype() != u.Type) {
           AttributeMap to;
           to["to"] = Attribute::getType(u.Type);
-          v = Builder(f, u.User).createValue("Cast", {v},
-                                             v->type().withDType(u.Type), to);
+          v = Builder(f, u.User).apply("Cast", {v}, to);
         }
         u.User->setOperand(u.Index, v);
       }
@@ -316,8 +315,7 @@ void DataParallel::gatherWeights(Function &f) {
       if (type != slot->type().dtype()) {
         AttributeMap to;
         to["to"] = Attribute::getType(type);
-        shard =
-            b.createValue("Cast", {shard}, slot->type().withDType(type), to);
+        shard = b.apply("Cast", {shard}, to);
       }
       Value *g = b.createValue("AllGather", {shard}, whole.withDType(type));
       for (const WeightUse *u : members)
@@ -395,8 +393,7 @@ void DataParallel::gatherReplicas(Function &f) {
     if (replica->type().dtype() != slot->type().dtype()) {
       AttributeMap to;
       to["to"] = Attribute::getType(replica->type().dtype());
-      shard = b.createValue(
-          "Cast", {shard}, slot->type().withDType(replica->type().dtype()), to);
+      shard = b.apply("Cast", {shard}, to);
     }
     b.create("AllGatherState", {shard}, {}, {}, replica);
   }
@@ -410,8 +407,7 @@ void DataParallel::agreeOnScalars(Function &f) {
       AttributeMap sum;
       sum["op"] = Attribute::getString("sum");
       Value *total = n.result(0);
-      Value *r = Builder(f, after(&n))
-                     .createValue("AllReduce", {total}, total->type(), sum);
+      Value *r = Builder(f, after(&n)).apply("AllReduce", {total}, sum);
       total->replaceAllUsesWith(r);
       r->definingNode()->setOperand(0, total);
     }
@@ -420,8 +416,7 @@ void DataParallel::agreeOnScalars(Function &f) {
       root["root"] = Attribute::getInt(0);
       Builder b(f, &n);
       b.setLoc(n.loc());
-      n.setOperand(0, b.createValue("Broadcast", {n.operand(0)},
-                                    n.operand(0)->type(), root));
+      n.setOperand(0, b.apply("Broadcast", {n.operand(0)}, root));
     }
   }
   if (f.returnValues().empty())
@@ -433,8 +428,7 @@ void DataParallel::agreeOnScalars(Function &f) {
   mean["op"] = Attribute::getString("mean");
   Builder b(f, after(loss->definingNode()));
   b.setLoc(loss->definingNode()->loc());
-  f.returnNode()->setOperand(
-      0, b.createValue("AllReduce", {loss}, loss->type(), mean));
+  f.returnNode()->setOperand(0, b.apply("AllReduce", {loss}, mean));
 }
 
 llvm::Error DataParallel::rewrite(Function &f) {

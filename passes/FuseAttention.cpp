@@ -621,14 +621,10 @@ Value *FuseAttention::untranspose(Function &f, Value *kT, Node *before) {
     identity &= perm[d] == d;
   if (identity)
     return src;
-  llvm::SmallVector<int64_t, 4> shape;
-  for (int64_t p : perm)
-    shape.push_back(src->type().dim(p));
   AttributeMap attrs;
   attrs["perm"] =
       Attribute::getInts(std::vector<int64_t>(perm.begin(), perm.end()));
-  return b.createValue("Transpose", {src},
-                       TensorType(src->type().dtype(), shape), attrs);
+  return b.apply("Transpose", {src}, attrs);
 }
 
 void FuseAttention::rewrite(Function &f, Match &m) {
@@ -651,8 +647,7 @@ void FuseAttention::rewrite(Function &f, Match &m) {
     shape.append(x->type().shape().end() - 2, x->type().shape().end());
     Value *dims = b.constant(
         Tensor::fromInts(DType::I64, {int64_t(shape.size())}, shape));
-    return b.createValue("Reshape", {x, dims},
-                         TensorType(x->type().dtype(), shape));
+    return b.apply("Reshape", {x, dims});
   };
   if (m.Reshaped) {
     q = view(q);
@@ -667,14 +662,13 @@ void FuseAttention::rewrite(Function &f, Match &m) {
     if (x->type().dtype() != lseType) {
       AttributeMap a;
       a["to"] = Attribute::getType(lseType);
-      x = b.createValue("Cast", {x}, x->type().withDType(lseType), a);
+      x = b.apply("Cast", {x}, a);
     }
     if (!bias) {
       bias = x;
       return;
     }
-    auto shape = *broadcastShapes(bias->type().shape(), x->type().shape());
-    bias = b.createValue("Add", {bias, x}, TensorType(lseType, shape));
+    bias = b.apply("Add", {bias, x});
   };
   for (Value *x : m.Biases) {
     if (causalBias(x))
@@ -691,8 +685,7 @@ void FuseAttention::rewrite(Function &f, Match &m) {
     Value *fill = b.constant(Tensor::fromDoubles(lseType, {}, {mask.Fill}));
     Value *keep = mask.KeepWhenTrue ? zero : fill,
           *drop = mask.KeepWhenTrue ? fill : zero;
-    add(b.createValue("Where", {mask.Cond, keep, drop},
-                      TensorType(lseType, mask.Cond->type().shape())));
+    add(b.apply("Where", {mask.Cond, keep, drop}));
   }
   AttributeMap attrs;
   attrs["scale"] = Attribute::getFloat(m.Scale);
@@ -715,7 +708,7 @@ void FuseAttention::rewrite(Function &f, Match &m) {
     llvm::ArrayRef<int64_t> shape = m.Product->result(0)->type().shape();
     Value *dims = b.constant(
         Tensor::fromInts(DType::I64, {int64_t(shape.size())}, shape));
-    out = b.createValue("Reshape", {out, dims}, m.Product->result(0)->type());
+    out = b.apply("Reshape", {out, dims});
   }
   out->setName(m.Product->result(0)->name());
   m.Product->result(0)->replaceAllUsesWith(out);

@@ -120,9 +120,8 @@ llvm::Expected<bool> FuseOutputHead::run(Module &m) {
     b.setLoc(ce->loc());
     Value *x = h;
     if (h->type().rank() != 2)
-      x = b.createValue(
-          "Reshape", {h, b.constant(Tensor::fromInts(DType::I64, {2}, {n, d}))},
-          TensorType(h->type().dtype(), {n, d}));
+      x = b.apply("Reshape",
+                  {h, b.constant(Tensor::fromInts(DType::I64, {2}, {n, d}))});
     AttributeMap attrs;
     attrs["transB"] = Attribute::getInt(transB);
     if (const Attribute *ig = ce->attr("ignore_index"))
@@ -130,30 +129,27 @@ llvm::Expected<bool> FuseOutputHead::run(Module &m) {
     if (Rows > 0)
       attrs["rows"] = Attribute::getInt(Rows);
     DType lossType = outputHeadLossType(x->type().dtype());
-    TensorType scalar(lossType, {});
     Value *rows = b.createValue("LinearCrossEntropy", {x, w, labels},
                                 TensorType(lossType, {n}), attrs);
     AttributeMap sum;
     sum["keepdims"] = Attribute::getInt(0);
-    Value *loss = b.createValue("ReduceSum", {rows}, scalar, sum);
+    Value *loss = b.apply("ReduceSum", {rows}, sum);
     if (ce->stringAttr("reduction", "mean") == "mean") {
       Value *count;
       if (const Attribute *ig = ce->attr("ignore_index")) {
         // The labels that count: those that are not ignore_index.
         Value *ignore = b.constant(
             Tensor::fromInts(labels->type().dtype(), {}, {ig->asInt()}));
-        TensorType mask(DType::Bool, labels->type().shape());
-        Value *ignored = b.createValue("Equal", {labels, ignore}, mask);
-        Value *kept = b.createValue("Not", {ignored}, mask);
+        Value *ignored = b.apply("Equal", {labels, ignore});
+        Value *kept = b.apply("Not", {ignored});
         AttributeMap to;
         to["to"] = Attribute::getType(lossType);
-        Value *ones =
-            b.createValue("Cast", {kept}, TensorType(lossType, {n}), to);
-        count = b.createValue("ReduceSum", {ones}, scalar, sum);
+        Value *ones = b.apply("Cast", {kept}, to);
+        count = b.apply("ReduceSum", {ones}, sum);
       } else {
         count = b.constant(Tensor::fromDoubles(lossType, {}, {double(n)}));
       }
-      loss = b.createValue("Div", {loss, count}, scalar);
+      loss = b.apply("Div", {loss, count});
     }
     loss->setName(ce->result(0)->name());
     ce->result(0)->replaceAllUsesWith(loss);

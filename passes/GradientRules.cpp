@@ -10,7 +10,6 @@
 //===----------------------------------------------------------------------===//
 #include "passes/GradientRules.h"
 
-#include "compiler/MatMulShape.h"
 #include "compiler/Verifier.h"
 
 #include <algorithm>
@@ -24,13 +23,7 @@ using namespace headroom;
 
 Value *GradContext::ew(llvm::StringRef op, llvm::ArrayRef<Value *> operands,
                        AttributeMap attrs) {
-  llvm::SmallVector<int64_t, 4> shape(operands[0]->type().shape().begin(),
-                                      operands[0]->type().shape().end());
-  for (Value *v : operands.drop_front())
-    shape = *broadcastShapes(shape, v->type().shape());
-  // Where's element type is its values', not its condition's.
-  DType t = operands[op == "Where" ? 1 : 0]->type().dtype();
-  return B.createValue(op, operands, TensorType(t, shape), std::move(attrs));
+  return B.apply(op, operands, std::move(attrs));
 }
 
 Value *GradContext::scalar(double v, Value *like) {
@@ -46,36 +39,22 @@ Value *GradContext::ints(llvm::ArrayRef<int64_t> v) {
 Value *GradContext::reshape(Value *v, llvm::ArrayRef<int64_t> shape) {
   if (v->type().shape() == shape)
     return v;
-  return B.createValue("Reshape", {v, ints(shape)},
-                       TensorType(v->type().dtype(), shape));
+  return B.apply("Reshape", {v, ints(shape)});
 }
 
 Value *GradContext::transpose(Value *v, llvm::ArrayRef<int64_t> perm) {
-  llvm::SmallVector<int64_t, 4> shape;
-  for (int64_t p : perm)
-    shape.push_back(v->type().dim(p));
   AttributeMap attrs;
   attrs["perm"] = Attribute::getInts(perm.vec());
-  return B.createValue("Transpose", {v}, TensorType(v->type().dtype(), shape),
-                       attrs);
+  return B.apply("Transpose", {v}, attrs);
 }
 
 Value *GradContext::reduceSum(Value *v, llvm::ArrayRef<int64_t> axes,
                               bool keepdims) {
   if (axes.empty())
     return v;
-  llvm::SmallVector<int64_t, 4> shape;
-  for (unsigned d = 0; d < v->type().rank(); ++d) {
-    bool reduced = llvm::is_contained(axes, static_cast<int64_t>(d));
-    if (!reduced)
-      shape.push_back(v->type().dim(d));
-    else if (keepdims)
-      shape.push_back(1);
-  }
   AttributeMap attrs;
   attrs["keepdims"] = Attribute::getInt(keepdims);
-  return B.createValue("ReduceSum", {v, ints(axes)},
-                       TensorType(v->type().dtype(), shape), attrs);
+  return B.apply("ReduceSum", {v, ints(axes)}, attrs);
 }
 
 Value *GradContext::unbroadcast(Value *g, const TensorType &to) {
@@ -227,7 +206,7 @@ static llvm::Error gradCast(GradContext &c) {
     return ok();
   AttributeMap attrs;
   attrs["to"] = Attribute::getType(c.x(0)->type().dtype());
-  c.DIn[0] = c.B.createValue("Cast", {c.dy()}, c.x(0)->type(), attrs);
+  c.DIn[0] = c.B.apply("Cast", {c.dy()}, attrs);
   return ok();
 }
 
@@ -250,8 +229,7 @@ static llvm::Error gradSigmoid(GradContext &c) { // y (1 - y)
 /// Where(x > 0, dy, otherwise), the shape of dy.
 static Value *positiveMask(GradContext &c, Value *otherwise) {
   Value *zero = c.scalar(0.0, c.x(0));
-  Value *pos = c.B.createValue("Greater", {c.x(0), zero},
-                               c.x(0)->type().withDType(DType::Bool));
+  Value *pos = c.B.apply("Greater", {c.x(0), zero});
   return c.ew("Where", {pos, c.dy(), otherwise});
 }
 
@@ -269,7 +247,7 @@ static llvm::Error gradLeakyRelu(GradContext &c) {
 static Value *both(GradContext &c, Value *a, Value *b) {
   if (!a || !b)
     return a ? a : b;
-  return c.B.createValue("And", {a, b}, a->type());
+  return c.B.apply("And", {a, b});
 }
 
 /// Clip: dy where min < x < max, 0 elsewhere -- strict, as PyTorch's
@@ -279,12 +257,11 @@ static llvm::Error gradClip(GradContext &c) {
   if (c.needs(1) || c.needs(2))
     return c.fail("Clip's min and max must be constants to be "
                   "differentiated (headroom gives them no gradient)");
-  TensorType mask = c.x(0)->type().withDType(DType::Bool);
   Value *above = nullptr, *below = nullptr;
   if (c.N.numOperands() > 1 && c.x(1))
-    above = c.B.createValue("Greater", {c.x(0), c.x(1)}, mask);
+    above = c.B.apply("Greater", {c.x(0), c.x(1)});
   if (c.N.numOperands() > 2 && c.x(2))
-    below = c.B.createValue("Less", {c.x(0), c.x(2)}, mask);
+    below = c.B.apply("Less", {c.x(0), c.x(2)});
   Value *inside = both(c, above, below);
   c.DIn[0] =
       inside ? c.ew("Where", {inside, c.dy(), c.scalar(0.0, c.dy())}) : c.dy();
@@ -297,10 +274,8 @@ static llvm::Error gradHardSigmoid(GradContext &c) {
   double alpha = c.N.floatAttr("alpha", 0.2), beta = c.N.floatAttr("beta", 0.5);
   Value *z =
       c.add(c.mul(c.x(0), c.scalar(alpha, c.x(0))), c.scalar(beta, c.x(0)));
-  TensorType mask = c.x(0)->type().withDType(DType::Bool);
-  Value *inside =
-      both(c, c.B.createValue("Greater", {z, c.scalar(0.0, z)}, mask),
-           c.B.createValue("Less", {z, c.scalar(1.0, z)}, mask));
+  Value *inside = both(c, c.B.apply("Greater", {z, c.scalar(0.0, z)}),
+                       c.B.apply("Less", {z, c.scalar(1.0, z)}));
   c.DIn[0] = c.ew("Where", {inside, c.mul(c.dy(), c.scalar(alpha, c.dy())),
                             c.scalar(0.0, c.dy())});
   return ok();
@@ -308,8 +283,7 @@ static llvm::Error gradHardSigmoid(GradContext &c) {
 
 static llvm::Error gradAbs(GradContext &c) { // sign(x), 0 at 0 as in PyTorch
   Value *zero = c.scalar(0.0, c.x(0));
-  Value *neg = c.B.createValue("Less", {c.x(0), zero},
-                               c.x(0)->type().withDType(DType::Bool));
+  Value *neg = c.B.apply("Less", {c.x(0), zero});
   Value *inner = c.ew("Where", {neg, c.neg(c.dy()), zero});
   c.DIn[0] = positiveMask(c, inner);
   return ok();
@@ -345,7 +319,7 @@ static llvm::Error gradDropout(GradContext &c) {
       return c.fail("Dropout's training_mode must be a constant to be "
                     "differentiated");
   }
-  Value *mask = c.B.createValue("Cast", {c.y(1)}, c.dy()->type(), [&] {
+  Value *mask = c.B.apply("Cast", {c.y(1)}, [&] {
     AttributeMap a;
     a["to"] = Attribute::getType(c.dy()->type().dtype());
     return a;
@@ -360,8 +334,7 @@ static llvm::Error gradDropout(GradContext &c) {
   if (keep->type().dtype() != c.dy()->type().dtype()) {
     AttributeMap a;
     a["to"] = Attribute::getType(c.dy()->type().dtype());
-    keep = c.B.createValue("Cast", {keep},
-                           keep->type().withDType(c.dy()->type().dtype()), a);
+    keep = c.B.apply("Cast", {keep}, a);
   }
   c.DIn[0] = c.div(kept, keep);
   return ok();
@@ -380,15 +353,12 @@ static llvm::Error gradMatMul(GradContext &c) {
   // Products read their operands transposed through the flags, never
   // through a Transpose copy.
   auto matmul = [&](Value *l, Value *r, bool tl, bool tr) {
-    auto s = matMulShape(l->type().shape(), r->type().shape(), tl, tr);
-    assert(s && "the gradient of a verified MatMul has valid shapes");
     AttributeMap attrs;
     if (tl)
       attrs["transA"] = Attribute::getInt(1);
     if (tr)
       attrs["transB"] = Attribute::getInt(1);
-    return c.B.createValue("MatMul", {l, r},
-                           TensorType(l->type().dtype(), s->Result), attrs);
+    return c.B.apply("MatMul", {l, r}, attrs);
   };
   // Y = op(A) op(B): d op(A) = dY op(B)^T, d op(B) = op(A)^T dY, each
   // transposed back when the operand was read transposed.
@@ -414,21 +384,18 @@ static llvm::Error gradMatMul(GradContext &c) {
 static llvm::Error gradGemm(GradContext &c) {
   double alpha = c.N.floatAttr("alpha", 1.0), beta = c.N.floatAttr("beta", 1.0);
   int64_t ta = c.N.intAttr("transA", 0), tb = c.N.intAttr("transB", 0);
-  auto gemm = [&](Value *l, Value *r, int64_t tl, int64_t tr,
-                  const TensorType &type) {
+  auto gemm = [&](Value *l, Value *r, int64_t tl, int64_t tr) {
     AttributeMap attrs;
     attrs["alpha"] = Attribute::getFloat(alpha);
     attrs["transA"] = Attribute::getInt(tl);
     attrs["transB"] = Attribute::getInt(tr);
-    return c.B.createValue("Gemm", {l, r}, type, attrs);
+    return c.B.apply("Gemm", {l, r}, attrs);
   };
   Value *a = c.x(0), *b = c.x(1), *dy = c.dy();
   if (c.needs(0)) // d op(A) = alpha dy op(B)^T
-    c.DIn[0] =
-        ta ? gemm(b, dy, tb, 1, a->type()) : gemm(dy, b, 0, !tb, a->type());
+    c.DIn[0] = ta ? gemm(b, dy, tb, 1) : gemm(dy, b, 0, !tb);
   if (c.needs(1)) // d op(B) = alpha op(A)^T dy
-    c.DIn[1] =
-        tb ? gemm(dy, a, 1, ta, b->type()) : gemm(a, dy, !ta, 0, b->type());
+    c.DIn[1] = tb ? gemm(dy, a, 1, ta) : gemm(a, dy, !ta, 0);
   if (c.needs(2)) {
     Value *g = beta == 1.0 ? dy : c.mul(dy, c.scalar(beta, dy));
     c.DIn[2] = c.unbroadcast(g, c.x(2)->type());
@@ -449,8 +416,7 @@ static llvm::Expected<Value *> expandReduced(GradContext &c) {
   for (unsigned d = 0; d < c.x(0)->type().rank(); ++d)
     kept.push_back(llvm::is_contained(*axes, d) ? 1 : c.x(0)->type().dim(d));
   Value *g = c.reshape(c.dy(), kept);
-  return c.B.createValue("Expand", {g, c.ints(c.x(0)->type().shape())},
-                         c.x(0)->type());
+  return c.B.apply("Expand", {g, c.ints(c.x(0)->type().shape())});
 }
 
 static llvm::Error gradReduceSum(GradContext &c) {
@@ -552,8 +518,7 @@ static llvm::Error gradAveragePool(GradContext &c) {
 }
 
 static llvm::Error gradGlobalAveragePool(GradContext &c) {
-  Value *g = c.B.createValue("Expand", {c.dy(), c.ints(c.x(0)->type().shape())},
-                             c.x(0)->type());
+  Value *g = c.B.apply("Expand", {c.dy(), c.ints(c.x(0)->type().shape())});
   double count = static_cast<double>(c.x(0)->type().numElements()) /
                  static_cast<double>(c.y()->type().numElements());
   c.DIn[0] = c.mul(g, c.scalar(1.0 / count, g));
@@ -575,8 +540,7 @@ static llvm::Error gradPad(GradContext &c) {
     starts.push_back(pads[d]);
     ends.push_back(pads[d] + c.x(0)->type().dim(d));
   }
-  c.DIn[0] = c.B.createValue("Slice", {c.dy(), c.ints(starts), c.ints(ends)},
-                             c.x(0)->type());
+  c.DIn[0] = c.B.apply("Slice", {c.dy(), c.ints(starts), c.ints(ends)});
   return ok();
 }
 
@@ -629,7 +593,7 @@ static llvm::Error gradSplit(GradContext &c) {
     parts.push_back(c.dy(i) ? c.dy(i) : c.zerosLike(c.y(i)->type()));
   AttributeMap attrs;
   attrs["axis"] = Attribute::getInt(c.N.intAttr("axis", 0));
-  c.DIn[0] = c.B.createValue("Concat", parts, c.x(0)->type(), attrs);
+  c.DIn[0] = c.B.apply("Concat", parts, attrs);
   return ok();
 }
 
@@ -721,7 +685,7 @@ static llvm::Error gradTrilu(GradContext &c) {
   llvm::SmallVector<Value *, 2> operands = {c.dy()};
   if (c.N.numOperands() > 1)
     operands.push_back(c.x(1));
-  c.DIn[0] = c.B.createValue("Trilu", operands, c.dy()->type(), c.N.attrs());
+  c.DIn[0] = c.B.apply("Trilu", operands, c.N.attrs());
   return ok();
 }
 
@@ -730,8 +694,7 @@ static llvm::Error gradTrilu(GradContext &c) {
 static llvm::Error gradCumSum(GradContext &c) {
   AttributeMap attrs = c.N.attrs();
   attrs["reverse"] = Attribute::getInt(!c.N.intAttr("reverse", 0));
-  c.DIn[0] = c.B.createValue("CumSum", {c.dy(), c.x(1)}, c.dy()->type(),
-                             std::move(attrs));
+  c.DIn[0] = c.B.apply("CumSum", {c.dy(), c.x(1)}, std::move(attrs));
   return ok();
 }
 

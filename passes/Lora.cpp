@@ -213,18 +213,13 @@ llvm::Expected<bool> Lora::run(Module &m) {
           {x->type(), x->type().withDType(DType::Bool)});
       x = d->result(0);
     }
-    std::vector<int64_t> hShape(x->type().shape().begin(),
-                                x->type().shape().end());
-    hShape.back() = O.Rank;
     AttributeMap transB;
     transB["transB"] = Attribute::getInt(1);
-    Value *h = bld.createValue("MatMul", {x, bld.read(a)},
-                               TensorType(t, hShape), transB);
-    Value *z = bld.createValue("MatMul", {h, bld.read(b)}, y->type(), transB);
-    Value *zs = bld.createValue(
-        "Mul", {z, bld.constant(Tensor::fromDoubles(t, {}, {scale}))},
-        y->type());
-    Value *sum = bld.createValue("Add", {y, zs}, y->type());
+    Value *h = bld.apply("MatMul", {x, bld.read(a)}, transB);
+    Value *z = bld.apply("MatMul", {h, bld.read(b)}, transB);
+    Value *zs = bld.apply(
+        "Mul", {z, bld.constant(Tensor::fromDoubles(t, {}, {scale}))});
+    Value *sum = bld.apply("Add", {y, zs});
     Node *add = sum->definingNode();
     y->replaceAllUsesWith(sum);
     add->setOperand(0, y); // the sum itself keeps the base product

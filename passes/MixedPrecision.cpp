@@ -144,7 +144,7 @@ Value *MixedPrecision::as(Value *v, DType t, Function &f, Node *before) {
   } else {
     AttributeMap attrs;
     attrs["to"] = Attribute::getType(t);
-    out = b.createValue("Cast", {v}, v->type().withDType(t), attrs);
+    out = b.apply("Cast", {v}, attrs);
   }
   Converted[key] = out;
   return out;

@@ -135,8 +135,7 @@ void Offload::insertTransfers(Function &f) {
       if (!copy) {
         Builder b(f, n);
         b.setLoc(v->definingNode() ? v->definingNode()->loc() : n->loc());
-        copy = b.createValue(operandsOnHost ? "ToHost" : "ToDevice", {v},
-                             v->type());
+        copy = b.apply(operandsOnHost ? "ToHost" : "ToDevice", {v});
         if (operandsOnHost)
           host.insert(copy);
       }
@@ -183,7 +182,7 @@ bool Offload::offloadActivations(Function &f) const {
     Node *def = v->definingNode();
     Builder after(f, &*std::next(Function::NodeList::iterator(def)));
     after.setLoc(def->loc());
-    Value *h = after.createValue("ToHost", {v}, v->type());
+    Value *h = after.apply("ToHost", {v});
     std::vector<Node *> readers;
     for (Node *u : v->users())
       if (position.lookup(u) > lossAt && !llvm::is_contained(readers, u))
@@ -193,7 +192,7 @@ bool Offload::offloadActivations(Function &f) const {
     });
     Builder back(f, readers.front());
     back.setLoc(def->loc());
-    Value *d = back.createValue("ToDevice", {h}, v->type());
+    Value *d = back.apply("ToDevice", {h});
     for (Node *u : readers)
       for (unsigned i = 0; i < u->operands().size(); ++i)
         if (u->operand(i) == v)

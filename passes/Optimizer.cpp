@@ -71,7 +71,7 @@ Value *cast(Builder &b, Value *v, DType t) {
     return v;
   AttributeMap a;
   a["to"] = Attribute::getType(t);
-  return b.createValue("Cast", {v}, v->type().withDType(t), a);
+  return b.apply("Cast", {v}, a);
 }
 
 class Optimizer : public Pass {
@@ -81,11 +81,6 @@ public:
   llvm::Expected<bool> run(Module &m) override;
 
 private:
-  /// Elementwise node whose result has `like`'s type.
-  Value *ew(Builder &b, llvm::StringRef op, llvm::ArrayRef<Value *> xs,
-            Value *like) {
-    return b.createValue(op, xs, like->type());
-  }
   Value *scalar(Builder &b, double v, DType t) {
     return b.constant(Tensor::fromDoubles(t, {}, {v}));
   }
@@ -129,7 +124,6 @@ private:
 /// type: the square of the global L2 norm, and not finite when any element is
 /// not.
 Value *sumOfSquares(Builder &b, llvm::ArrayRef<Value *> gs) {
-  TensorType f32(DType::F32, {});
   Value *total = nullptr;
   for (Value *g : gs) {
     // Squares summed in f32 whatever the gradient's type (mixed precision
@@ -139,16 +133,13 @@ Value *sumOfSquares(Builder &b, llvm::ArrayRef<Value *> gs) {
     // Pow(g, 2), not Mul(g, g): the constant exponent makes it part of the
     // update (compiler/UpdateAnalysis.h), so `schedule` squares each gradient
     // where it is complete.
-    Value *sq = b.createValue(
-        "Pow", {g, b.constant(Tensor::fromDoubles(g->type().dtype(), {}, {2}))},
-        g->type());
+    Value *sq = b.apply(
+        "Pow",
+        {g, b.constant(Tensor::fromDoubles(g->type().dtype(), {}, {2}))});
     AttributeMap keep;
     keep["keepdims"] = Attribute::getInt(0);
-    Value *s = cast(b,
-                    b.createValue("ReduceSum", {sq},
-                                  TensorType(g->type().dtype(), {}), keep),
-                    DType::F32);
-    total = total ? b.createValue("Add", {total, s}, f32) : s;
+    Value *s = cast(b, b.apply("ReduceSum", {sq}, keep), DType::F32);
+    total = total ? b.apply("Add", {total, s}) : s;
   }
   // The data-parallel pass sums every rank's shard of it.
   if (total && total->definingNode())
@@ -161,38 +152,33 @@ Value *sumOfSquares(Builder &b, llvm::ArrayRef<Value *> gs) {
 /// min(1, maxNorm / (norm + 1e-6)).
 std::pair<Value *, Value *> clipCoefficient(Builder &b, Value *total,
                                             Value *scale, double maxNorm) {
-  TensorType f32(DType::F32, {});
   auto k = [&](double v) {
     return b.constant(Tensor::fromDoubles(DType::F32, {}, {v}));
   };
-  Value *norm = b.createValue("Sqrt", {total}, f32);
+  Value *norm = b.apply("Sqrt", {total});
   if (scale)
-    norm = b.createValue("Div", {norm, scale}, f32);
-  Value *coef = b.createValue(
-      "Div", {k(maxNorm), b.createValue("Add", {norm, k(1e-6)}, f32)}, f32);
-  coef = b.createValue("Min", {coef, k(1.0)}, f32);
+    norm = b.apply("Div", {norm, scale});
+  Value *coef = b.apply("Div", {k(maxNorm), b.apply("Add", {norm, k(1e-6)})});
+  coef = b.apply("Min", {coef, k(1.0)});
   return {norm, coef};
 }
 
 /// Whether the step may update: `total` (the gradients' sum of squares,
 /// not finite when any element is not) and f's loss are finite.
 Value *finiteStep(Builder &b, Function &f, Value *total) {
-  TensorType flag(DType::Bool, {});
   Value *inf = b.constant(Tensor::fromDoubles(
       DType::F32, {}, {std::numeric_limits<double>::infinity()}));
-  Value *ok = b.createValue("Less", {total, inf}, flag);
+  Value *ok = b.apply("Less", {total, inf});
   Value *loss = f.loss();
   if (!loss || !isFloat(loss->type().dtype()) ||
       loss->type().numElements() != 1)
     return ok;
   Value *l = cast(b, loss, DType::F32);
   if (l->type().rank() != 0)
-    l = b.createValue("Reshape",
-                      {l, b.constant(Tensor::fromInts(DType::I64, {0}, {}))},
-                      TensorType(DType::F32, {}));
-  Value *lossOk =
-      b.createValue("Less", {b.createValue("Abs", {l}, l->type()), inf}, flag);
-  return b.createValue("And", {ok, lossOk}, flag);
+    l = b.apply("Reshape",
+                {l, b.constant(Tensor::fromInts(DType::I64, {0}, {}))});
+  Value *lossOk = b.apply("Less", {b.apply("Abs", {l}), inf});
+  return b.apply("And", {ok, lossOk});
 }
 
 /// A skipped step writes every slot after `start` with its old value.
@@ -204,8 +190,7 @@ void wrapWrites(Function &f, Node *start, Value *finite) {
   for (Node *n : assigns) {
     Builder wb(f, n);
     Value *now = n->operand(0);
-    n->setOperand(0, wb.createValue("Where", {finite, now, wb.read(n->state())},
-                                    now->type()));
+    n->setOperand(0, wb.apply("Where", {finite, now, wb.read(n->state())}));
   }
 }
 
@@ -248,16 +233,14 @@ std::pair<Value *, Value *> Optimizer::biasCorrections(Builder &b, Value *step,
   auto it = Corrections.find(t);
   if (it != Corrections.end())
     return it->second;
-  TensorType f64s(DType::F64, {});
   auto pow = [&](double base) {
-    return b.createValue("Pow", {scalar(b, base, DType::F64), step}, f64s);
+    return b.apply("Pow", {scalar(b, base, DType::F64), step});
   };
   Value *one = scalar(b, 1.0, DType::F64);
-  Value *bc1 = b.createValue("Sub", {one, pow(O.Beta1)}, f64s);
-  Value *bc2 = b.createValue("Sub", {one, pow(O.Beta2)}, f64s);
-  Value *stepSize =
-      b.createValue("Div", {scalar(b, O.Lr, DType::F64), bc1}, f64s);
-  Value *sqrtBc2 = b.createValue("Sqrt", {bc2}, f64s);
+  Value *bc1 = b.apply("Sub", {one, pow(O.Beta1)});
+  Value *bc2 = b.apply("Sub", {one, pow(O.Beta2)});
+  Value *stepSize = b.apply("Div", {scalar(b, O.Lr, DType::F64), bc1});
+  Value *sqrtBc2 = b.apply("Sqrt", {bc2});
   // Two statements: the casts' order must not be the compiler's choice.
   Value *stepSizeT = cast(b, stepSize, t);
   auto result = std::make_pair(stepSizeT, cast(b, sqrtBc2, t));
@@ -270,12 +253,9 @@ std::pair<Value *, Value *> Optimizer::adalomoDecay(Builder &b, Value *step,
   auto it = Corrections.find(t);
   if (it != Corrections.end())
     return it->second;
-  TensorType f64s(DType::F64, {});
-  Value *pow =
-      b.createValue("Pow", {step, scalar(b, O.DecayRate, DType::F64)}, f64s);
-  Value *beta2t = b.createValue("Sub", {scalar(b, 1.0, DType::F64), pow}, f64s);
-  Value *rest =
-      b.createValue("Sub", {scalar(b, 1.0, DType::F64), beta2t}, f64s);
+  Value *pow = b.apply("Pow", {step, scalar(b, O.DecayRate, DType::F64)});
+  Value *beta2t = b.apply("Sub", {scalar(b, 1.0, DType::F64), pow});
+  Value *rest = b.apply("Sub", {scalar(b, 1.0, DType::F64), beta2t});
   Value *beta2T = cast(b, beta2t, t);
   auto result = std::make_pair(beta2T, cast(b, rest, t));
   Corrections[t] = result;
@@ -292,33 +272,25 @@ void Optimizer::adalomo(Module &m, Builder &b, StateSlot *s, Value *g,
   auto mean = [&](Value *x, llvm::ArrayRef<int64_t> axes) {
     AttributeMap a;
     a["keepdims"] = Attribute::getInt(1);
-    std::vector<int64_t> shape(x->type().shape().begin(),
-                               x->type().shape().end());
-    if (axes.empty()) {
+    if (axes.empty())
       a["keepdims"] = Attribute::getInt(0);
-      shape.clear();
-    } else {
+    else
       a["axes"] = Attribute::getInts(axes);
-      for (int64_t axis : axes)
-        shape[axis < 0 ? axis + shape.size() : axis] = 1;
-    }
-    return b.createValue("ReduceMean", {x}, TensorType(t, shape), a);
+    return b.apply("ReduceMean", {x}, a);
   };
   auto rsqrt = [&](Value *x) {
-    return ew(b, "Reciprocal", {ew(b, "Sqrt", {x}, x)}, x);
+    return b.apply("Reciprocal", {b.apply("Sqrt", {x})});
   };
   // Exponential moving average in the authors' form v*beta2_t + x*(1-beta2_t).
   auto decay = adalomoDecay(b, step, t);
   Value *beta2t = decay.first, *rest = decay.second;
   auto average = [&](StateSlot *slot, Value *x) {
-    Value *v = ew(
-        b, "Add",
-        {ew(b, "Mul", {b.read(slot), beta2t}, x), ew(b, "Mul", {x, rest}, x)},
-        x);
+    Value *v = b.apply("Add", {b.apply("Mul", {b.read(slot), beta2t}),
+                               b.apply("Mul", {x, rest})});
     b.create("Assign", {v}, {}, {}, slot);
     return v;
   };
-  Value *u = ew(b, "Add", {ew(b, "Pow", {g, k(2.0)}, g), k(O.Eps1)}, g);
+  Value *u = b.apply("Add", {b.apply("Pow", {g, k(2.0)}), k(O.Eps1)});
   Value *upd;
   const TensorType &type = s->type();
   if (type.rank() > 1) {
@@ -326,34 +298,27 @@ void Optimizer::adalomo(Module &m, Builder &b, StateSlot *s, Value *g,
     Value *rowMean = mean(u, {-1}), *colMean = mean(u, {-2});
     Value *row = average(moment("exp_avg_sq_row", rowMean->type()), rowMean);
     Value *col = average(moment("exp_avg_sq_col", colMean->type()), colMean);
-    Value *rowFactor = rsqrt(ew(b, "Div", {row, mean(row, {-2})}, row));
-    Value *factors = b.createValue("Mul", {rowFactor, rsqrt(col)}, g->type());
-    upd = ew(b, "Mul", {factors, g}, g);
+    Value *rowFactor = rsqrt(b.apply("Div", {row, mean(row, {-2})}));
+    Value *factors = b.apply("Mul", {rowFactor, rsqrt(col)});
+    upd = b.apply("Mul", {factors, g});
   } else {
     Value *v = average(moment("exp_avg_sq", type), u);
-    upd = ew(b, "Mul", {rsqrt(v), g}, g);
+    upd = b.apply("Mul", {rsqrt(v), g});
   }
   auto rms = [&](Value *x) {
-    return b.createValue("Sqrt", {mean(ew(b, "Mul", {x, x}, x), {})},
-                         TensorType(t, {}));
+    return b.apply("Sqrt", {mean(b.apply("Mul", {x, x}), {})});
   };
-  TensorType st(t, {});
-  Value *over = b.createValue(
-      "Max", {b.createValue("Div", {rms(upd), k(O.ClipThreshold)}, st), k(1.0)},
-      st);
-  upd = ew(b, "Div", {upd, over}, upd);
+  Value *over =
+      b.apply("Max", {b.apply("Div", {rms(upd), k(O.ClipThreshold)}), k(1.0)});
+  upd = b.apply("Div", {upd, over});
   Value *w = b.read(s);
-  Value *lrT = b.createValue(
-      "Mul", {k(O.Lr), b.createValue("Max", {k(O.Eps2), rms(w)}, st)}, st);
+  Value *lrT = b.apply("Mul", {k(O.Lr), b.apply("Max", {k(O.Eps2), rms(w)})});
   if (O.WeightDecay != 0)
-    w = ew(b, "Mul",
-           {w, b.createValue(
-                   "Sub",
-                   {k(1.0), b.createValue("Mul", {lrT, k(O.WeightDecay)}, st)},
-                   st)},
-           w);
-  b.create("Assign", {ew(b, "Sub", {w, ew(b, "Mul", {upd, lrT}, upd)}, w)}, {},
-           {}, s);
+    w = b.apply(
+        "Mul",
+        {w, b.apply("Sub", {k(1.0), b.apply("Mul", {lrT, k(O.WeightDecay)})})});
+  b.create("Assign", {b.apply("Sub", {w, b.apply("Mul", {upd, lrT})})}, {}, {},
+           s);
 }
 
 void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
@@ -432,13 +397,13 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
     return fused("MomentumUpdate", {g}, a, {moment("momentum_buffer")});
   }
   if (scale)
-    g = ew(b, "Mul", {g, cast(b, scale, t)}, g);
+    g = b.apply("Mul", {g, cast(b, scale, t)});
   if (O.Kind == OptimizerOptions::Kind::AdaLomo)
     return adalomo(m, b, s, g, step);
   Value *w = b.read(s);
   if (O.WeightDecay != 0)
-    g = ew(b, "Add", {g, ew(b, "Mul", {w, k(O.WeightDecay)}, g)}, g);
-  Value *newW = ew(b, "Sub", {w, ew(b, "Mul", {g, k(O.Lr)}, g)}, g);
+    g = b.apply("Add", {g, b.apply("Mul", {w, k(O.WeightDecay)})});
+  Value *newW = b.apply("Sub", {w, b.apply("Mul", {g, k(O.Lr)})});
   b.create("Assign", {newW}, {}, {}, s);
 }
 
@@ -531,9 +496,8 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
   }
   if (O.LossScale) {
     // Unscaled in the coefficient the update applies anyway.
-    Value *inv =
-        b.createValue("Div", {scalar(b, 1.0, DType::F32), lossScale}, f32s);
-    coef = coef ? b.createValue("Mul", {coef, inv}, f32s) : inv;
+    Value *inv = b.apply("Div", {scalar(b, 1.0, DType::F32), lossScale});
+    coef = coef ? b.apply("Mul", {coef, inv}) : inv;
   }
   // Every state write after this point is an update: kept back on a
   // skipped step.
@@ -545,8 +509,7 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
     std::string name =
         O.Kind == OptimizerOptions::Kind::AdamW ? "adamw.step" : "adalomo.step";
     StateSlot *ss = slot(m, name, TensorType(DType::F64, {}));
-    step = b.createValue("Add", {b.read(ss), scalar(b, 1.0, DType::F64)},
-                         ss->type());
+    step = b.apply("Add", {b.read(ss), scalar(b, 1.0, DType::F64)});
     b.create("Assign", {step}, {}, {}, ss);
   }
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -584,26 +547,20 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
     return llvm::Error::success();
   // The scale: halved on a skipped step, doubled after 2000 finite ones.
   auto k = [&](double v) { return scalar(b, v, DType::F32); };
-  Value *run = b.createValue(
-      "Where", {finite, b.createValue("Add", {b.read(good), k(1)}, f32s), k(0)},
-      f32s);
-  Value *grow = b.createValue("GreaterOrEqual", {run, k(2000)},
-                              TensorType(DType::Bool, {}));
-  Value *delta = b.createValue(
-      "Where",
-      {grow, k(1), b.createValue("Where", {finite, k(0), k(-1)}, f32s)}, f32s);
-  b.create("Assign", {b.createValue("Add", {b.read(offset), delta}, f32s)}, {},
-           {}, offset);
-  b.create("Assign", {b.createValue("Where", {grow, k(0), run}, f32s)}, {}, {},
-           good);
+  Value *run =
+      b.apply("Where", {finite, b.apply("Add", {b.read(good), k(1)}), k(0)});
+  Value *grow = b.apply("GreaterOrEqual", {run, k(2000)});
+  Value *delta =
+      b.apply("Where", {grow, k(1), b.apply("Where", {finite, k(0), k(-1)})});
+  b.create("Assign", {b.apply("Add", {b.read(offset), delta})}, {}, {}, offset);
+  b.create("Assign", {b.apply("Where", {grow, k(0), run})}, {}, {}, good);
   return llvm::Error::success();
 }
 
 Value *Optimizer::scaleValue(Builder &b, StateSlot *offset) {
-  TensorType f32s(DType::F32, {});
   Value *exponent =
-      b.createValue("Add", {b.read(offset), scalar(b, 16.0, DType::F32)}, f32s);
-  return b.createValue("Pow", {scalar(b, 2.0, DType::F32), exponent}, f32s);
+      b.apply("Add", {b.read(offset), scalar(b, 16.0, DType::F32)});
+  return b.apply("Pow", {scalar(b, 2.0, DType::F32), exponent});
 }
 
 llvm::Expected<bool> Optimizer::run(Module &m) {

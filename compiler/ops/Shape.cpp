@@ -174,3 +174,118 @@ ops::ndIndexing(const TensorType &data, const TensorType &indices, int64_t b) {
   l.SliceShape.append(data.shape().begin() + b + l.K, data.shape().end());
   return l;
 }
+
+Expected<ops::Dims> ops::reshapeShape(const TensorType &t,
+                                      ArrayRef<int64_t> request,
+                                      bool allowZero) {
+  ArrayRef<int64_t> x = t.shape();
+  Dims shape;
+  int inferred = -1;
+  int64_t known = 1, count = product(x);
+  for (size_t i = 0; i < request.size(); ++i) {
+    int64_t d = request[i];
+    if (d == 0 && !allowZero) {
+      if (i >= x.size())
+        return fail("Reshape copies dimension " + Twine(i) + " that " +
+                    t.str() + " does not have");
+      d = x[i];
+    }
+    if (d == -1) {
+      if (inferred >= 0)
+        return fail("Reshape shape has more than one -1");
+      inferred = i;
+      shape.push_back(1);
+      continue;
+    }
+    if (d < 0)
+      return fail("Reshape shape has negative dimension " + Twine(d));
+    shape.push_back(d);
+    known *= d;
+  }
+  if (inferred >= 0) {
+    if (known == 0 || count % known)
+      return fail("Reshape cannot infer -1 for " + t.str());
+    shape[inferred] = count / known;
+    known *= shape[inferred];
+  }
+  if (known != count)
+    return fail("Reshape of " + t.str() + " to " + shapeString(shape) +
+                " changes the element count");
+  return shape;
+}
+
+Expected<ops::Dims> ops::unsqueezeShape(ArrayRef<int64_t> x,
+                                        ArrayRef<int64_t> axes) {
+  int64_t rank = x.size() + axes.size();
+  std::vector<bool> inserted(rank, false);
+  for (int64_t a : axes) {
+    auto n = normalizeAxis(a, rank);
+    if (!n || inserted[*n]) {
+      llvm::consumeError(n.takeError());
+      return fail("Unsqueeze axes are out of range or repeated");
+    }
+    inserted[*n] = true;
+  }
+  Dims shape;
+  unsigned src = 0;
+  for (int64_t d = 0; d < rank; ++d)
+    shape.push_back(inserted[d] ? 1 : x[src++]);
+  return shape;
+}
+
+Expected<ops::Dims> ops::squeezeShape(const TensorType &t,
+                                      Optional<ArrayRef<int64_t>> axes) {
+  ArrayRef<int64_t> x = t.shape();
+  int64_t rank = x.size();
+  std::vector<bool> drop(rank, false);
+  if (axes) {
+    for (int64_t a : *axes) {
+      auto n = normalizeAxis(a, rank);
+      if (!n || x[*n] != 1) {
+        llvm::consumeError(n.takeError());
+        return fail("Squeeze axis " + Twine(a) + " is not a size-1 axis of " +
+                    t.str());
+      }
+      drop[*n] = true;
+    }
+  } else {
+    for (int64_t d = 0; d < rank; ++d)
+      drop[d] = x[d] == 1;
+  }
+  Dims shape;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!drop[d])
+      shape.push_back(x[d]);
+  return shape;
+}
+
+Expected<ops::Dims> ops::reduceAxes(ArrayRef<int64_t> axes, int64_t rank,
+                                    bool noopWithEmptyAxes) {
+  Dims out;
+  if (axes.empty() && !noopWithEmptyAxes) {
+    for (int64_t d = 0; d < rank; ++d)
+      out.push_back(d);
+    return out;
+  }
+  for (int64_t a : axes) {
+    auto n = normalizeAxis(a, rank);
+    if (!n)
+      return n.takeError();
+    if (llvm::is_contained(out, *n))
+      return fail("reduction axis " + Twine(a) + " is repeated");
+    out.push_back(*n);
+  }
+  return out;
+}
+
+ops::Dims ops::reducedShape(ArrayRef<int64_t> x, ArrayRef<int64_t> axes,
+                            bool keepDims) {
+  Dims shape;
+  for (int64_t d = 0; d < int64_t(x.size()); ++d) {
+    if (!llvm::is_contained(axes, d))
+      shape.push_back(x[d]);
+    else if (keepDims)
+      shape.push_back(1);
+  }
+  return shape;
+}

@@ -102,6 +102,30 @@ llvm::Expected<NdIndexing> ndIndexing(const TensorType &data,
                                       const TensorType &indices,
                                       int64_t batchDims);
 
+/// Reshape of `x` to the requested dims (ONNX: 0 copies the operand's
+/// dimension unless `allowZero`, one -1 is inferred). Errors: a 0 past the
+/// operand's rank, two -1s, a negative size, a count that changes.
+llvm::Expected<Dims> reshapeShape(const TensorType &x,
+                                  llvm::ArrayRef<int64_t> request,
+                                  bool allowZero);
+/// Unsqueeze: `shape` with a 1 inserted at each of `axes` (of the result's
+/// rank). Errors: an axis out of range or repeated.
+llvm::Expected<Dims> unsqueezeShape(llvm::ArrayRef<int64_t> shape,
+                                    llvm::ArrayRef<int64_t> axes);
+/// Squeeze: `x`'s shape without `axes` (each must be 1), or without every 1
+/// when no axes are given.
+llvm::Expected<Dims> squeezeShape(const TensorType &x,
+                                  llvm::Optional<llvm::ArrayRef<int64_t>> axes);
+/// A reduction's axes of an operand of rank `rank`, normalized: `axes`, or
+/// every axis when none are given (none at all, an identity, with
+/// `noopWithEmptyAxes`).
+llvm::Expected<Dims> reduceAxes(llvm::ArrayRef<int64_t> axes, int64_t rank,
+                                bool noopWithEmptyAxes);
+/// The shape a reduction over (normalized) `axes` leaves: each reduced axis
+/// kept as 1 with `keepDims`, else dropped.
+Dims reducedShape(llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<int64_t> axes,
+                  bool keepDims);
+
 } // namespace ops
 } // namespace headroom
 

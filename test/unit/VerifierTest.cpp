@@ -120,6 +120,67 @@ TEST(VerifierTest, ChecksTheShapeFamily) {
             "differ in length");
 }
 
+/// Every op with a result-type rule (compiler/ops/ResultTypes.h) has the
+/// types the rule gives: comparisons are bool, reductions drop or keep their
+/// axes, Reshape/Squeeze/Unsqueeze/Expand follow their constant shapes.
+TEST(VerifierTest, ChecksResultTypesByRule) {
+  auto body = [](const char *text) {
+    return verifyError(
+        (std::string("func @f(%x: f32[4, 6]) {\n") + text + "}\n").c_str());
+  };
+  EXPECT_EQ(body("  %l = Less(%x, %x) : bool[4, 6]\n"
+                 "  %n = IsNaN(%x) : bool[4, 6]\n"
+                 "  %ax = Constant() {value = dense<i64[1]> -1} : i64[1]\n"
+                 "  %s = ReduceSum(%x, %ax) {keepdims = 0} : f32[4]\n"
+                 "  %m = ReduceMean(%x) : f32[1, 1]\n"
+                 "  %sh = Constant() {value = dense<i64[3]> [0, 3, -1]} : "
+                 "i64[3]\n"
+                 "  %r = Reshape(%x, %sh) : f32[4, 3, 2]\n"
+                 "  %z = Constant() {value = dense<i64[1]> 0} : i64[1]\n"
+                 "  %u = Unsqueeze(%x, %z) : f32[1, 4, 6]\n"
+                 "  %q = Squeeze(%u, %z) : f32[4, 6]\n"
+                 "  %e3 = Constant() {value = dense<i64[3]> [2, 1, 6]} : "
+                 "i64[3]\n"
+                 "  %e = Expand(%x, %e3) : f32[2, 4, 6]\n"
+                 "  %w = Where(%l, %x, %x) : f32[4, 6]\n"
+                 "  return %s\n"),
+            "");
+  EXPECT_EQ(body("  %l = Less(%x, %x) : f32[4, 6]\n"
+                 "  return %l\n"),
+            "in @f, node 0 ('Less' defining %l): result 0 is f32[4, 6] but its "
+            "rule gives bool[4, 6]");
+  EXPECT_EQ(body("  %s = ReduceSum(%x) {keepdims = 0} : f32[4]\n"
+                 "  return %s\n"),
+            "in @f, node 0 ('ReduceSum' defining %s): result 0 is f32[4] but "
+            "its rule gives f32[]");
+  EXPECT_EQ(body("  %ax = Constant() {value = dense<i64[1]> 2} : i64[1]\n"
+                 "  %s = ReduceSum(%x, %ax) : f32[4, 6]\n"
+                 "  return %s\n"),
+            "in @f, node 1 ('ReduceSum' defining %s): axis 2 is out of range "
+            "for rank 2");
+  EXPECT_EQ(body("  %sh = Constant() {value = dense<i64[2]> [5, -1]} : "
+                 "i64[2]\n"
+                 "  %r = Reshape(%x, %sh) : f32[5, 5]\n"
+                 "  return %r\n"),
+            "in @f, node 1 ('Reshape' defining %r): Reshape cannot infer -1 "
+            "for f32[4, 6]");
+  EXPECT_EQ(body("  %z = Constant() {value = dense<i64[1]> 0} : i64[1]\n"
+                 "  %q = Squeeze(%x, %z) : f32[6]\n"
+                 "  return %q\n"),
+            "in @f, node 1 ('Squeeze' defining %q): Squeeze axis 0 is not a "
+            "size-1 axis of f32[4, 6]");
+  EXPECT_EQ(body("  %e3 = Constant() {value = dense<i64[1]> 3} : i64[1]\n"
+                 "  %e = Expand(%x, %e3) : f32[4, 6]\n"
+                 "  return %e\n"),
+            "in @f, node 1 ('Expand' defining %e): Expand of f32[4, 6] to 3: "
+            "the shapes do not broadcast");
+  // A shape computed at run time: no rule applies, the kernel checks.
+  EXPECT_EQ(body("  %s = Shape(%x) : i64[2]\n"
+                 "  %r = Reshape(%x, %s) : f32[4, 6]\n"
+                 "  return %r\n"),
+            "");
+}
+
 TEST(VerifierTest, RejectsByteCountsThatCouldOverflow) {
   // (The parser refuses such types itself: built with the API here.)
   auto argument = [](std::vector<int64_t> shape) {
