@@ -3,8 +3,8 @@
 
 using namespace headroom;
 
-bool Target::runByExecutor(const Node &n) {
-  switch (n.kind()) {
+bool Target::runByExecutor(OpKind op) {
+  switch (op) {
   case OpKind::Read:
   case OpKind::Assign:
   case OpKind::ParamGrad:

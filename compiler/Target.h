@@ -61,7 +61,8 @@ public:
   virtual bool overlapsCollective(const Node &n) const { return false; }
 
   /// Whether the executor, not a kernel, runs `n` (Read, Assign, ...).
-  static bool runByExecutor(const Node &n);
+  static bool runByExecutor(const Node &n) { return runByExecutor(n.kind()); }
+  static bool runByExecutor(OpKind op);
 
 protected:
   /// Success when every float operand and result of `n` is one of

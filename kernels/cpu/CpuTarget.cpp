@@ -32,7 +32,7 @@ public:
   llvm::Error checkSupported(const Node &n) const override {
     if (runByExecutor(n))
       return llvm::Error::success();
-    if (!cpu::lookupKernel(n.op()))
+    if (!cpu::lookupKernel(n.kind()))
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "has no kernel for op '%s'",
                                      n.op().c_str());

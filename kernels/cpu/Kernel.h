@@ -90,7 +90,8 @@ using KernelFn = llvm::Error (*)(const KernelContext &ctx);
 /// once, to nearest even, into its buffer.
 enum class FloatSupport { Any, F32F64 };
 
-/// The kernel for `op`, or null.
+/// The kernel for `op` (or the op of that name), or null.
+KernelFn lookupKernel(OpKind op);
 KernelFn lookupKernel(llvm::StringRef op);
 /// Registers `fn` for `op` (an enumerator: a kernel for an op that does
 /// not exist does not compile).

@@ -1,8 +1,6 @@
 //===- Kernels.cpp - The CPU kernel registry ------------------------------===//
 #include "kernels/cpu/Kernel.h"
 
-#include "llvm/ADT/StringMap.h"
-
 #include <mutex>
 #include <vector>
 
@@ -16,23 +14,24 @@ struct Registered {
 };
 } // namespace
 
-static llvm::StringMap<Registered> &registry() {
-  static llvm::StringMap<Registered> r;
+/// Both registries, indexed by OpKind.
+static std::vector<Registered> &registry() {
+  static std::vector<Registered> r(allOps().size());
   return r;
 }
 
-static llvm::StringMap<WorkspaceFn> &workspaceRegistry() {
-  static llvm::StringMap<WorkspaceFn> r;
+static std::vector<WorkspaceFn> &workspaceRegistry() {
+  static std::vector<WorkspaceFn> r(allOps().size(), nullptr);
   return r;
 }
 
 void headroom::cpu::registerKernel(OpKind op, KernelFn fn,
                                    FloatSupport floats) {
-  registry()[opInfo(op).Name] = Registered{fn, floats};
+  registry()[static_cast<size_t>(op)] = Registered{fn, floats};
 }
 
 void headroom::cpu::registerWorkspace(OpKind op, WorkspaceFn fn) {
-  workspaceRegistry()[opInfo(op).Name] = fn;
+  workspaceRegistry()[static_cast<size_t>(op)] = fn;
 }
 
 /// Runs every family's registration once.
@@ -51,16 +50,29 @@ static void registerAll() {
   });
 }
 
-KernelFn headroom::cpu::lookupKernel(llvm::StringRef op) {
+/// The registration of the op named `op`, or null (no such op, no kernel).
+static const Registered *registered(llvm::StringRef op) {
   registerAll();
-  auto it = registry().find(op);
-  return it == registry().end() ? nullptr : it->second.Fn;
+  const OpInfo *info = lookupOp(op);
+  const Registered *r =
+      info ? &registry()[static_cast<size_t>(info->Kind)] : nullptr;
+  return r && r->Fn ? r : nullptr;
+}
+
+KernelFn headroom::cpu::lookupKernel(OpKind op) {
+  registerAll();
+  return registry()[static_cast<size_t>(op)].Fn;
+}
+
+KernelFn headroom::cpu::lookupKernel(llvm::StringRef op) {
+  const Registered *r = registered(op);
+  return r ? r->Fn : nullptr;
 }
 
 WorkspaceFn headroom::cpu::lookupWorkspace(llvm::StringRef op) {
   registerAll();
-  auto it = workspaceRegistry().find(op);
-  return it == workspaceRegistry().end() ? nullptr : it->second;
+  const OpInfo *info = lookupOp(op);
+  return info ? workspaceRegistry()[static_cast<size_t>(info->Kind)] : nullptr;
 }
 
 //===----------------------------------------------------------------------===//
@@ -103,9 +115,8 @@ static uint64_t ownWorkspace(const KernelContext &ctx) {
 }
 
 uint64_t headroom::cpu::kernelWorkspaceBytes(const KernelContext &ctx) {
-  registerAll();
-  auto it = registry().find(ctx.Op);
-  if (it == registry().end() || !widens(it->second, ctx))
+  const Registered *r = registered(ctx.Op);
+  if (!r || !widens(*r, ctx))
     return ownWorkspace(ctx);
   uint64_t bytes = 0;
   for (auto views : {ctx.Inputs, ctx.Outputs})
@@ -141,12 +152,11 @@ static void fromF32(const float *in, const TensorView &v) {
 }
 
 llvm::Error headroom::cpu::runKernel(const KernelContext &ctx) {
-  registerAll();
-  auto it = registry().find(ctx.Op);
-  if (it == registry().end())
+  const Registered *r = registered(ctx.Op);
+  if (!r)
     return ctx.unsupported("no CPU kernel");
-  if (!widens(it->second, ctx))
-    return it->second.Fn(ctx);
+  if (!widens(*r, ctx))
+    return r->Fn(ctx);
   // Widened copies in the workspace, then the kernel's own scratch. A call
   // without a workspace (unit tests call kernels directly) allocates its
   // own; a planned one that is too small is the plan's error.
@@ -183,7 +193,7 @@ llvm::Error headroom::cpu::runKernel(const KernelContext &ctx) {
                      ctx.Seed,
                      at,
                      need - uint64_t(at - scratch)};
-  if (auto e = it->second.Fn(wide))
+  if (auto e = r->Fn(wide))
     return e;
   for (size_t i = 0; i < outs.size(); ++i)
     if (isNarrowFloat(ctx.Outputs[i].Type) && ctx.Outputs[i].present())

@@ -1,12 +1,11 @@
 //===- CudaTarget.cpp - The CUDA backend as lowering sees it --------------===//
 //
-// The op list (kernels/cuda/CudaOps.def) is the CUDA backend's contract,
-// family by family: a node outside it, or an element type the kernels do not
-// compute, is refused when the plan is made. Matmuls go through cuBLASLt, whose
-// workspace is the library bytes. The project's own kernels take per-call
-// scratch only to split a big reduction into two passes (losses' sum and
-// mean, Reduce* to few outputs): kernels/cuda/Workspace.h sizes it, for
-// this and for the kernels alike.
+// cudaHasKernel is the CUDA backend's contract: a node outside it, or an
+// element type the kernels do not compute, is refused when the plan is made.
+// Matmuls go through cuBLASLt, whose workspace is the library bytes. The
+// project's own kernels take per-call scratch only to split a big reduction
+// into two passes (losses' sum and mean, Reduce* to few outputs):
+// kernels/cuda/Workspace.h sizes it, for this and for the kernels alike.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/CudaTarget.h"
@@ -19,12 +18,6 @@
 using namespace headroom;
 
 namespace {
-
-constexpr OpKind kCudaOps[] = {
-#define HR_CUDA_OP(NAME) OpKind::NAME,
-#include "kernels/cuda/CudaOps.def"
-#undef HR_CUDA_OP
-};
 
 /// Operands kernels/cuda reads on the host when it launches the call (shape
 /// operands, scalar parameters): a CUDA graph replays launches, so these must
@@ -99,7 +92,7 @@ public:
   llvm::Error checkSupported(const Node &n) const override {
     if (runByExecutor(n))
       return llvm::Error::success();
-    if (!llvm::is_contained(kCudaOps, n.kind()))
+    if (!cudaHasKernel(n.kind()))
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "has no kernel for op '%s'",
                                      n.op().c_str());
@@ -133,6 +126,11 @@ public:
 };
 
 } // namespace
+
+bool headroom::cudaHasKernel(OpKind op) {
+  return !Target::runByExecutor(op) && op != OpKind::Shape &&
+         op != OpKind::Size;
+}
 
 const Target &headroom::cudaTarget() {
   static const CudaTarget target;

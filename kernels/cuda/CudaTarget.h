@@ -17,6 +17,14 @@ namespace headroom {
 /// too).
 const Target &cudaTarget();
 
+/// Whether kernels/cuda has a kernel for `op`: every op the executor does
+/// not run itself but Shape and Size (import folds them into constants: a
+/// plan of static shapes never computes one). The cuda target refuses the
+/// others when a plan is made; CudaKernels.RegistryIsEveryKernelOp checks
+/// the registry against this, so a new op needs its CUDA kernel (or a line
+/// here saying why not).
+bool cudaHasKernel(OpKind op);
+
 /// The cuBLASLt workspace the CUDA executor allocates once (NVIDIA
 /// recommends 32 MiB on Hopper).
 constexpr uint64_t kCublasLtWorkspaceBytes = 32ull << 20;

@@ -16,9 +16,10 @@
 // blocks.
 //
 // Each family file (kernels/cuda/<Family>.cu) registers its kernels in one
-// function listed in kernels/cuda/Kernels.cpp, and kernels/cuda/CudaOps.def
-// lists the ops the cuda target accepts: CudaKernelTest checks that the two
-// agree.
+// function listed in kernels/cuda/Kernels.cpp; the cuda target accepts the
+// ops cudaHasKernel names (kernels/cuda/CudaTarget.h: every op the executor
+// does not run itself, but Shape and Size), and CudaKernels.
+// RegistryIsEveryKernelOp checks that the two agree.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_KERNELS_CUDA_KERNEL_H
@@ -63,10 +64,11 @@ struct KernelContext : cpu::KernelContext {
 
 using KernelFn = llvm::Error (*)(const KernelContext &ctx);
 
-/// The kernel for `op`, or null.
+/// The kernel for `op` (or the op of that name), or null.
+KernelFn lookupKernel(OpKind op);
 KernelFn lookupKernel(llvm::StringRef op);
 void registerKernel(OpKind op, KernelFn fn);
-/// Every registered op (for the check against CudaOps.def).
+/// Every registered op (for the check against cudaHasKernel).
 std::vector<std::string> registeredOps();
 
 /// Runs the kernel of ctx.Op; an error when there is none, or when the

@@ -12,8 +12,6 @@
 
 #include "compiler/Types.h"
 
-#include "llvm/ADT/StringMap.h"
-
 #include <mutex>
 
 #if !defined(HEADROOM_CUDA_EMULATED)
@@ -23,13 +21,14 @@
 using namespace headroom;
 using namespace headroom::cuda;
 
-static llvm::StringMap<KernelFn> &registry() {
-  static llvm::StringMap<KernelFn> r;
+/// Indexed by OpKind.
+static std::vector<KernelFn> &registry() {
+  static std::vector<KernelFn> r(allOps().size(), nullptr);
   return r;
 }
 
 void cuda::registerKernel(OpKind op, KernelFn fn) {
-  registry()[opInfo(op).Name] = fn;
+  registry()[static_cast<size_t>(op)] = fn;
 }
 
 static void registerAll() {
@@ -47,17 +46,22 @@ static void registerAll() {
   });
 }
 
-KernelFn cuda::lookupKernel(llvm::StringRef op) {
+KernelFn cuda::lookupKernel(OpKind op) {
   registerAll();
-  auto it = registry().find(op);
-  return it == registry().end() ? nullptr : it->second;
+  return registry()[static_cast<size_t>(op)];
+}
+
+KernelFn cuda::lookupKernel(llvm::StringRef op) {
+  const OpInfo *info = lookupOp(op);
+  return info ? lookupKernel(info->Kind) : nullptr;
 }
 
 std::vector<std::string> cuda::registeredOps() {
   registerAll();
   std::vector<std::string> out;
-  for (const auto &e : registry())
-    out.push_back(e.getKey().str());
+  for (const OpInfo &op : allOps())
+    if (registry()[static_cast<size_t>(op.Kind)])
+      out.push_back(op.Name.str());
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -161,7 +161,7 @@ TEST(CpuNodeTest, KernelsMatchOnnxOutputs) {
 // The CUDA kernels and executor (on the emulator) against the same outputs:
 // every test the CPU passes must pass on cuda, unless the cuda target
 // refuses its model when the plan is made (an op or element type outside
-// kernels/cuda/CudaOps.def: counted, not failed) or it is listed with the
+// cudaHasKernel's: counted, not failed) or it is listed with the
 // reason in test/unit/cuda_node_exceptions/.
 TEST(CudaNodeTest, EmulatedKernelsMatchOnnxOutputs) {
   std::vector<NodeTestCase> cases = loadNodeTests();

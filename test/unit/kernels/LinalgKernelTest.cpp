@@ -201,7 +201,7 @@ template <typename T> Buffer<T> swapLastTwo(const Buffer<T> &x) {
   std::swap(shape[r - 2], shape[r - 1]);
   Buffer<T> t(shape);
   int64_t rows = x.Shape[r - 2], cols = x.Shape[r - 1];
-  int64_t batches = rows * cols ? x.size() / (rows * cols) : 0;
+  int64_t batches = rows * cols != 0 ? x.size() / (rows * cols) : 0;
   for (int64_t b = 0; b < batches; ++b)
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j)
