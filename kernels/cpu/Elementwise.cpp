@@ -14,6 +14,7 @@
 // must not crash.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/cpu/ElementwiseCheck.h"
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/KernelUtil.h"
 #include "kernels/cpu/Parallel.h"
@@ -32,153 +33,16 @@ using llvm::Error;
 namespace {
 
 //===----------------------------------------------------------------------===//
-// Scalar semantics
+// Scalar semantics (kernels/common/ScalarOps.inc, shared with kernels/cuda)
 //===----------------------------------------------------------------------===//
 
-/// The unsigned type integer arithmetic wraps in: at least `unsigned`, so
-/// that u16 * u16 does not overflow a promoted int.
-template <typename T>
-using WrapType = std::common_type_t<std::make_unsigned_t<T>, unsigned>;
-
-template <typename T> T wrapAdd(T a, T b) {
-  if constexpr (std::is_integral_v<T>)
-    return T(WrapType<T>(a) + WrapType<T>(b));
-  else
-    return a + b;
-}
-template <typename T> T wrapSub(T a, T b) {
-  if constexpr (std::is_integral_v<T>)
-    return T(WrapType<T>(a) - WrapType<T>(b));
-  else
-    return a - b;
-}
-template <typename T> T wrapMul(T a, T b) {
-  if constexpr (std::is_integral_v<T>)
-    return T(WrapType<T>(a) * WrapType<T>(b));
-  else
-    return a * b;
-}
-template <typename T> T wrapNeg(T a) { return wrapSub(T(0), a); }
-
-/// C division (integers truncate toward zero); x / 0 is 0 and MIN / -1 wraps.
-template <typename T> T divide(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    if (b == 0)
-      return 0;
-    if constexpr (std::is_signed_v<T>)
-      if (b == -1)
-        return wrapNeg(a);
-  }
-  return a / b;
-}
-
-template <typename T> bool isNaN(T v) {
-  if constexpr (std::is_floating_point_v<T>)
-    return std::isnan(v);
-  else
-    return false;
-}
-
-/// numpy's maximum/minimum: NaN in either operand gives NaN.
-template <typename T> T maximum(T a, T b) { return a > b || isNaN(a) ? a : b; }
-template <typename T> T minimum(T a, T b) { return a < b || isNaN(a) ? a : b; }
-
-template <typename T> T absolute(T v) {
-  if constexpr (std::is_unsigned_v<T>)
-    return v;
-  else
-    return v < T(0) ? wrapNeg(v) : v;
-}
-
-/// max(v, 0), written so that NaN stays NaN like numpy's maximum(v, 0).
-template <typename T> T relu(T v) {
-  if constexpr (std::is_unsigned_v<T>)
-    return v;
-  else
-    return v < T(0) ? T(0) : v;
-}
-
-/// Float to integer, truncating toward zero; NaN gives 0 and out-of-range
-/// values saturate (C++ leaves both undefined).
-template <typename I, typename F> I floatToInt(F x) {
-  using Lim = std::numeric_limits<I>;
-  if (std::isnan(x))
-    return 0;
-  if (x >= static_cast<F>(Lim::max()))
-    return Lim::max();
-  if (x <= static_cast<F>(Lim::min()) - F(1))
-    return Lim::min();
-  return static_cast<I>(x);
-}
-
-/// One element of type From converted to type To, as ONNX's Cast does.
-template <typename To, typename From> To convertElem(From v) {
-  using CF = typename Elem<From>::Compute;
-  using CT = typename Elem<To>::Compute;
-  CF x = Elem<From>::load(v);
-  if constexpr (std::is_same_v<CT, bool>)
-    return Elem<To>::store(x != CF(0));
-  else if constexpr (std::is_floating_point_v<CF> && std::is_integral_v<CT>)
-    return Elem<To>::store(floatToInt<CT>(x));
-  else
-    return Elem<To>::store(static_cast<CT>(x));
-}
-
-/// base^e with wrapping integer arithmetic; negative exponents truncate
-/// 1 / base^-e toward zero (0 unless |base| == 1).
-template <typename T> T intPow(T base, int64_t e) {
-  if (e < 0) {
-    if (base == 1)
-      return 1;
-    if constexpr (std::is_signed_v<T>)
-      if (base == -1)
-        return e % 2 ? -1 : 1;
-    return 0;
-  }
-  T result = 1;
-  for (; e; e >>= 1, base = wrapMul(base, base))
-    if (e & 1)
-      result = wrapMul(result, base);
-  return result;
-}
-
-/// ONNX Pow: the result has the base's type. Integer bases raised to
-/// integral exponents are exact; otherwise pow is computed in floating point
-/// (double for integer bases, then truncated like numpy's astype).
-template <typename T, typename E> T power(T base, E e) {
-  if constexpr (std::is_floating_point_v<T>) {
-    // The exponents torch computes without pow (ATen's PowKernel, CPU and
-    // CUDA alike), computed as it does: squares and cubes are products
-    // (LayerNorm variances, gradient norms, AdaLomo's g**2, gelu's x**3),
-    // halves square roots.
-    double d = static_cast<double>(e); // an integer exponent never halves
-    if (d == 1)
-      return base;
-    if (d == 2)
-      return base * base;
-    if (d == 3)
-      return base * base * base;
-    if (d == 0.5)
-      return std::sqrt(base);
-    if (d == -0.5)
-      return T(1) / std::sqrt(base);
-    if (d == -1)
-      return T(1) / base;
-    if (d == -2)
-      return T(1) / (base * base);
-    return std::pow(base, static_cast<T>(e));
-  } else if constexpr (std::is_integral_v<E>) {
-    if constexpr (std::is_unsigned_v<E> && sizeof(E) == 8)
-      if (e > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        return intPow(base, std::numeric_limits<int64_t>::max());
-    return intPow(base, static_cast<int64_t>(e));
-  } else {
-    if (e == std::trunc(e) && std::fabs(e) < 9.2e18)
-      return intPow(base, static_cast<int64_t>(e));
-    return floatToInt<T>(
-        std::pow(static_cast<double>(base), static_cast<double>(e)));
-  }
-}
+#define HR_HD
+template <typename T> T msqrt(T x) { return std::sqrt(x); }
+template <typename T> T mpow(T x, T y) { return std::pow(x, y); }
+template <typename T> T mtrunc(T x) { return std::trunc(x); }
+template <typename T> T mabs(T x) { return std::fabs(x); }
+#include "kernels/common/ScalarOps.inc"
+#undef HR_HD
 
 //===----------------------------------------------------------------------===//
 // Loops
@@ -418,25 +282,6 @@ Error identity(const KernelContext &ctx) {
 // Binary and variadic kernels
 //===----------------------------------------------------------------------===//
 
-#define HR_BINARY(NAME, EXPR)                                                  \
-  struct NAME {                                                                \
-    template <typename T> auto operator()(T a, T b) const { return EXPR; }     \
-  };
-HR_BINARY(AddOp, wrapAdd(a, b))
-HR_BINARY(SubOp, wrapSub(a, b))
-HR_BINARY(MulOp, wrapMul(a, b))
-HR_BINARY(DivOp, divide(a, b))
-HR_BINARY(MaxOp, maximum(a, b))
-HR_BINARY(MinOp, minimum(a, b))
-HR_BINARY(EqualOp, a == b)
-HR_BINARY(LessOp, a < b)
-HR_BINARY(LessOrEqualOp, a <= b)
-HR_BINARY(GreaterOp, a > b)
-HR_BINARY(GreaterOrEqualOp, a >= b)
-HR_BINARY(AndOp, a &&b)
-HR_BINARY(OrOp, a || b)
-#undef HR_BINARY
-
 /// A binary kernel whose operands share an element type in Types and whose
 /// result has that type too.
 template <typename Op, unsigned Types>
@@ -570,12 +415,8 @@ Error where(const KernelContext &ctx) {
 //===----------------------------------------------------------------------===//
 
 Error cast(const KernelContext &ctx) {
-  const Attribute *to = ctx.attr("to");
-  if (!to || to->kind() != Attribute::Kind::Type)
-    return ctx.unsupported("needs an element type attribute `to`");
-  if (to->asType() != ctx.Outputs[0].Type)
-    return ctx.unsupported("result type " + dtypeName(ctx.Outputs[0].Type) +
-                           " differs from `to` " + dtypeName(to->asType()));
+  if (Error e = checkCast(ctx))
+    return e;
   return convertInto(ctx, ctx.Inputs[0], ctx.Outputs[0]);
 }
 
@@ -598,24 +439,14 @@ Error readScalar(const KernelContext &ctx, const TensorView &t, double &v) {
 /// the same step. ONNX's `seed` attribute is not used.
 Error dropout(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  bool hasMask = ctx.Outputs.size() > 1 && ctx.Outputs[1].present();
-  if (hasMask && ctx.Outputs[1].Type != DType::Bool)
-    return ctx.unsupported("mask of type " + dtypeName(ctx.Outputs[1].Type) +
-                           " is not supported");
-  double ratio = 0.5, training = 0;
-  if (ctx.hasInput(1))
-    if (Error e = readScalar(ctx, ctx.Inputs[1], ratio))
-      return e;
-  if (ctx.hasInput(2))
-    if (Error e = readScalar(ctx, ctx.Inputs[2], training))
-      return e;
-  if (training == 0)
-    ratio = 0;
-  if (!(ratio >= 0 && ratio < 1))
-    return ctx.unsupported("ratio " + std::to_string(ratio) +
-                           " is not in [0, 1)");
+  auto params = dropoutParams(ctx, [&](unsigned i, const char *, double &v) {
+    return readScalar(ctx, ctx.Inputs[i], v);
+  });
+  if (!params)
+    return params.takeError();
+  bool hasMask = params->HasMask;
   int64_t n = x.numElements();
-  if (ratio == 0) {
+  if (params->Ratio == 0) {
     copyView(x, y);
     if (hasMask)
       std::memset(ctx.Outputs[1].Data, 1, n);
@@ -623,7 +454,7 @@ Error dropout(const KernelContext &ctx) {
   }
   // keep(i) = hash >> 32 >= threshold, with probability 1 - ratio; computed
   // where it is used, so the kernel needs no scratch.
-  uint64_t threshold = static_cast<uint64_t>(ratio * 4294967296.0);
+  uint64_t threshold = params->threshold();
   uint64_t seed = ctx.Seed;
   auto keep = [=](int64_t i) {
     return (counterHash(seed, i) >> 32) >= threshold;
@@ -633,7 +464,7 @@ Error dropout(const KernelContext &ctx) {
     for (int64_t i = 0; i < n; ++i)
       mask[i] = keep(i);
   }
-  double scale = 1 / (1 - ratio);
+  double scale = params->scale();
   return dispatchType<FloatTypes>(ctx, x.Type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = typename Elem<T>::Compute;
@@ -650,45 +481,10 @@ Error dropout(const KernelContext &ctx) {
 } // namespace
 
 void headroom::cpu::registerElementwiseKernels() {
-  constexpr unsigned Num = FloatTypes | IntTypes;
-  registerKernel(OpKind::Abs, unaryKernel<AbsOp, Num>);
-  registerKernel(OpKind::Neg, unaryKernel<NegOp, Num>);
-  registerKernel(OpKind::Exp, unaryKernel<ExpOp, FloatTypes>);
-  registerKernel(OpKind::Log, unaryKernel<LogOp, FloatTypes>);
-  registerKernel(OpKind::Sqrt, unaryKernel<SqrtOp, FloatTypes>);
-  registerKernel(OpKind::Reciprocal, unaryKernel<ReciprocalOp, FloatTypes>);
+  constexpr unsigned Num = FloatTypes | IntTypes, Float = FloatTypes,
+                     Bools = BoolType, All = AllTypes;
+#include "kernels/common/ElementwiseTable.inc"
   registerKernel(OpKind::Tanh, tanhKernel);
   registerKernel(OpKind::Sigmoid, sigmoidKernel);
-  registerKernel(OpKind::Relu, unaryKernel<ReluOp, Num>);
-  registerKernel(OpKind::LeakyRelu, leakyRelu);
-  registerKernel(OpKind::Clip, clip);
-  registerKernel(OpKind::HardSigmoid, hardSigmoid);
   registerKernel(OpKind::Erf, erfKernel);
-  registerKernel(OpKind::Sin, unaryKernel<SinOp, FloatTypes>);
-  registerKernel(OpKind::Cos, unaryKernel<CosOp, FloatTypes>);
-  registerKernel(OpKind::Floor, unaryKernel<FloorOp, FloatTypes>);
-  registerKernel(OpKind::Ceil, unaryKernel<CeilOp, FloatTypes>);
-  registerKernel(OpKind::Not, unaryKernel<NotOp, BoolType>);
-  registerKernel(OpKind::IsNaN, classifyKernel</*Inf=*/false>);
-  registerKernel(OpKind::IsInf, classifyKernel</*Inf=*/true>);
-  registerKernel(OpKind::Identity, identity);
-
-  registerKernel(OpKind::Add, binaryKernel<AddOp, Num>);
-  registerKernel(OpKind::Sub, binaryKernel<SubOp, Num>);
-  registerKernel(OpKind::Mul, binaryKernel<MulOp, Num>);
-  registerKernel(OpKind::Div, binaryKernel<DivOp, Num>);
-  registerKernel(OpKind::Pow, powKernel);
-  registerKernel(OpKind::And, binaryKernel<AndOp, BoolType>);
-  registerKernel(OpKind::Or, binaryKernel<OrOp, BoolType>);
-  registerKernel(OpKind::Equal, compareKernel<EqualOp, AllTypes>);
-  registerKernel(OpKind::Less, compareKernel<LessOp, Num>);
-  registerKernel(OpKind::LessOrEqual, compareKernel<LessOrEqualOp, Num>);
-  registerKernel(OpKind::Greater, compareKernel<GreaterOp, Num>);
-  registerKernel(OpKind::GreaterOrEqual, compareKernel<GreaterOrEqualOp, Num>);
-  registerKernel(OpKind::Max, variadicKernel<MaxOp>);
-  registerKernel(OpKind::Min, variadicKernel<MinOp>);
-  registerKernel(OpKind::Sum, variadicKernel<AddOp>);
-  registerKernel(OpKind::Where, where);
-  registerKernel(OpKind::Cast, cast);
-  registerKernel(OpKind::Dropout, dropout);
 }

@@ -7,6 +7,7 @@
 // draws the CPU's masks bit for bit). f16 and bf16 compute in float.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/cpu/ElementwiseCheck.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
 
@@ -19,140 +20,10 @@ using llvm::Error;
 namespace {
 
 //===----------------------------------------------------------------------===//
-// Scalar semantics
+// Scalar semantics (kernels/common/ScalarOps.inc, shared with kernels/cpu)
 //===----------------------------------------------------------------------===//
 
-template <typename T>
-using WrapType = std::common_type_t<std::make_unsigned_t<T>, unsigned>;
-
-template <typename T> HR_HD T wrapAdd(T a, T b) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
-    return T(WrapType<T>(a) + WrapType<T>(b));
-  else
-    return a + b;
-}
-template <typename T> HR_HD T wrapSub(T a, T b) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
-    return T(WrapType<T>(a) - WrapType<T>(b));
-  else
-    return a - b;
-}
-template <typename T> HR_HD T wrapMul(T a, T b) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
-    return T(WrapType<T>(a) * WrapType<T>(b));
-  else
-    return a * b;
-}
-template <typename T> HR_HD T wrapNeg(T a) { return wrapSub(T(0), a); }
-
-template <typename T> HR_HD T divide(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    if (b == 0)
-      return 0;
-    if constexpr (std::is_signed_v<T>)
-      if (b == T(-1))
-        return wrapNeg(a);
-  }
-  return a / b;
-}
-
-template <typename T> HR_HD bool isNaN(T v) {
-  if constexpr (std::is_floating_point_v<T>)
-    return v != v;
-  else
-    return false;
-}
-
-template <typename T> HR_HD T maximum(T a, T b) {
-  return a > b || isNaN(a) ? a : b;
-}
-template <typename T> HR_HD T minimum(T a, T b) {
-  return a < b || isNaN(a) ? a : b;
-}
-
-template <typename T> HR_HD T absolute(T v) {
-  if constexpr (std::is_unsigned_v<T>)
-    return v;
-  else
-    return v < T(0) ? wrapNeg(v) : v;
-}
-
-template <typename T> HR_HD T relu(T v) {
-  if constexpr (std::is_unsigned_v<T>)
-    return v;
-  else
-    return v < T(0) ? T(0) : v;
-}
-
-/// Float to integer, truncating toward zero; NaN gives 0, out-of-range
-/// values saturate.
-template <typename I, typename F> HR_HD I floatToInt(F x) {
-  if (x != x)
-    return 0;
-  if (x >= static_cast<F>(std::numeric_limits<I>::max()))
-    return std::numeric_limits<I>::max();
-  if (x <= static_cast<F>(std::numeric_limits<I>::min()) - F(1))
-    return std::numeric_limits<I>::min();
-  return static_cast<I>(x);
-}
-
-template <typename To, typename From> HR_HD To convertElem(From v) {
-  using CF = typename Elem<From>::Compute;
-  using CT = typename Elem<To>::Compute;
-  CF x = Elem<From>::load(v);
-  if constexpr (std::is_same_v<CT, bool>)
-    return Elem<To>::store(x != CF(0));
-  else if constexpr (std::is_floating_point_v<CF> && std::is_integral_v<CT>)
-    return Elem<To>::store(floatToInt<CT>(x));
-  else
-    return Elem<To>::store(static_cast<CT>(x));
-}
-
-template <typename T> HR_HD T intPow(T base, int64_t e) {
-  if (e < 0) {
-    if (base == 1)
-      return 1;
-    if constexpr (std::is_signed_v<T>)
-      if (base == T(-1))
-        return e % 2 ? T(-1) : T(1);
-    return 0;
-  }
-  T result = 1;
-  for (; e; e >>= 1, base = wrapMul(base, base))
-    if (e & 1)
-      result = wrapMul(result, base);
-  return result;
-}
-
-/// ONNX Pow with kernels/cpu's rules (torch's: squares and cubes are
-/// products, halves square roots).
-template <typename T, typename E> HR_HD T power(T base, E e) {
-  if constexpr (std::is_floating_point_v<T>) {
-    double d = static_cast<double>(e); // an integer exponent never halves
-    if (d == 1)
-      return base;
-    if (d == 2)
-      return base * base;
-    if (d == 3)
-      return base * base * base;
-    if (d == 0.5)
-      return msqrt(base);
-    if (d == -0.5)
-      return T(1) / msqrt(base);
-    if (d == -1)
-      return T(1) / base;
-    if (d == -2)
-      return T(1) / (base * base);
-    return mpow(base, static_cast<T>(e));
-  } else if constexpr (std::is_integral_v<E>) {
-    return intPow(base, static_cast<int64_t>(e));
-  } else {
-    if (e == mtrunc(e) && mabs(e) < E(9.2e18))
-      return intPow(base, static_cast<int64_t>(e));
-    return floatToInt<T>(
-        mpow(static_cast<double>(base), static_cast<double>(e)));
-  }
-}
+#include "kernels/common/ScalarOps.inc"
 
 //===----------------------------------------------------------------------===//
 // Bodies
@@ -367,27 +238,6 @@ Error identity(const KernelContext &ctx) {
 // Binary and variadic kernels
 //===----------------------------------------------------------------------===//
 
-#define HR_BINARY(NAME, EXPR)                                                  \
-  struct NAME {                                                                \
-    template <typename T> HR_HD auto operator()(T a, T b) const {              \
-      return EXPR;                                                             \
-    }                                                                          \
-  };
-HR_BINARY(AddOp, wrapAdd(a, b))
-HR_BINARY(SubOp, wrapSub(a, b))
-HR_BINARY(MulOp, wrapMul(a, b))
-HR_BINARY(DivOp, divide(a, b))
-HR_BINARY(MaxOp, maximum(a, b))
-HR_BINARY(MinOp, minimum(a, b))
-HR_BINARY(EqualOp, a == b)
-HR_BINARY(LessOp, a < b)
-HR_BINARY(LessOrEqualOp, a <= b)
-HR_BINARY(GreaterOp, a > b)
-HR_BINARY(GreaterOrEqualOp, a >= b)
-HR_BINARY(AndOp, a &&b)
-HR_BINARY(OrOp, a || b)
-#undef HR_BINARY
-
 /// Operands of one type T; the result is T (Compare false) or bool.
 template <typename Op, bool Compare> struct BinaryApply {
   const KernelContext &Ctx;
@@ -533,12 +383,8 @@ struct CastApply {
 };
 
 Error cast(const KernelContext &ctx) {
-  const Attribute *to = ctx.attr("to");
-  if (!to || to->kind() != Attribute::Kind::Type)
-    return ctx.unsupported("needs an element type attribute `to`");
-  if (to->asType() != ctx.Outputs[0].Type)
-    return ctx.unsupported("result type " + dtypeName(ctx.Outputs[0].Type) +
-                           " differs from `to` " + dtypeName(to->asType()));
+  if (Error e = cpu::checkCast(ctx))
+    return e;
   return dispatch<cpu::AllTypes>(ctx, ctx.Inputs[0].Type, CastApply{ctx});
 }
 
@@ -584,78 +430,33 @@ struct FillOnes {
 
 Error dropout(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  bool hasMask = ctx.Outputs.size() > 1 && ctx.Outputs[1].present();
-  if (hasMask && ctx.Outputs[1].Type != DType::Bool)
-    return ctx.unsupported("mask of type " + dtypeName(ctx.Outputs[1].Type) +
-                           " is not supported");
-  double ratio = 0.5, training = 0;
-  if (ctx.hasInput(1))
-    if (Error e = constantScalar(ctx, 1, "ratio", ratio))
-      return e;
-  if (ctx.hasInput(2))
-    if (Error e = constantScalar(ctx, 2, "training_mode", training))
-      return e;
-  if (training == 0)
-    ratio = 0;
-  if (!(ratio >= 0 && ratio < 1))
-    return ctx.unsupported("ratio " + std::to_string(ratio) +
-                           " is not in [0, 1)");
+  auto params =
+      cpu::dropoutParams(ctx, [&](unsigned i, const char *name, double &v) {
+        return constantScalar(ctx, i, name, v);
+      });
+  if (!params)
+    return params.takeError();
   uint8_t *mask =
-      hasMask ? static_cast<uint8_t *>(ctx.Outputs[1].Data) : nullptr;
-  if (ratio == 0) {
+      params->HasMask ? static_cast<uint8_t *>(ctx.Outputs[1].Data) : nullptr;
+  if (params->Ratio == 0) {
     copyAsync(ctx, y.Data, x.Data, y.sizeInBytes());
     if (mask)
       forEach(ctx, y.numElements(), FillOnes{mask});
     return Error::success();
   }
-  uint64_t threshold = static_cast<uint64_t>(ratio * 4294967296.0);
   return dispatch<cpu::FloatTypes>(
-      ctx, x.Type, DropoutApply{ctx, mask, threshold, 1 / (1 - ratio)});
+      ctx, x.Type,
+      DropoutApply{ctx, mask, params->threshold(), params->scale()});
 }
 
 } // namespace
 
 void cuda::registerElementwiseKernels() {
-  constexpr unsigned Num = cpu::FloatTypes | cpu::IntTypes;
-  constexpr unsigned Float = cpu::FloatTypes;
-  registerKernel(OpKind::Abs, unaryKernel<AbsOp, Num>);
-  registerKernel(OpKind::Neg, unaryKernel<NegOp, Num>);
-  registerKernel(OpKind::Exp, unaryKernel<ExpOp, Float>);
-  registerKernel(OpKind::Log, unaryKernel<LogOp, Float>);
-  registerKernel(OpKind::Sqrt, unaryKernel<SqrtOp, Float>);
-  registerKernel(OpKind::Reciprocal, unaryKernel<ReciprocalOp, Float>);
+  constexpr unsigned Num = cpu::FloatTypes | cpu::IntTypes,
+                     Float = cpu::FloatTypes, Bools = cpu::BoolType,
+                     All = cpu::AllTypes;
+#include "kernels/common/ElementwiseTable.inc"
   registerKernel(OpKind::Tanh, unaryKernel<TanhOp, Float>);
   registerKernel(OpKind::Sigmoid, unaryKernel<SigmoidOp, Float>);
-  registerKernel(OpKind::Relu, unaryKernel<ReluOp, Num>);
-  registerKernel(OpKind::LeakyRelu, leakyRelu);
-  registerKernel(OpKind::Clip, clip);
-  registerKernel(OpKind::HardSigmoid, hardSigmoid);
   registerKernel(OpKind::Erf, unaryKernel<ErfOp, Float>);
-  registerKernel(OpKind::Sin, unaryKernel<SinOp, Float>);
-  registerKernel(OpKind::Cos, unaryKernel<CosOp, Float>);
-  registerKernel(OpKind::Floor, unaryKernel<FloorOp, Float>);
-  registerKernel(OpKind::Ceil, unaryKernel<CeilOp, Float>);
-  registerKernel(OpKind::Not, unaryKernel<NotOp, cpu::BoolType>);
-  registerKernel(OpKind::IsNaN, classifyKernel</*Inf=*/false>);
-  registerKernel(OpKind::IsInf, classifyKernel</*Inf=*/true>);
-  registerKernel(OpKind::Identity, identity);
-
-  registerKernel(OpKind::Add, binaryKernel<AddOp, Num>);
-  registerKernel(OpKind::Sub, binaryKernel<SubOp, Num>);
-  registerKernel(OpKind::Mul, binaryKernel<MulOp, Num>);
-  registerKernel(OpKind::Div, binaryKernel<DivOp, Num>);
-  registerKernel(OpKind::Pow, powKernel);
-  registerKernel(OpKind::And, binaryKernel<AndOp, cpu::BoolType>);
-  registerKernel(OpKind::Or, binaryKernel<OrOp, cpu::BoolType>);
-  registerKernel(OpKind::Equal, compareKernel<EqualOp, cpu::AllTypes>);
-  registerKernel(OpKind::Less, compareKernel<LessOp, Num>);
-  registerKernel(OpKind::LessOrEqual, compareKernel<LessOrEqualOp, Num>);
-  registerKernel(OpKind::Greater, compareKernel<GreaterOp, Num>);
-  registerKernel(OpKind::GreaterOrEqual, compareKernel<GreaterOrEqualOp, Num>);
-  registerKernel(OpKind::Max, variadicKernel<MaxOp>);
-  registerKernel(OpKind::Min, variadicKernel<MinOp>);
-  registerKernel(OpKind::Sum, variadicKernel<AddOp>);
-  registerKernel(OpKind::Where, where);
-  registerKernel(OpKind::Cast, cast);
-  registerKernel(OpKind::Dropout, dropout);
 }
