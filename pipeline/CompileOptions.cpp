@@ -240,35 +240,68 @@ headroom::importOptionsFromFlags(const FlagList &flags) {
   return o;
 }
 
-llvm::Expected<CompileOptions>
-headroom::compileOptionsFromFlags(const FlagList &flags,
-                                  llvm::StringRef autoDevice) {
-  using K = enum OptimizerOptions::Kind;
-  CompileOptions o;
-  // The last occurrence of a flag that does not repeat wins, as with cl.
-  llvm::StringMap<std::string> given;
-  for (const auto &[name, value] : flags) {
+namespace {
+
+/// The training flags of one command line, read group by group into a
+/// CompileOptions (in this order, so the first wrong flag is the one
+/// named). The last occurrence of a flag that does not repeat wins, as with
+/// cl; --recompute-keep repeats.
+class TrainingFlags {
+public:
+  TrainingFlags(const FlagList &flags, CompileOptions &o)
+      : Flags(flags), O(o) {}
+  /// Refuses unknown flags, applies the import flags, keeps the rest.
+  llvm::Error collect();
+  llvm::Error optimizer();
+  llvm::Error steps();
+  llvm::Error recompute();
+  llvm::Error precision();
+  llvm::Error budgets();
+  llvm::Error run();
+  llvm::Error adapters();
+  llvm::Error fusion();
+  llvm::Error device(llvm::StringRef autoDevice);
+
+private:
+  bool has(llvm::StringRef name) const { return Given.count(name) != 0; }
+  llvm::StringRef get(llvm::StringRef name) const {
+    auto it = Given.find(name);
+    return it == Given.end() ? llvm::StringRef() : it->second;
+  }
+  /// A switch: given, and not 0 or false.
+  bool sw(llvm::StringRef name) const {
+    return has(name) && get(name) != "0" && get(name) != "false";
+  }
+
+  const FlagList &Flags;
+  CompileOptions &O;
+  llvm::StringMap<std::string> Given;
+};
+
+llvm::Error TrainingFlags::collect() {
+  for (const auto &[name, value] : Flags) {
     const FlagInfo *info = lookupFlag(name);
     if (!info)
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "unknown flag --%s", name.c_str());
     if (info->Import) {
-      if (auto e = applyImportFlag(o.Import, name, value))
+      if (auto e = applyImportFlag(O.Import, name, value))
         return e;
       continue;
     }
-    given[name] = value;
+    Given[name] = value;
   }
-  if (o.Import.Batch <= 0 && o.Import.Shapes.empty())
+  if (O.Import.Batch <= 0 && O.Import.Shapes.empty())
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         "--batch N is required: the number of samples per step");
-  auto has = [&](llvm::StringRef name) { return given.count(name) != 0; };
-  auto get = [&](llvm::StringRef name) { return llvm::StringRef(given[name]); };
-  auto sw = [&](llvm::StringRef name) {
-    return has(name) && get(name) != "0" && get(name) != "false";
-  };
+  return llvm::Error::success();
+}
 
+/// The optimizer and its hyperparameters.
+llvm::Error TrainingFlags::optimizer() {
+  CompileOptions &o = O;
+  using K = enum OptimizerOptions::Kind;
   OptimizerOptions &opt = o.Optimizer;
   if (has("optimizer")) {
     if (get("optimizer") == "none") {
@@ -335,6 +368,12 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "--clip-grad-norm must not be negative");
 
+  return llvm::Error::success();
+}
+
+/// Accumulation, data parallelism, the schedule.
+llvm::Error TrainingFlags::steps() {
+  CompileOptions &o = O;
   if (has("accum") &&
       (get("accum").getAsInteger(10, o.Accumulate) || o.Accumulate == 0))
     return flagError("accum", get("accum"), "a number of micro-batches >= 1");
@@ -359,6 +398,12 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
     else
       return flagError("schedule", s, "auto, always or never");
   }
+  return llvm::Error::success();
+}
+
+/// --recompute and --recompute-keep.
+llvm::Error TrainingFlags::recompute() {
+  CompileOptions &o = O;
   if (has("recompute")) {
     llvm::StringRef r = get("recompute");
     using P = RecomputeOptions::Policy;
@@ -387,7 +432,7 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
                        "none, all, sqrt, selective, every=N or budget=SIZE");
     }
   }
-  for (const auto &[name, value] : flags) {
+  for (const auto &[name, value] : Flags) {
     if (name != "recompute-keep")
       continue;
     llvm::SmallVector<llvm::StringRef, 4> names;
@@ -395,6 +440,12 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
     for (llvm::StringRef n : names)
       o.Recompute.Keep.push_back(n.trim().str());
   }
+  return llvm::Error::success();
+}
+
+/// Precision and master weights (fp16 scales the loss).
+llvm::Error TrainingFlags::precision() {
+  CompileOptions &o = O;
   if (has("precision")) {
     llvm::StringRef p = get("precision");
     if (p == "fp32")
@@ -419,6 +470,12 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
   }
   // fp16's range needs the loss scaled (torch's GradScaler).
   o.Optimizer.LossScale = o.Precision == DType::F16;
+  return llvm::Error::success();
+}
+
+/// The memory budgets and what auto-fit may choose.
+llvm::Error TrainingFlags::budgets() {
+  CompileOptions &o = O;
   if (has("memory-budget")) {
     auto bytes = parseByteSize(get("memory-budget"));
     if (!bytes || *bytes == 0) {
@@ -468,6 +525,12 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
       o.AllowOptimizers.push_back(*kind);
     }
   }
+  return llvm::Error::success();
+}
+
+/// What a step does on non-finite values, and dropout.
+llvm::Error TrainingFlags::run() {
+  CompileOptions &o = O;
   if (has("on-nan")) {
     llvm::StringRef v = get("on-nan");
     if (v == "stop")
@@ -481,6 +544,12 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
   }
   o.Optimizer.SkipNonFinite = o.OnNan == NanPolicy::Skip;
   o.DisableDropout = sw("disable-dropout");
+  return llvm::Error::success();
+}
+
+/// LoRA, QLoRA and what auto-fit may add.
+llvm::Error TrainingFlags::adapters() {
+  CompileOptions &o = O;
   if (has("lora")) {
     // rank=8,alpha=16,targets=q_proj;v_proj -> the pass's "rank=8 alpha=16
     // targets=q_proj,v_proj"; checked by the pass's own parser.
@@ -528,6 +597,12 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
           "LoRA's adapters train beside");
     o.BaseNf4 = true;
   }
+  return llvm::Error::success();
+}
+
+/// The fused output head and attention.
+llvm::Error TrainingFlags::fusion() {
+  CompileOptions &o = O;
   if (has("output-head")) {
     auto [a, rows] = get("output-head").split(',');
     unsigned n = 0;
@@ -545,6 +620,12 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
       return flagError("attention", a, "fused or unfused");
     o.FuseAttention = a == "fused";
   }
+  return llvm::Error::success();
+}
+
+/// The target, its host link, offload.
+llvm::Error TrainingFlags::device(llvm::StringRef autoDevice) {
+  CompileOptions &o = O;
   o.Target = has("device") ? get("device").str() : "auto";
   if (o.Target == "auto")
     o.Target = autoDevice.str();
@@ -566,6 +647,26 @@ headroom::compileOptionsFromFlags(const FlagList &flags,
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         "--allow-offload needs --device cuda: the cpu target has one memory");
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Expected<CompileOptions>
+headroom::compileOptionsFromFlags(const FlagList &flags,
+                                  llvm::StringRef autoDevice) {
+  CompileOptions o;
+  TrainingFlags t(flags, o);
+  using Group = llvm::Error (TrainingFlags::*)();
+  for (Group g :
+       {&TrainingFlags::collect, &TrainingFlags::optimizer,
+        &TrainingFlags::steps, &TrainingFlags::recompute,
+        &TrainingFlags::precision, &TrainingFlags::budgets, &TrainingFlags::run,
+        &TrainingFlags::adapters, &TrainingFlags::fusion})
+    if (llvm::Error e = (t.*g)())
+      return e;
+  if (llvm::Error e = t.device(autoDevice))
+    return e;
   return o;
 }
 
