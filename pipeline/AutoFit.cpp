@@ -61,6 +61,26 @@ public:
   llvm::Expected<FitResult> run();
 
 private:
+  /// The precision/optimizer settings to try, in rank order.
+  std::vector<Setting> settings() const;
+  /// The micro-batch counts: the divisors of the batch, fewest first.
+  std::vector<unsigned> accumCounts() const;
+  /// The base options with setting `s` applied.
+  CompileOptions optionsFor(const Setting &s) const;
+  /// The best fitting candidate of setting `s` over the micro-batch counts
+  /// (`alt`: the alternative to an offloading winner, without offload), or
+  /// null.
+  llvm::Expected<const FitCandidate *>
+  bestOfSetting(const Setting &s, llvm::ArrayRef<unsigned> accums, bool alt);
+  /// The error when nothing fits, naming the smallest peak reachable.
+  llvm::Error nothingFits(llvm::ArrayRef<Setting> settings,
+                          llvm::ArrayRef<unsigned> accums);
+  /// Why `winner` won, for the report.
+  std::string explain(const FitCandidate *winner,
+                      const FitCandidate *alternative, const Plan &best) const;
+  /// Every candidate tried, best first (`w` is the winner's index).
+  std::vector<FitCandidate> ranked(size_t w) const;
+
   /// Compiles `o`; records it as a candidate labelled `recompute`.
   llvm::Expected<const FitCandidate *> tryCompile(CompileOptions o, int rank,
                                                   const std::string &recompute);
@@ -217,16 +237,7 @@ llvm::Expected<const FitCandidate *> Search::bestOffloaded(CompileOptions o,
   return best;
 }
 
-llvm::Expected<FitResult> Search::run() {
-  // The repeated blocks, for the block chain.
-  {
-    CompileOptions o = Base;
-    o.MemoryBudget = 0;
-    auto built = buildStep(Model, o);
-    if (!built)
-      return built.takeError();
-    Space = RecomputeSpace::of(**built);
-  }
+std::vector<Setting> Search::settings() const {
   Kind user = Base.Optimizer.Kind;
   std::vector<Setting> settings = {{DType::F32, true, user, 0},
                                    {DType::BF16, true, user, 1}};
@@ -251,94 +262,86 @@ llvm::Expected<FitResult> Search::run() {
   std::stable_sort(
       settings.begin(), settings.end(),
       [](const Setting &a, const Setting &b) { return a.Rank < b.Rank; });
-  // Micro-batch counts: the divisors of the batch, fewest first.
+  return settings;
+}
+
+std::vector<unsigned> Search::accumCounts() const {
   std::vector<unsigned> accums;
   int64_t batch = Base.Import.Batch;
   for (int64_t k = 1; k <= std::max<int64_t>(batch, 1); ++k)
     if (batch <= 0 ? k == 1 : batch % k == 0)
       accums.push_back(unsigned(k));
+  return accums;
+}
 
-  const FitCandidate *winner = nullptr;
-  // A winner that offloads is exact but slow: the later settings are
-  // searched without offload for the fastest alternative, which the
-  // explanation names.
-  const FitCandidate *alternative = nullptr;
-  for (const Setting &s : settings) {
-    bool alt =
-        winner && !winner->Options.Offload.empty() && Base.Offload.empty();
-    if (winner && (s.Rank == winner->Rank || (s.Rank > winner->Rank && !alt)))
-      break;
-    CompileOptions o = Base;
-    o.Precision = s.Precision;
-    o.MasterWeights = s.Master;
-    o.Optimizer.Kind = s.Optimizer;
-    o.Optimizer.LossScale = false;
-    o.Optimizer.Int8State |= s.Int8State;
-    if (s.Lora)
-      o.Lora = kAutoLora;
-    o.BaseNf4 = s.Nf4;
-    if (s.Optimizer != user) { // the new optimizer's defaults
-      o.Optimizer.Lr = s.Optimizer == Kind::AdaLomo ? 1e-3 : Base.Optimizer.Lr;
-      o.Optimizer.WeightDecay = 0;
-      o.Optimizer.FuseUpdate = false;
-    }
-    PlainFlops = 0;
-    const FitCandidate *best = nullptr;
-    for (unsigned k : accums) {
-      o.Accumulate = k;
-      o.Recompute = RecomputeOptions();
-      auto none = tryCompile(o, s.Rank, "none");
-      if (!none)
-        return none.takeError();
-      if (!PlainFlops) {
-        PlainFlops = (*none)->StepFlops;
-        Tried.back().ExtraFlops = 0;
-      }
-      // State alone (more with accumulators) over the budget: no K helps,
-      // unless state may move to the host.
-      const MemoryReport &r = Compiles.back().ThePlan.Report;
-      bool stateFits = r.StateBytes() + r.StatePadding <= Base.MemoryBudget;
-      if (!stateFits && !Base.AllowOffload)
-        break;
-      const FitCandidate *here = (*none)->Fits ? *none : nullptr;
-      if (!here && stateFits) {
-        auto rc = bestAt(o, s.Rank);
-        if (!rc)
-          return rc.takeError();
-        here = *rc;
-      }
-      if (!here && Base.AllowOffload && o.Offload.empty() && !alt) {
-        auto off = bestOffloaded(o, s.Rank);
-        if (!off)
-          return off.takeError();
-        here = *off;
-      }
-      if (here && (!best || better(here, best)))
-        best = here;
-      if (best && best->ExtraFlops == 0 && best->Options.Offload.empty())
-        break; // fewer FLOPs are impossible, more micro-steps only cost
-    }
-    if (best && alt) {
-      alternative = best;
-      break;
-    }
-    if (best)
-      winner = best;
+CompileOptions Search::optionsFor(const Setting &s) const {
+  CompileOptions o = Base;
+  o.Precision = s.Precision;
+  o.MasterWeights = s.Master;
+  o.Optimizer.Kind = s.Optimizer;
+  o.Optimizer.LossScale = false;
+  o.Optimizer.Int8State |= s.Int8State;
+  if (s.Lora)
+    o.Lora = kAutoLora;
+  o.BaseNf4 = s.Nf4;
+  if (s.Optimizer != Base.Optimizer.Kind) { // the new optimizer's defaults
+    o.Optimizer.Lr = s.Optimizer == Kind::AdaLomo ? 1e-3 : Base.Optimizer.Lr;
+    o.Optimizer.WeightDecay = 0;
+    o.Optimizer.FuseUpdate = false;
   }
+  return o;
+}
 
-  FitResult out;
-  if (!winner && !settings.empty()) {
-    // Nothing fits: find how close the leanest setting gets (the pruned
-    // search may not have compiled it), so the error can say.
+llvm::Expected<const FitCandidate *>
+Search::bestOfSetting(const Setting &s, llvm::ArrayRef<unsigned> accums,
+                      bool alt) {
+  CompileOptions o = optionsFor(s);
+  PlainFlops = 0;
+  const FitCandidate *best = nullptr;
+  for (unsigned k : accums) {
+    o.Accumulate = k;
+    o.Recompute = RecomputeOptions();
+    auto none = tryCompile(o, s.Rank, "none");
+    if (!none)
+      return none.takeError();
+    if (!PlainFlops) {
+      PlainFlops = (*none)->StepFlops;
+      Tried.back().ExtraFlops = 0;
+    }
+    // State alone (more with accumulators) over the budget: no K helps,
+    // unless state may move to the host.
+    const MemoryReport &r = Compiles.back().ThePlan.Report;
+    bool stateFits = r.StateBytes() + r.StatePadding <= Base.MemoryBudget;
+    if (!stateFits && !Base.AllowOffload)
+      break;
+    const FitCandidate *here = (*none)->Fits ? *none : nullptr;
+    if (!here && stateFits) {
+      auto rc = bestAt(o, s.Rank);
+      if (!rc)
+        return rc.takeError();
+      here = *rc;
+    }
+    if (!here && Base.AllowOffload && o.Offload.empty() && !alt) {
+      auto off = bestOffloaded(o, s.Rank);
+      if (!off)
+        return off.takeError();
+      here = *off;
+    }
+    if (here && (!best || better(here, best)))
+      best = here;
+    if (best && best->ExtraFlops == 0 && best->Options.Offload.empty())
+      break; // fewer FLOPs are impossible, more micro-steps only cost
+  }
+  return best;
+}
+
+llvm::Error Search::nothingFits(llvm::ArrayRef<Setting> settings,
+                                llvm::ArrayRef<unsigned> accums) {
+  if (!settings.empty()) {
+    // How close the leanest setting gets (the pruned search may not have
+    // compiled it), so the error can say.
     const Setting &s = settings.back();
-    CompileOptions o = Base;
-    o.Precision = s.Precision;
-    o.MasterWeights = s.Master;
-    o.Optimizer.Kind = s.Optimizer;
-    o.Optimizer.Int8State |= s.Int8State;
-    if (s.Lora)
-      o.Lora = kAutoLora;
-    o.BaseNf4 = s.Nf4;
+    CompileOptions o = optionsFor(s);
     for (unsigned k : {accums.front(), accums.back()}) {
       o.Accumulate = k;
       // Every candidate the search falls back to when nothing fits.
@@ -353,7 +356,7 @@ llvm::Expected<FitResult> Search::run() {
         return e;
     }
   }
-  if (!winner && Base.HostMemoryBudget) {
+  if (Base.HostMemoryBudget) {
     // Offloading fits the device, but no host pool fits the host.
     const FitCandidate *lean = nullptr;
     for (const FitCandidate &c : Tried)
@@ -372,26 +375,25 @@ llvm::Expected<FitResult> Search::run() {
           formatBytes(lean->HostPeakBytes).c_str(),
           formatBytes(Base.HostMemoryBudget).c_str());
   }
-  if (!winner) {
-    auto lowest = std::min_element(
-        Tried.begin(), Tried.end(),
-        [](const auto &a, const auto &b) { return a.PeakBytes < b.PeakBytes; });
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "--memory-budget %s: nothing fits; the smallest peak reachable is "
-        "%s (%s)%s",
-        formatBytes(Base.MemoryBudget).c_str(),
-        formatBytes(lowest->PeakBytes).c_str(), lowest->Label.c_str(),
-        Base.AllowOptimizers.empty()
-            ? "; --allow-optimizer lomo lets it change the optimizer"
-        : !Base.AllowLora ? "; --allow lora lets it train LoRA adapters instead"
-        : !Base.AllowQlora ? "; --allow qlora also stores their base as NF4"
-                           : "");
-  }
-  size_t w = 0;
-  while (&Tried[w] != winner)
-    ++w;
-  out.Best = std::move(Compiles[w]);
+  auto lowest = std::min_element(
+      Tried.begin(), Tried.end(),
+      [](const auto &a, const auto &b) { return a.PeakBytes < b.PeakBytes; });
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "--memory-budget %s: nothing fits; the smallest peak reachable is "
+      "%s (%s)%s",
+      formatBytes(Base.MemoryBudget).c_str(),
+      formatBytes(lowest->PeakBytes).c_str(), lowest->Label.c_str(),
+      Base.AllowOptimizers.empty()
+          ? "; --allow-optimizer lomo lets it change the optimizer"
+      : !Base.AllowLora  ? "; --allow lora lets it train LoRA adapters instead"
+      : !Base.AllowQlora ? "; --allow qlora also stores their base as NF4"
+                         : "");
+}
+
+std::string Search::explain(const FitCandidate *winner,
+                            const FitCandidate *alternative,
+                            const Plan &best) const {
   std::string offload;
   if (!winner->Options.Offload.empty() && Base.Offload.empty())
     offload =
@@ -399,7 +401,7 @@ llvm::Expected<FitResult> Search::run() {
                       "step with its transfers)",
                       formatBytes(winner->HostPeakBytes), winner->StepSeconds)
             .str();
-  out.Why =
+  std::string why =
       winner->Label + " fits in " + formatBytes(winner->PeakBytes) + offload +
       (winner->Rank == 0   ? ", with the user's precision and optimizer"
        : winner->Rank <= 2 ? ": no exact technique fits"
@@ -423,32 +425,36 @@ llvm::Expected<FitResult> Search::run() {
           (!off || c.StepSeconds < off->StepSeconds))
         off = &c;
     if (off)
-      out.Why += llvm::formatv("; offloading also fits ({0}, {1}) but its "
-                               "transfers make a step an estimated {2:f2} s "
-                               "against {3:f2} s",
-                               off->Label, formatBytes(off->PeakBytes),
-                               off->StepSeconds, winner->StepSeconds)
-                     .str();
+      why += llvm::formatv("; offloading also fits ({0}, {1}) but its "
+                           "transfers make a step an estimated {2:f2} s "
+                           "against {3:f2} s",
+                           off->Label, formatBytes(off->PeakBytes),
+                           off->StepSeconds, winner->StepSeconds)
+                 .str();
     else
-      out.Why += "; nothing needed offloading";
+      why += "; nothing needed offloading";
   }
   if (alternative)
-    out.Why += llvm::formatv(
-                   "; without offload the fastest fit is {0} ({1}, "
-                   "rank {2}): an estimated {3:f2} s per step",
-                   alternative->Label, formatBytes(alternative->PeakBytes),
-                   std::to_string(alternative->Rank), alternative->StepSeconds)
-                   .str();
+    why += llvm::formatv(
+               "; without offload the fastest fit is {0} ({1}, "
+               "rank {2}): an estimated {3:f2} s per step",
+               alternative->Label, formatBytes(alternative->PeakBytes),
+               std::to_string(alternative->Rank), alternative->StepSeconds)
+               .str();
   else if (!winner->Options.Offload.empty() && Base.Offload.empty())
-    out.Why += "; nothing fits without offload";
+    why += "; nothing fits without offload";
   // Fused attention is exact (up to rounding) and on in every candidate.
   unsigned fused = 0;
-  for (const PlanFunction &f : out.Best.ThePlan.Functions)
+  for (const PlanFunction &f : best.Functions)
     for (const KernelCall &c : f.Calls)
       fused += c.Kind == OpKind::FusedAttention && !isRecomputed(c.Attrs);
   if (fused && Base.FuseAttention)
-    out.Why += "; attention fused in every candidate (exact, no [seq, seq] "
-               "tensors)";
+    why += "; attention fused in every candidate (exact, no [seq, seq] "
+           "tensors)";
+  return why;
+}
+
+std::vector<FitCandidate> Search::ranked(size_t w) const {
   // Best first: fitting by cost, then the rest by peak.
   std::vector<size_t> order(Tried.size());
   for (size_t i = 0; i < order.size(); ++i)
@@ -467,8 +473,56 @@ llvm::Expected<FitResult> Search::run() {
     return std::make_tuple(a != w, x.Rank, x.ExtraFlops, x.Options.Accumulate) <
            std::make_tuple(b != w, y.Rank, y.ExtraFlops, y.Options.Accumulate);
   });
+  std::vector<FitCandidate> out;
   for (size_t i : order)
-    out.Tried.push_back(Tried[i]);
+    out.push_back(Tried[i]);
+  return out;
+}
+
+llvm::Expected<FitResult> Search::run() {
+  // The repeated blocks, for the block chain.
+  {
+    CompileOptions o = Base;
+    o.MemoryBudget = 0;
+    auto built = buildStep(Model, o);
+    if (!built)
+      return built.takeError();
+    Space = RecomputeSpace::of(**built);
+  }
+  std::vector<Setting> ranks = settings();
+  // Micro-batch counts: the divisors of the batch, fewest first.
+  std::vector<unsigned> accums = accumCounts();
+
+  const FitCandidate *winner = nullptr;
+  // A winner that offloads is exact but slow: the later settings are
+  // searched without offload for the fastest alternative, which the
+  // explanation names.
+  const FitCandidate *alternative = nullptr;
+  for (const Setting &s : ranks) {
+    bool alt =
+        winner && !winner->Options.Offload.empty() && Base.Offload.empty();
+    if (winner && (s.Rank == winner->Rank || (s.Rank > winner->Rank && !alt)))
+      break;
+    auto best = bestOfSetting(s, accums, alt);
+    if (!best)
+      return best.takeError();
+    if (*best && alt) {
+      alternative = *best;
+      break;
+    }
+    if (*best)
+      winner = *best;
+  }
+  if (!winner)
+    return nothingFits(ranks, accums);
+
+  size_t w = 0;
+  while (&Tried[w] != winner)
+    ++w;
+  FitResult out;
+  out.Best = std::move(Compiles[w]);
+  out.Why = explain(winner, alternative, out.Best.ThePlan);
+  out.Tried = ranked(w);
   return out;
 }
 
