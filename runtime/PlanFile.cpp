@@ -327,6 +327,11 @@ public:
   llvm::Expected<LoadedPlan> read(const pb::Plan &p);
 
 private:
+  llvm::Error readStates(const pb::Plan &p);
+  llvm::Error readAdapters(const pb::Plan &p);
+  llvm::Error readSizes(const pb::Plan &p);
+  llvm::Error readBuffers(const pb::Plan &p);
+  void readReport(const pb::MemoryReport &pr);
   llvm::Error invalid(const llvm::Twine &what) const {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    Name + ": invalid plan: " + what);
@@ -729,34 +734,8 @@ llvm::Error PlanReader::checkDriver() const {
   return llvm::Error::success();
 }
 
-llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
-  LoadedPlan out;
-  out.Source.ModelPath = p.source().path();
-  out.Source.Sha256 = p.source().sha256();
-  if (out.Source.ModelPath.empty())
-    return invalid("no source model");
-  out.Recipe.Flags = p.options().flags();
-  out.Recipe.Lr = p.options().lr();
-  out.Recipe.Pipeline = p.options().pipeline();
-  P.TargetName = p.target();
-  if (P.TargetName.empty())
-    return invalid("no target");
-  P.Alignment = p.alignment();
-  if (P.Alignment == 0 || P.Alignment > 4096 ||
-      (P.Alignment & (P.Alignment - 1)))
-    return invalid("alignment " + llvm::Twine(P.Alignment) +
-                   " is not a power of two up to 4096");
-  if (p.library_bytes() > kMaxBytes)
-    return invalid("the library workspace of " +
-                   llvm::Twine(p.library_bytes()) + " bytes is too large");
-  P.LibraryBytes = p.library_bytes();
-  if (p.ranks() > (1u << 20))
-    return invalid("it runs on " + llvm::Twine(p.ranks()) +
-                   " ranks (at most 2^20)");
-  P.Ranks = std::max(1u, p.ranks());
-  for (const pb::DriverCall &d : p.driver())
-    P.Driver.push_back({d.function(), d.repeat(), d.same_batch()});
-
+/// The state slots: types, kinds, shards and replicas.
+llvm::Error PlanReader::readStates(const pb::Plan &p) {
   for (const pb::State &ps : p.states()) {
     std::string where = "state @" + ps.name();
     auto type = readType(ps.type(), where);
@@ -795,6 +774,11 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
     }
     P.States.push_back(std::move(state));
   }
+  return llvm::Error::success();
+}
+
+/// LoRA adapters: three states whose shapes fit.
+llvm::Error PlanReader::readAdapters(const pb::Plan &p) {
   for (const pb::Adapter &pa : p.adapters()) {
     for (const std::string *name : {&pa.base(), &pa.a(), &pa.b()})
       if (P.stateIndex(*name) < 0)
@@ -817,6 +801,11 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
         {pa.base(), pa.a(), pa.b(), pa.alpha(), pa.dropout(), pa.out_in()});
   }
 
+  return llvm::Error::success();
+}
+
+/// The arena, workspaces and their sum with the state, each bounded.
+llvm::Error PlanReader::readSizes(const pb::Plan &p) {
   if (p.arena_bytes() > kMaxBytes)
     return invalid("the arena of " + llvm::Twine(p.arena_bytes()) +
                    " bytes is too large");
@@ -840,6 +829,11 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
   if (total > kMaxBytes)
     return invalid("state, arena and workspace together exceed " +
                    llvm::Twine(kMaxBytes) + " bytes");
+  return llvm::Error::success();
+}
+
+/// Every buffer: its type and where it lives.
+llvm::Error PlanReader::readBuffers(const pb::Plan &p) {
   for (const pb::Buffer &pbuf : p.buffers()) {
     std::string where = "buffer " + std::to_string(P.Buffers.size());
     auto type = readType(pbuf.type(), where);
@@ -872,20 +866,11 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
     P.Placements.push_back(place);
   }
 
-  for (const pb::Function &pf : p.functions()) {
-    PlanFunction f;
-    if (auto e = readFunction(pf, f))
-      return e;
-    P.Functions.push_back(std::move(f));
-  }
-  if (auto e = checkPlacements())
-    return e;
-  if (auto e = checkPools())
-    return e;
-  if (auto e = checkDriver())
-    return e;
+  return llvm::Error::success();
+}
 
-  const pb::MemoryReport &pr = p.report();
+/// The memory report, as the compiler wrote it.
+void PlanReader::readReport(const pb::MemoryReport &pr) {
   MemoryReport &r = P.Report;
   r.Parameters = pr.parameters();
   r.Frozen = pr.frozen();
@@ -935,7 +920,55 @@ llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
   for (const pb::TimelinePoint &t : pr.timeline())
     r.Timeline.push_back(
         {t.activations(), t.gradients(), t.temporaries(), t.recomputed()});
+}
 
+llvm::Expected<LoadedPlan> PlanReader::read(const pb::Plan &p) {
+  LoadedPlan out;
+  out.Source.ModelPath = p.source().path();
+  out.Source.Sha256 = p.source().sha256();
+  if (out.Source.ModelPath.empty())
+    return invalid("no source model");
+  out.Recipe.Flags = p.options().flags();
+  out.Recipe.Lr = p.options().lr();
+  out.Recipe.Pipeline = p.options().pipeline();
+  P.TargetName = p.target();
+  if (P.TargetName.empty())
+    return invalid("no target");
+  P.Alignment = p.alignment();
+  if (P.Alignment == 0 || P.Alignment > 4096 ||
+      (P.Alignment & (P.Alignment - 1)))
+    return invalid("alignment " + llvm::Twine(P.Alignment) +
+                   " is not a power of two up to 4096");
+  if (p.library_bytes() > kMaxBytes)
+    return invalid("the library workspace of " +
+                   llvm::Twine(p.library_bytes()) + " bytes is too large");
+  P.LibraryBytes = p.library_bytes();
+  if (p.ranks() > (1u << 20))
+    return invalid("it runs on " + llvm::Twine(p.ranks()) +
+                   " ranks (at most 2^20)");
+  P.Ranks = std::max(1u, p.ranks());
+  for (const pb::DriverCall &d : p.driver())
+    P.Driver.push_back({d.function(), d.repeat(), d.same_batch()});
+
+  using Step = llvm::Error (PlanReader::*)(const pb::Plan &);
+  for (Step step : {&PlanReader::readStates, &PlanReader::readAdapters,
+                    &PlanReader::readSizes, &PlanReader::readBuffers})
+    if (auto e = (this->*step)(p))
+      return e;
+  for (const pb::Function &pf : p.functions()) {
+    PlanFunction f;
+    if (auto e = readFunction(pf, f))
+      return e;
+    P.Functions.push_back(std::move(f));
+  }
+  if (auto e = checkPlacements())
+    return e;
+  if (auto e = checkPools())
+    return e;
+  if (auto e = checkDriver())
+    return e;
+
+  readReport(p.report());
   out.ThePlan = std::move(P);
   return out;
 }
