@@ -273,183 +273,128 @@ static int trainLoop(Trainer &t, const Dataset &data, double lr,
   return rc;
 }
 
-static int trainSteps(Trainer &t, const Dataset &data, double lr,
-                      const PlanSource &source, NanPolicy onNan) {
+/// --resume: the state, random step and log of the checkpoint in
+/// ResumeDir, checked against this run; `first` is the steps it had done.
+static int resume(Trainer &t, const CheckpointInfo &run,
+                  const CheckpointRank &ckptRank, bool lead, int64_t &first) {
   Communicator *comm = t.communicator();
-  bool lead = !comm || comm->rank() == 0; // prints, logs, saves files
-  CheckpointRank ckptRank;
-  if (comm)
-    ckptRank = {comm->rank(), comm->size()};
-  llvm::StringRef sourceModel = source.ModelPath;
-  if (auto e = t.checkData(data))
+  auto saved = readCheckpoint(ResumeDir, ckptRank);
+  if (int rc = settle(comm, saved ? llvm::Error::success() : saved.takeError()))
+    return rc;
+  const CheckpointInfo &info = saved->Parsed.Info;
+  if (auto e = checkResumable(info, run, ResumeDir))
     return reportError(std::move(e));
-  bool adapters = !t.executor().plan().Adapters.empty();
-  if (!adapters && (!SaveAdapter.empty() || !LoraInit.empty()))
-    return reportError(
-        std::string(SaveAdapter.empty() ? "--lora-init" : "--save-adapter") +
-        " needs a plan with LoRA adapters (--lora)");
-  if (!LoraInit.empty())
-    if (auto e = loadAdapter(t.executor(), LoraInit))
+  if (auto e = restoreState(saved->Parsed, t.executor(), ResumeDir))
+    return reportError(std::move(e));
+  t.setRandomStep(info.RandomStep);
+  first = info.Step;
+  if (!Log.empty() && lead)
+    if (auto e = truncateLog(Log, first))
       return reportError(std::move(e));
-  if (CheckpointEvery < 0 || (CheckpointEvery > 0 && CheckpointDir.empty()))
-    return reportError(
-        "--checkpoint-every N needs --checkpoint DIR and N >= 1");
-  CheckpointInfo run;
-  int64_t first = 0; // steps already done
-  if (!CheckpointDir.empty() || !ResumeDir.empty())
-    run = describeRun(t, data, source);
-  if (!ResumeDir.empty()) {
-    auto saved = readCheckpoint(ResumeDir, ckptRank);
-    if (int rc =
-            settle(comm, saved ? llvm::Error::success() : saved.takeError()))
-      return rc;
-    const CheckpointInfo &info = saved->Parsed.Info;
-    if (auto e = checkResumable(info, run, ResumeDir))
-      return reportError(std::move(e));
-    if (auto e = restoreState(saved->Parsed, t.executor(), ResumeDir))
-      return reportError(std::move(e));
-    t.setRandomStep(info.RandomStep);
-    first = info.Step;
-    if (!Log.empty() && lead)
-      if (auto e = truncateLog(Log, first))
-        return reportError(std::move(e));
-    if (lead)
-      llvm::errs() << "resuming from "
-                   << checkpointPath(ResumeDir, ckptRank, first)
-                   << " after step " << first << "\n";
-  }
-  if (!CheckpointDir.empty() && !comm)
-    removeStaleTemporaries(checkpointPath(CheckpointDir));
-  if (!CheckpointDir.empty() && comm)
-    removeOtherSteps(CheckpointDir, ckptRank, first, /*temporariesOnly=*/true);
+  if (lead)
+    llvm::errs() << "resuming from "
+                 << checkpointPath(ResumeDir, ckptRank, first) << " after step "
+                 << first << "\n";
+  return 0;
+}
+
+/// The report's title: the model, the batch, how ranks and micro-batches
+/// split it.
+static std::string runTitle(Trainer &t, llvm::StringRef sourceModel) {
   std::string title = (llvm::sys::path::filename(sourceModel) + ", batch " +
                        llvm::Twine(t.batch()))
                           .str();
-  if (comm)
+  if (Communicator *comm = t.communicator())
     title += " (" + std::to_string(t.rankBatch()) + " on each of " +
              std::to_string(comm->size()) + " ranks)";
   if (t.microBatch() != t.rankBatch())
     title += " (micro-batches of " + std::to_string(t.microBatch()) + ")";
-  if (lead)
-    printReportTable(t.executor().plan(), title, llvm::errs());
-  int64_t batch = t.batch();
-  if (batch <= 0)
-    return reportError("the model has no data input to feed");
-  int64_t perEpoch = data.Samples / batch;
-  int64_t total = Steps > 0 ? Steps : Epochs * perEpoch;
-  if (first > total)
-    return reportError("the checkpoint in " + ResumeDir + " is after step " +
-                       llvm::Twine(first) + ", beyond the " +
-                       llvm::Twine(total) + " steps this run asks for");
+  return title;
+}
 
-  std::unique_ptr<llvm::raw_fd_ostream> log;
-  if (!Log.empty() && lead) {
-    std::error_code ec;
-    log = std::make_unique<llvm::raw_fd_ostream>(
-        Log, ec, first > 0 ? llvm::sys::fs::OF_Append : llvm::sys::fs::OF_None);
-    if (ec)
-      return reportError(Log + ": cannot write: " + ec.message());
-  }
-  auto checkpoint = [&](int64_t step) -> llvm::Error {
-    run.Step = step;
-    run.RandomStep = t.randomStep();
-    if (auto e = writeCheckpoint(CheckpointDir, run, t.executor(), ckptRank))
-      return e;
-    if (!comm)
-      return llvm::Error::success();
-    // Every rank's file is complete before the manifest names its step.
-    if (auto e = comm->barrier())
-      return e;
-    if (lead)
-      if (auto e = writeCheckpointManifest(CheckpointDir, step, comm->size()))
-        return e;
-    if (auto e = comm->barrier())
-      return e;
-    removeOtherSteps(CheckpointDir, ckptRank, step);
-    return llvm::Error::success();
+/// One line of --log: JSON, a non-finite number as null (JSON has no NaN).
+static void logStep(llvm::raw_ostream &log, int64_t step, const StepResult &r,
+                    double lr, double seconds) {
+  auto number = [&](double v) {
+    if (std::isfinite(v))
+      log << llvm::format("%.9g", v);
+    else
+      log << "null";
   };
-  bool tty = lead && llvm::sys::Process::StandardErrIsDisplayed();
-  std::vector<int64_t> order(data.Samples);
-  int64_t orderEpoch = -1; // the epoch `order` is for
-  auto start = std::chrono::steady_clock::now();
-  double lastLoss = 0;
-  for (int64_t s = first; s < total; ++s) {
-    int64_t epoch = s / perEpoch, inEpoch = s % perEpoch;
-    if (epoch != orderEpoch) {
-      orderEpoch = epoch;
-      std::iota(order.begin(), order.end(), 0);
-      if (Shuffle >= 0) {
-        std::mt19937_64 rng(uint64_t(Shuffle) * 1000003ull + epoch);
-        std::shuffle(order.begin(), order.end(), rng);
-      }
-    }
-    auto r = t.step(data, order, inEpoch * batch);
-    if (!r)
-      return reportError(r.takeError());
-    lastLoss = r->Loss;
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-    if (log) {
-      *log << "{\"step\": " << s + 1
-           << ", \"loss\": "; // JSON has no NaN: a non-finite loss is null
-      if (std::isfinite(r->Loss))
-        *log << llvm::format("%.9g", r->Loss);
-      else
-        *log << "null";
-      *log << ", \"lr\": " << llvm::format("%.9g", lr);
-      if (r->GradNorm) {
-        *log << ", \"grad_norm\": ";
-        if (std::isfinite(*r->GradNorm))
-          *log << llvm::format("%.9g", *r->GradNorm);
-        else
-          *log << "null";
-      }
-      *log << ", \"seconds\": " << llvm::format("%.6f", seconds) << "}\n";
-      log->flush();
-    }
-    double rate = (s + 1 - first) * batch / std::max(seconds, 1e-9);
-    double eta = (total - s - 1) * seconds / (s + 1 - first);
-    std::string line;
-    llvm::raw_string_ostream os(line);
-    os << "step " << s + 1 << "/" << total << "  loss "
-       << llvm::format("%.4f", r->Loss);
-    if (r->GradNorm)
-      os << "  grad_norm " << llvm::format("%.4f", *r->GradNorm);
-    os << "  " << llvm::format("%.0f", rate) << " samples/s  ETA "
-       << formatDuration(eta);
-    if (tty)
-      llvm::errs() << "\r" << os.str() << "\x1b[K";
-    else if (lead && ((s + 1) % std::max<int64_t>(1, total / 20) == 0 ||
-                      s + 1 == total))
-      llvm::errs() << os.str() << "\n";
-    if (!std::isfinite(r->Loss)) {
-      std::string where = firstNonFinite(data, order, inEpoch * batch, batch);
-      std::string what = "step " + std::to_string(s + 1) + ": the loss is " +
-                         shortestDecimal(r->Loss) +
-                         (where.empty() ? "" : " (" + where + ")");
-      if (tty)
-        llvm::errs() << "\n";
-      if (onNan == NanPolicy::Stop)
-        return reportError(what + "; stopping (--on-nan skip leaves such "
-                                  "steps out, --on-nan continue trains on)");
-      llvm::WithColor::warning(llvm::errs(), "headroom")
-          << what
-          << (onNan == NanPolicy::Skip ? "; skipped: no weight changed"
-                                       : "; training on (--on-nan continue)")
-          << "\n";
-    }
-    if (!CheckpointDir.empty() &&
-        ((CheckpointEvery > 0 && (s + 1) % CheckpointEvery == 0) ||
-         s + 1 == total))
-      if (auto e = checkpoint(s + 1))
-        return reportError(std::move(e));
+  log << "{\"step\": " << step << ", \"loss\": ";
+  number(r.Loss);
+  log << ", \"lr\": " << llvm::format("%.9g", lr);
+  if (r.GradNorm) {
+    log << ", \"grad_norm\": ";
+    number(*r.GradNorm);
   }
-  if (tty)
-    llvm::errs() << "\n";
-  if (first == total && !CheckpointDir.empty())
-    if (auto e = checkpoint(total))
-      return reportError(std::move(e));
+  log << ", \"seconds\": " << llvm::format("%.6f", seconds) << "}\n";
+  log.flush();
+}
+
+/// A non-finite loss at `step` (`where`: the sample that has a non-finite
+/// input, if one does): an error with --on-nan stop, else a warning.
+static int nonFiniteLoss(int64_t step, double loss, const std::string &where,
+                         NanPolicy onNan) {
+  std::string what = "step " + std::to_string(step) + ": the loss is " +
+                     shortestDecimal(loss) +
+                     (where.empty() ? "" : " (" + where + ")");
+  if (onNan == NanPolicy::Stop)
+    return reportError(what + "; stopping (--on-nan skip leaves such "
+                              "steps out, --on-nan continue trains on)");
+  llvm::WithColor::warning(llvm::errs(), "headroom")
+      << what
+      << (onNan == NanPolicy::Skip ? "; skipped: no weight changed"
+                                   : "; training on (--on-nan continue)")
+      << "\n";
+  return 0;
+}
+
+/// Writes this rank's checkpoint of `step` into CheckpointDir; with ranks,
+/// the manifest once every rank's file is complete, then drops older steps.
+static llvm::Error writeStepCheckpoint(Trainer &t, CheckpointInfo &run,
+                                       const CheckpointRank &ckptRank,
+                                       int64_t step) {
+  run.Step = step;
+  run.RandomStep = t.randomStep();
+  if (auto e = writeCheckpoint(CheckpointDir, run, t.executor(), ckptRank))
+    return e;
+  Communicator *comm = t.communicator();
+  if (!comm)
+    return llvm::Error::success();
+  // Every rank's file is complete before the manifest names its step.
+  if (auto e = comm->barrier())
+    return e;
+  if (comm->rank() == 0)
+    if (auto e = writeCheckpointManifest(CheckpointDir, step, comm->size()))
+      return e;
+  if (auto e = comm->barrier())
+    return e;
+  removeOtherSteps(CheckpointDir, ckptRank, step);
+  return llvm::Error::success();
+}
+
+/// The progress line of a step: loss, gradient norm, throughput, ETA.
+static std::string progressLine(int64_t step, int64_t total,
+                                const StepResult &r, int64_t samples,
+                                double seconds, double eta) {
+  std::string line;
+  llvm::raw_string_ostream os(line);
+  os << "step " << step << "/" << total << "  loss "
+     << llvm::format("%.4f", r.Loss);
+  if (r.GradNorm)
+    os << "  grad_norm " << llvm::format("%.4f", *r.GradNorm);
+  os << "  " << llvm::format("%.0f", samples / std::max(seconds, 1e-9))
+     << " samples/s  ETA " << formatDuration(eta);
+  return os.str();
+}
+
+/// --save-adapter and --save after the last step.
+static int saveOutputs(Trainer &t, llvm::StringRef sourceModel,
+                       double lastLoss) {
+  Communicator *comm = t.communicator();
+  bool lead = !comm || comm->rank() == 0;
+  bool adapters = !t.executor().plan().Adapters.empty();
   if (!SaveAdapter.empty()) {
     if (comm && t.executor().plan().Report.ShardBytes)
       return reportError("--save-adapter with sharded state (--zero 1 or "
@@ -481,6 +426,115 @@ static int trainSteps(Trainer &t, const Dataset &data, double lr,
                    << ")\n";
   }
   return 0;
+}
+
+static int trainSteps(Trainer &t, const Dataset &data, double lr,
+                      const PlanSource &source, NanPolicy onNan) {
+  Communicator *comm = t.communicator();
+  bool lead = !comm || comm->rank() == 0; // prints, logs, saves files
+  CheckpointRank ckptRank;
+  if (comm)
+    ckptRank = {comm->rank(), comm->size()};
+  llvm::StringRef sourceModel = source.ModelPath;
+  if (auto e = t.checkData(data))
+    return reportError(std::move(e));
+  bool adapters = !t.executor().plan().Adapters.empty();
+  if (!adapters && (!SaveAdapter.empty() || !LoraInit.empty()))
+    return reportError(
+        std::string(SaveAdapter.empty() ? "--lora-init" : "--save-adapter") +
+        " needs a plan with LoRA adapters (--lora)");
+  if (!LoraInit.empty())
+    if (auto e = loadAdapter(t.executor(), LoraInit))
+      return reportError(std::move(e));
+  if (CheckpointEvery < 0 || (CheckpointEvery > 0 && CheckpointDir.empty()))
+    return reportError(
+        "--checkpoint-every N needs --checkpoint DIR and N >= 1");
+  CheckpointInfo run;
+  int64_t first = 0; // steps already done
+  if (!CheckpointDir.empty() || !ResumeDir.empty())
+    run = describeRun(t, data, source);
+  if (!ResumeDir.empty())
+    if (int rc = resume(t, run, ckptRank, lead, first))
+      return rc;
+  if (!CheckpointDir.empty() && !comm)
+    removeStaleTemporaries(checkpointPath(CheckpointDir));
+  if (!CheckpointDir.empty() && comm)
+    removeOtherSteps(CheckpointDir, ckptRank, first, /*temporariesOnly=*/true);
+  if (lead)
+    printReportTable(t.executor().plan(), runTitle(t, sourceModel),
+                     llvm::errs());
+  int64_t batch = t.batch();
+  if (batch <= 0)
+    return reportError("the model has no data input to feed");
+  int64_t perEpoch = data.Samples / batch;
+  int64_t total = Steps > 0 ? Steps : Epochs * perEpoch;
+  if (first > total)
+    return reportError("the checkpoint in " + ResumeDir + " is after step " +
+                       llvm::Twine(first) + ", beyond the " +
+                       llvm::Twine(total) + " steps this run asks for");
+
+  std::unique_ptr<llvm::raw_fd_ostream> log;
+  if (!Log.empty() && lead) {
+    std::error_code ec;
+    log = std::make_unique<llvm::raw_fd_ostream>(
+        Log, ec, first > 0 ? llvm::sys::fs::OF_Append : llvm::sys::fs::OF_None);
+    if (ec)
+      return reportError(Log + ": cannot write: " + ec.message());
+  }
+  auto checkpoint = [&](int64_t step) {
+    return writeStepCheckpoint(t, run, ckptRank, step);
+  };
+  bool tty = lead && llvm::sys::Process::StandardErrIsDisplayed();
+  std::vector<int64_t> order(data.Samples);
+  int64_t orderEpoch = -1; // the epoch `order` is for
+  auto start = std::chrono::steady_clock::now();
+  double lastLoss = 0;
+  for (int64_t s = first; s < total; ++s) {
+    int64_t epoch = s / perEpoch, inEpoch = s % perEpoch;
+    if (epoch != orderEpoch) {
+      orderEpoch = epoch;
+      std::iota(order.begin(), order.end(), 0);
+      if (Shuffle >= 0) {
+        std::mt19937_64 rng(uint64_t(Shuffle) * 1000003ull + epoch);
+        std::shuffle(order.begin(), order.end(), rng);
+      }
+    }
+    auto r = t.step(data, order, inEpoch * batch);
+    if (!r)
+      return reportError(r.takeError());
+    lastLoss = r->Loss;
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    if (log)
+      logStep(*log, s + 1, *r, lr, seconds);
+    std::string line =
+        progressLine(s + 1, total, *r, (s + 1 - first) * batch, seconds,
+                     (total - s - 1) * seconds / (s + 1 - first));
+    if (tty)
+      llvm::errs() << "\r" << line << "\x1b[K";
+    else if (lead && ((s + 1) % std::max<int64_t>(1, total / 20) == 0 ||
+                      s + 1 == total))
+      llvm::errs() << line << "\n";
+    if (!std::isfinite(r->Loss)) {
+      if (tty)
+        llvm::errs() << "\n";
+      std::string where = firstNonFinite(data, order, inEpoch * batch, batch);
+      if (int rc = nonFiniteLoss(s + 1, r->Loss, where, onNan))
+        return rc;
+    }
+    if (!CheckpointDir.empty() &&
+        ((CheckpointEvery > 0 && (s + 1) % CheckpointEvery == 0) ||
+         s + 1 == total))
+      if (auto e = checkpoint(s + 1))
+        return reportError(std::move(e));
+  }
+  if (tty)
+    llvm::errs() << "\n";
+  if (first == total && !CheckpointDir.empty())
+    if (auto e = checkpoint(total))
+      return reportError(std::move(e));
+  return saveOutputs(t, sourceModel, lastLoss);
 }
 
 /// A cpu plan whose peak exceeds the memory available now is refused before
