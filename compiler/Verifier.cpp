@@ -37,6 +37,11 @@ public:
 private:
   llvm::Error verifyFunction(const Function &f);
   llvm::Error verifyNode(const Node &n);
+  llvm::Error verifyArity(const Node &n);
+  llvm::Error verifyStateOperands(const Node &n);
+  llvm::Error verifyUpdate(const Node &n);
+  llvm::Error verifyFlags(const Node &n);
+  llvm::Error verifyOwnRules(const Node &n);
   llvm::Error verifyMatrixProduct(const Node &n);
   llvm::Error verifyAttention(const Node &n);
   llvm::Error verifyShapeFamily(const Node &n);
@@ -76,7 +81,8 @@ llvm::Error Verifier::verify8bitStates(const Node &n) {
   return llvm::Error::success();
 }
 
-llvm::Error Verifier::verifyNode(const Node &n) {
+/// Operand and result counts in the op's range; operands defined before.
+llvm::Error Verifier::verifyArity(const Node &n) {
   const OpInfo &info = *n.info();
   int ops = n.numOperands(), res = n.numResults();
   if (ops < info.MinOperands ||
@@ -103,6 +109,13 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                          " is not defined before its use in this function");
   }
 
+  return llvm::Error::success();
+}
+
+/// State operands: present exactly on ops that read or write state, in this
+/// module, each once, of the type they move.
+llvm::Error Verifier::verifyStateOperands(const Node &n) {
+  const OpInfo &info = *n.info();
   bool wantsState =
       info.has(opflags::ReadsState) || info.has(opflags::WritesState);
   if (wantsState && !n.state())
@@ -140,6 +153,12 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                        n.state()->name() + " of type " +
                        n.state()->type().str());
 
+  return llvm::Error::success();
+}
+
+/// Optimizer updates and Accumulate: moments of the weight's type (or f32),
+/// scalar operands, the enabled flag.
+llvm::Error Verifier::verifyUpdate(const Node &n) {
   bool optimizerUpdate =
       n.is(OpKind::SgdUpdate) || n.is(OpKind::MomentumUpdate) ||
       n.is(OpKind::AdamWUpdate) || n.is(OpKind::AdamW8bitUpdate);
@@ -178,6 +197,13 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                            llvm::Twine(dtypeName(t)) + " scalar");
     }
   }
+  return llvm::Error::success();
+}
+
+/// What the op's flags promise: Unary keeps the type, SameDType one element
+/// type, Broadcast the broadcast shape.
+llvm::Error Verifier::verifyFlags(const Node &n) {
+  const OpInfo &info = *n.info();
   if (info.has(opflags::Unary) && n.result(0)->type() != n.operand(0)->type())
     return fail(n, "result type " + n.result(0)->type().str() +
                        " differs from operand type " +
@@ -206,6 +232,11 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                          shapeString(n.result(0)->type().shape()) +
                          " is not the broadcast shape " + shapeString(shape));
   }
+  return llvm::Error::success();
+}
+
+/// Constant, Cast, Nf4Dequantize and the fused output head: their own rules.
+llvm::Error Verifier::verifyOwnRules(const Node &n) {
   if (n.is(OpKind::Constant)) {
     const Attribute *a = n.attr("value");
     if (!a || a->kind() != Attribute::Kind::Tensor)
@@ -252,6 +283,16 @@ llvm::Error Verifier::verifyNode(const Node &n) {
                            n.result(i)->type().str() + " should be " +
                            n.operand(x + i)->type().str());
   }
+  return llvm::Error::success();
+}
+
+llvm::Error Verifier::verifyNode(const Node &n) {
+  using Check = llvm::Error (Verifier::*)(const Node &);
+  for (Check c : {&Verifier::verifyArity, &Verifier::verifyStateOperands,
+                  &Verifier::verifyUpdate, &Verifier::verifyFlags,
+                  &Verifier::verifyOwnRules})
+    if (auto e = (this->*c)(n))
+      return e;
   if (n.is(OpKind::MatMul) || n.is(OpKind::Gemm))
     if (auto e = verifyMatrixProduct(n))
       return e;
