@@ -237,6 +237,19 @@ private:
   Error inferShapes();
   Expected<bool> foldConstants();
   Expected<std::unique_ptr<Module>> translate();
+  /// What translate keeps while it walks the graph: the value of each ONNX
+  /// name, made on first use for initializers (a Read or a Constant).
+  struct GraphValues {
+    Module &M;
+    Builder &B;
+    std::map<std::string, Tensor> ConstInits;
+    llvm::StringMap<Value *> Values;
+    Value *lookup(const std::string &name);
+  };
+  Expected<std::map<std::string, Tensor>> addStates(Module &m);
+  Error translateNode(int i, GraphValues &g);
+  Error checkBuffersWritten(const Module &m, const Function &f);
+  Error addReturn(Function &f, GraphValues &g);
   Error normalizeNode(const onnx::NodeProto &n, int index,
                       llvm::SmallVectorImpl<Value *> &operands,
                       AttributeMap &attrs, Builder &b);
@@ -1666,8 +1679,25 @@ Error Importer::normalizeNode(const onnx::NodeProto &n, int index,
   return Error::success();
 }
 
-Expected<std::unique_ptr<Module>> Importer::translate() {
-  auto m = std::make_unique<Module>();
+Value *Importer::GraphValues::lookup(const std::string &name) {
+  auto it = Values.find(name);
+  if (it != Values.end())
+    return it->second;
+  Value *v = nullptr;
+  if (StateSlot *s = M.lookupState(name))
+    v = B.read(s);
+  else if (ConstInits.count(name))
+    v = B.constant(ConstInits.at(name));
+  if (v) {
+    v->setName(name);
+    Values[name] = v;
+  }
+  return v;
+}
+
+/// The float initializers become state (trained, frozen or a buffer); the
+/// rest are constants, returned.
+Expected<std::map<std::string, Tensor>> Importer::addStates(Module &m) {
   llvm::StringSet<> frozen;
   for (const std::string &name : Options.Freeze) {
     if (!Initializers.count(name))
@@ -1689,8 +1719,8 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
       StateKind kind = trains ? StateKind::Param : StateKind::Frozen;
       if (MutatedBuffers.count(t.name()))
         kind = StateKind::Buffer;
-      m->addState(t.name(), *type,
-                  frozen.count(t.name()) ? StateKind::Frozen : kind);
+      m.addState(t.name(), *type,
+                 frozen.count(t.name()) ? StateKind::Frozen : kind);
       continue;
     }
     if (frozen.count(t.name()))
@@ -1702,102 +1732,85 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
     constInits.emplace(t.name(), std::move(*v));
   }
 
-  Function *f = m->addFunction("forward");
-  llvm::StringMap<Value *> values;
-  for (const auto &in : Graph.input()) {
-    if (Initializers.count(in.name()))
+  return constInits;
+}
+
+/// Node `i` of the graph, its operands looked up (initializers read on
+/// first use), normalized to headroom's op and created.
+Error Importer::translateNode(int i, GraphValues &g) {
+  const onnx::NodeProto &n = Graph.node(i);
+  // Every node made for this one (its Reads and Constants too) is from it.
+  g.B.setLoc(nodeLocation(n));
+  llvm::SmallVector<Value *, 4> operands;
+  for (const auto &in : n.input()) {
+    if (in.empty()) {
+      operands.push_back(nullptr);
       continue;
-    values[in.name()] = f->addArgument(Types.lookup(in.name()), in.name());
+    }
+    Value *v = g.lookup(in);
+    if (!v)
+      return failAt(n, i, "input '" + in + "' is not defined before use");
+    operands.push_back(v);
   }
-  Builder b(*f);
-  auto lookup = [&](const std::string &name) -> Value * {
-    auto it = values.find(name);
-    if (it != values.end())
-      return it->second;
-    Value *v = nullptr;
-    if (StateSlot *s = m->lookupState(name))
-      v = b.read(s);
-    else if (constInits.count(name))
-      v = b.constant(constInits.at(name));
-    if (v) {
-      v->setName(name);
-      values[name] = v;
-    }
-    return v;
-  };
-
-  for (int i = 0; i < Graph.node_size(); ++i) {
-    const onnx::NodeProto &n = Graph.node(i);
-    // Every node made for this one (its Reads and Constants too) is from it.
-    b.setLoc(nodeLocation(n));
-    llvm::SmallVector<Value *, 4> operands;
-    for (const auto &in : n.input()) {
-      if (in.empty()) {
-        operands.push_back(nullptr);
-        continue;
-      }
-      Value *v = lookup(in);
-      if (!v)
-        return failAt(n, i, "input '" + in + "' is not defined before use");
-      operands.push_back(v);
-    }
-    // Drop trailing absent outputs; an absent output in the middle would
-    // need a type ONNX does not infer.
-    int numResults = n.output_size();
-    while (numResults > 0 && n.output(numResults - 1).empty())
-      --numResults;
-    llvm::SmallVector<TensorType, 2> types;
-    for (int r = 0; r < numResults; ++r) {
-      if (n.output(r).empty())
-        return failAt(n, i,
-                      "absent output " + llvm::Twine(r) +
-                          " before a present one is not supported");
-      types.push_back(Types.lookup(n.output(r)));
-    }
-    AttributeMap attrs;
-    if (n.op_type() == "Constant") {
-      auto v = constantNodeValue(n, ModelDir);
-      if (!v)
-        return failAt(n, i, llvm::toString(v.takeError()));
-      attrs["value"] = Attribute::getTensor(std::move(*v));
-    } else {
-      for (const auto &a : n.attribute()) {
-        auto attr = attributeFromProto(a, n, ModelDir);
-        if (!attr)
-          return failAt(n, i, llvm::toString(attr.takeError()));
-        attrs[a.name()] = std::move(*attr);
-      }
-    }
-    const OpInfo *info = lookupOp(n.op_type());
-    if (!info || !info->has(opflags::Onnx))
-      return failAt(n, i, "unsupported operator");
-    // Function bodies expanded since checkModel use ops at the model's
-    // opset too.
-    if (auto e = checkOpVersion(n, i))
-      return e;
-    if (static_cast<int>(operands.size()) < info->MinOperands ||
-        (info->MaxOperands >= 0 &&
-         static_cast<int>(operands.size()) > info->MaxOperands))
+  // Drop trailing absent outputs; an absent output in the middle would
+  // need a type ONNX does not infer.
+  int numResults = n.output_size();
+  while (numResults > 0 && n.output(numResults - 1).empty())
+    --numResults;
+  llvm::SmallVector<TensorType, 2> types;
+  for (int r = 0; r < numResults; ++r) {
+    if (n.output(r).empty())
       return failAt(n, i,
-                    "has " + llvm::Twine(operands.size()) +
-                        " inputs, which headroom does not support");
-    if (auto e = normalizeNode(n, i, operands, attrs, b))
-      return e;
-    Node *node = b.create(n.op_type(), operands, types, std::move(attrs));
-    for (int r = 0; r < numResults; ++r) {
-      node->result(r)->setName(prettyName(n.output(r)));
-      values[n.output(r)] = node->result(r);
-    }
-    if (auto e = writeBackRunningStats(*node, b))
-      return failAt(n, i, llvm::toString(std::move(e)));
+                    "absent output " + llvm::Twine(r) +
+                        " before a present one is not supported");
+    types.push_back(Types.lookup(n.output(r)));
   }
+  AttributeMap attrs;
+  if (n.op_type() == "Constant") {
+    auto v = constantNodeValue(n, ModelDir);
+    if (!v)
+      return failAt(n, i, llvm::toString(v.takeError()));
+    attrs["value"] = Attribute::getTensor(std::move(*v));
+  } else {
+    for (const auto &a : n.attribute()) {
+      auto attr = attributeFromProto(a, n, ModelDir);
+      if (!attr)
+        return failAt(n, i, llvm::toString(attr.takeError()));
+      attrs[a.name()] = std::move(*attr);
+    }
+  }
+  const OpInfo *info = lookupOp(n.op_type());
+  if (!info || !info->has(opflags::Onnx))
+    return failAt(n, i, "unsupported operator");
+  // Function bodies expanded since checkModel use ops at the model's
+  // opset too.
+  if (auto e = checkOpVersion(n, i))
+    return e;
+  if (static_cast<int>(operands.size()) < info->MinOperands ||
+      (info->MaxOperands >= 0 &&
+       static_cast<int>(operands.size()) > info->MaxOperands))
+    return failAt(n, i,
+                  "has " + llvm::Twine(operands.size()) +
+                      " inputs, which headroom does not support");
+  if (auto e = normalizeNode(n, i, operands, attrs, g.B))
+    return e;
+  Node *node = g.B.create(n.op_type(), operands, types, std::move(attrs));
+  for (int r = 0; r < numResults; ++r) {
+    node->result(r)->setName(prettyName(n.output(r)));
+    g.Values[n.output(r)] = node->result(r);
+  }
+  if (auto e = writeBackRunningStats(*node, g.B))
+    return failAt(n, i, llvm::toString(std::move(e)));
+  return Error::success();
+}
 
-  // Every buffer the forward mutates must be written by the step.
+/// Every buffer the forward mutates must be written by the step.
+Error Importer::checkBuffersWritten(const Module &m, const Function &f) {
   llvm::StringSet<> written;
-  for (const Node &n : f->nodes())
+  for (const Node &n : f.nodes())
     if (n.is(OpKind::Assign))
       written.insert(n.state()->name());
-  for (const auto &s : m->states())
+  for (const auto &s : m.states())
     if (s->kind() == StateKind::Buffer && !written.count(s->name()))
       return fail("the model's forward updates buffer '" + s->name() +
                   "' (BUFFER_MUTATION in its graph signature), and headroom "
@@ -1805,16 +1818,22 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
                   "--freeze " +
                   s->name() + " keeps it constant");
 
+  return Error::success();
+}
+
+/// The function returns the loss: the output named "loss", else the only
+/// scalar float output (every output with AllOutputs).
+Error Importer::addReturn(Function &f, GraphValues &g) {
   if (Options.AllOutputs) {
     llvm::SmallVector<Value *, 4> results;
     for (const auto &o : Graph.output()) {
-      Value *v = lookup(o.name());
+      Value *v = g.lookup(o.name());
       if (!v)
         return fail("output '" + o.name() + "' is not computed by the graph");
       results.push_back(v);
     }
-    f->createNode("Return", results, {});
-    return m;
+    f.createNode("Return", results, {});
+    return Error::success();
   }
   // The loss: the output named "loss", else the only scalar float output.
   const onnx::ValueInfoProto *loss = nullptr;
@@ -1841,10 +1860,33 @@ Expected<std::unique_ptr<Module>> Importer::translate() {
       Types.lookup(loss->name()).numElements() != 1)
     return fail("no scalar float loss output (outputs: " + outputs +
                 "); compute the loss inside the model's forward");
-  Value *lossValue = lookup(loss->name());
+  Value *lossValue = g.lookup(loss->name());
   if (!lossValue)
     return fail("output '" + loss->name() + "' is not computed by the graph");
-  f->createNode("Return", {lossValue}, {});
+  f.createNode("Return", {lossValue}, {});
+  return Error::success();
+}
+
+Expected<std::unique_ptr<Module>> Importer::translate() {
+  auto m = std::make_unique<Module>();
+  auto constInits = addStates(*m);
+  if (!constInits)
+    return constInits.takeError();
+  Function *f = m->addFunction("forward");
+  Builder b(*f);
+  GraphValues g{*m, b, std::move(*constInits), {}};
+  for (const auto &in : Graph.input()) {
+    if (Initializers.count(in.name()))
+      continue;
+    g.Values[in.name()] = f->addArgument(Types.lookup(in.name()), in.name());
+  }
+  for (int i = 0; i < Graph.node_size(); ++i)
+    if (auto e = translateNode(i, g))
+      return e;
+  if (auto e = checkBuffersWritten(*m, *f))
+    return e;
+  if (auto e = addReturn(*f, g))
+    return e;
   return m;
 }
 
