@@ -211,6 +211,8 @@ llvm::Optional<TensorType> staticType(const onnx::TypeProto &t) {
 // The importer
 //===----------------------------------------------------------------------===//
 
+struct RecurrentSpec;
+
 class Importer {
 public:
   Importer(onnx::ModelProto &model, llvm::StringRef name,
@@ -233,6 +235,12 @@ private:
   Expected<llvm::Optional<Tensor>> knownConstant(const std::string &name);
   Expected<bool>
   expandRecurrent(const onnx::NodeProto &n, int index,
+                  google::protobuf::RepeatedPtrField<onnx::NodeProto> &nodes);
+  Error recurrentSpec(const onnx::NodeProto &n, int index, const TensorType &x,
+                      RecurrentSpec &r);
+  void
+  unrollRecurrent(const onnx::NodeProto &n, const RecurrentSpec &r,
+                  const TensorType &x,
                   google::protobuf::RepeatedPtrField<onnx::NodeProto> &nodes);
   Error inferShapes();
   Expected<bool> foldConstants();
@@ -957,6 +965,17 @@ RecurrentCell rnnCell() {
 
 } // namespace
 
+/// A recurrent node as recurrentSpec reads it.
+struct RecurrentSpec {
+  std::string Direction = "forward";
+  /// Per direction, the cell's activations, as the ops are spelled.
+  std::vector<std::string> Activations;
+  int64_t Hidden = 0;
+  RecurrentCell Cell;
+  int Dirs = 1;
+  size_t PerDir = 0;
+};
+
 /// LSTM, GRU and RNN (what nn.LSTM, nn.GRU and nn.RNN export to) unrolled
 /// over their static sequence length into the ops they are made of, once
 /// the inputs' types are known (before that the node is kept and ONNX's
@@ -966,6 +985,183 @@ RecurrentCell rnnCell() {
 /// (backpropagation through time). What torch does not emit is refused:
 /// layout 1, sequence_lens, clip, activation_alpha/beta, activations other
 /// than Sigmoid, Tanh and Relu, and LSTM's peepholes and input_forget.
+/// Reads and checks a recurrent node's attributes and input shapes.
+Error Importer::recurrentSpec(const onnx::NodeProto &n, int index,
+                              const TensorType &x, RecurrentSpec &r) {
+  const std::string &op = n.op_type();
+  auto refuse = [&](const llvm::Twine &what) {
+    return failAt(n, index, op + " " + what);
+  };
+  auto has = [&](int i) { return i < n.input_size() && !n.input(i).empty(); };
+  auto typeOf = [&](int i) -> const TensorType * {
+    if (!has(i))
+      return nullptr;
+    auto it = Types.find(n.input(i));
+    return it == Types.end() ? nullptr : &it->second;
+  };
+  auto intAttr = [&](const char *name, int64_t dflt) {
+    for (const auto &a : n.attribute())
+      if (a.name() == name)
+        return a.i();
+    return dflt;
+  };
+  for (const auto &a : n.attribute()) {
+    if (a.name() == "direction")
+      r.Direction = a.s();
+    if (a.name() == "activations")
+      r.Activations.assign(a.strings().begin(), a.strings().end());
+    if (a.name() == "clip" || a.name() == "activation_alpha" ||
+        a.name() == "activation_beta")
+      return refuse(a.name() + " is not supported");
+  }
+  if (intAttr("layout", 0) != 0)
+    return refuse("layout 1 is not supported");
+  if (has(4))
+    return refuse("sequence_lens is not supported");
+  if (r.Direction != "forward" && r.Direction != "reverse" &&
+      r.Direction != "bidirectional")
+    return refuse("direction '" + r.Direction +
+                  "' is not forward, reverse or bidirectional");
+  if (x.rank() != 3)
+    return refuse("input X must have rank 3, not " + x.str());
+  r.Hidden = intAttr("hidden_size", 0);
+  if (r.Hidden <= 0)
+    return refuse("needs a positive hidden_size");
+
+  if (op == "LSTM") {
+    if (intAttr("input_forget", 0) != 0)
+      return refuse("input_forget is not supported");
+    if (has(7))
+      return refuse("peepholes (P) are not supported");
+    r.Cell = lstmCell();
+  } else if (op == "GRU") {
+    int64_t lbr = intAttr("linear_before_reset", 0);
+    if (lbr != 0 && lbr != 1)
+      return refuse("linear_before_reset must be 0 or 1, not " +
+                    llvm::Twine(lbr));
+    r.Cell = gruCell(lbr == 1, r.Hidden);
+  } else {
+    r.Cell = rnnCell();
+  }
+
+  r.Dirs = r.Direction == "bidirectional" ? 2 : 1;
+  r.PerDir = r.Cell.Activations.size();
+  if (r.Activations.empty())
+    for (int d = 0; d < r.Dirs; ++d)
+      r.Activations.insert(r.Activations.end(), r.Cell.Activations.begin(),
+                           r.Cell.Activations.end());
+  if (r.Activations.size() != r.PerDir * r.Dirs)
+    return refuse("direction '" + r.Direction + "' takes " +
+                  llvm::Twine(r.PerDir * r.Dirs) + " activations, not " +
+                  llvm::Twine(r.Activations.size()));
+  for (std::string &a : r.Activations) {
+    // Spelled as the ops are (torch's export), or in any case.
+    auto known = llvm::StringSwitch<const char *>(llvm::StringRef(a).lower())
+                     .Case("sigmoid", "Sigmoid")
+                     .Case("tanh", "Tanh")
+                     .Case("relu", "Relu")
+                     .Default(nullptr);
+    if (!known)
+      return refuse("activation '" + a +
+                    "' is not supported (Sigmoid, Tanh and Relu are)");
+    a = known;
+  }
+
+  int64_t steps = x.dim(0), batch = x.dim(1), inputs = x.dim(2);
+  if (steps < 1)
+    return refuse("input X has no time steps (" + x.str() + ")");
+  int64_t width = r.Cell.Gates * r.Hidden;
+  auto check = [&](int i, const char *what,
+                   std::vector<int64_t> want) -> Error {
+    const TensorType *t = typeOf(i);
+    if (!t || t->shape() == llvm::ArrayRef<int64_t>(want))
+      return Error::success();
+    return refuse(llvm::Twine(what) + " must be " +
+                  TensorType(t->dtype(), want).str() + " for hidden_size " +
+                  llvm::Twine(r.Hidden) + ", not " + t->str());
+  };
+  if (auto e = check(1, "W", {r.Dirs, width, inputs}))
+    return e;
+  if (auto e = check(2, "R", {r.Dirs, width, r.Hidden}))
+    return e;
+  if (auto e = check(3, "B", {r.Dirs, 2 * width}))
+    return e;
+  for (int k = 0; k < r.Cell.States; ++k)
+    if (auto e = check(5 + k, k ? "initial_c" : "initial_h",
+                       {r.Dirs, batch, r.Hidden}))
+      return e;
+
+  return Error::success();
+}
+
+/// The unrolled steps of a checked recurrent node (recurrentSpec's `r`).
+void Importer::unrollRecurrent(
+    const onnx::NodeProto &n, const RecurrentSpec &r, const TensorType &x,
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> &nodes) {
+  const std::string &op = n.op_type();
+  auto has = [&](int i) { return i < n.input_size() && !n.input(i).empty(); };
+  int64_t steps = x.dim(0), batch = x.dim(1), inputs = x.dim(2);
+  std::string name = llvm::StringRef(op).lower();
+  NodeBuilder b(n, "_" + name + std::to_string(ExpansionCount++) + "/",
+                x.dtype(), Opset, nodes);
+  bool wantY = n.output_size() > 0 && !n.output(0).empty();
+  std::string rows =
+      b.op("Reshape", {n.input(0), b.ints({steps * batch, inputs})});
+  std::vector<std::string> ys;
+  std::vector<std::vector<std::string>> finals(r.Cell.States); // [state][dir]
+  for (int d = 0; d < r.Dirs; ++d) {
+    bool reverse = r.Direction == "reverse" || d == 1;
+    std::string xw =
+        b.op("MatMul", {rows, b.op("Transpose", {b.take(n.input(1), d)})});
+    std::string rb;
+    if (has(3)) {
+      auto wr = b.split(b.take(n.input(3), d), 2, 0);
+      if (r.Cell.FoldRecurrentBias) {
+        xw = b.op("Add", {xw, b.op("Add", {wr[0], wr[1]})});
+      } else {
+        xw = b.op("Add", {xw, wr[0]});
+        rb = wr[1];
+      }
+    }
+    std::vector<std::string> xs =
+        steps == 1 ? std::vector<std::string>{xw} : b.split(xw, steps, 0);
+    RecurrentStep step = r.Cell.Direction(
+        b, b.op("Transpose", {b.take(n.input(2), d)}), rb,
+        std::vector<std::string>(r.Activations.begin() + d * r.PerDir,
+                                 r.Activations.begin() + (d + 1) * r.PerDir));
+    std::vector<std::string> states;
+    for (int k = 0; k < r.Cell.States; ++k)
+      states.push_back(has(5 + k) ? b.take(n.input(5 + k), d)
+                                  : b.zeros({batch, r.Hidden}));
+    std::vector<std::string> hAt(steps);
+    for (int64_t k = 0; k < steps; ++k) {
+      int64_t t = reverse ? steps - 1 - k : k;
+      states = step(xs[t], states);
+      hAt[t] = states[0];
+    }
+    if (wantY) {
+      std::string y =
+          steps == 1 ? hAt[0]
+                     : b.op("Concat", hAt, {NodeBuilder::intAttr("axis", 0)});
+      ys.push_back(b.op("Reshape", {y, b.ints({steps, 1, batch, r.Hidden})}));
+    }
+    for (int k = 0; k < r.Cell.States; ++k)
+      finals[k].push_back(b.op("Unsqueeze", {states[k], b.ints({0})}));
+  }
+  auto join = [&](std::vector<std::string> parts, int64_t axis, int out) {
+    if (out >= n.output_size() || n.output(out).empty())
+      return;
+    if (parts.size() == 1)
+      b.emit("Identity", {parts[0]}, {n.output(out)});
+    else
+      b.emit("Concat", parts, {n.output(out)},
+             {NodeBuilder::intAttr("axis", axis)});
+  };
+  join(ys, 1, 0);
+  for (int k = 0; k < r.Cell.States; ++k)
+    join(finals[k], 0, 1 + k);
+}
+
 Expected<bool> Importer::expandRecurrent(
     const onnx::NodeProto &n, int index,
     google::protobuf::RepeatedPtrField<onnx::NodeProto> &nodes) {
@@ -987,160 +1183,10 @@ Expected<bool> Importer::expandRecurrent(
     *nodes.Add() = n;
     return false;
   }
-  auto intAttr = [&](const char *name, int64_t dflt) {
-    for (const auto &a : n.attribute())
-      if (a.name() == name)
-        return a.i();
-    return dflt;
-  };
-  std::string direction = "forward";
-  std::vector<std::string> activations;
-  for (const auto &a : n.attribute()) {
-    if (a.name() == "direction")
-      direction = a.s();
-    if (a.name() == "activations")
-      activations.assign(a.strings().begin(), a.strings().end());
-    if (a.name() == "clip" || a.name() == "activation_alpha" ||
-        a.name() == "activation_beta")
-      return refuse(a.name() + " is not supported");
-  }
-  if (intAttr("layout", 0) != 0)
-    return refuse("layout 1 is not supported");
-  if (has(4))
-    return refuse("sequence_lens is not supported");
-  if (direction != "forward" && direction != "reverse" &&
-      direction != "bidirectional")
-    return refuse("direction '" + direction +
-                  "' is not forward, reverse or bidirectional");
-  if (x->rank() != 3)
-    return refuse("input X must have rank 3, not " + x->str());
-  int64_t hidden = intAttr("hidden_size", 0);
-  if (hidden <= 0)
-    return refuse("needs a positive hidden_size");
-
-  RecurrentCell cell;
-  if (op == "LSTM") {
-    if (intAttr("input_forget", 0) != 0)
-      return refuse("input_forget is not supported");
-    if (has(7))
-      return refuse("peepholes (P) are not supported");
-    cell = lstmCell();
-  } else if (op == "GRU") {
-    int64_t lbr = intAttr("linear_before_reset", 0);
-    if (lbr != 0 && lbr != 1)
-      return refuse("linear_before_reset must be 0 or 1, not " +
-                    llvm::Twine(lbr));
-    cell = gruCell(lbr == 1, hidden);
-  } else {
-    cell = rnnCell();
-  }
-
-  int dirs = direction == "bidirectional" ? 2 : 1;
-  size_t perDir = cell.Activations.size();
-  if (activations.empty())
-    for (int d = 0; d < dirs; ++d)
-      activations.insert(activations.end(), cell.Activations.begin(),
-                         cell.Activations.end());
-  if (activations.size() != perDir * dirs)
-    return refuse("direction '" + direction + "' takes " +
-                  llvm::Twine(perDir * dirs) + " activations, not " +
-                  llvm::Twine(activations.size()));
-  for (std::string &a : activations) {
-    // Spelled as the ops are (torch's export), or in any case.
-    auto known = llvm::StringSwitch<const char *>(llvm::StringRef(a).lower())
-                     .Case("sigmoid", "Sigmoid")
-                     .Case("tanh", "Tanh")
-                     .Case("relu", "Relu")
-                     .Default(nullptr);
-    if (!known)
-      return refuse("activation '" + a +
-                    "' is not supported (Sigmoid, Tanh and Relu are)");
-    a = known;
-  }
-
-  int64_t steps = x->dim(0), batch = x->dim(1), inputs = x->dim(2);
-  if (steps < 1)
-    return refuse("input X has no time steps (" + x->str() + ")");
-  int64_t width = cell.Gates * hidden;
-  auto check = [&](int i, const char *what,
-                   std::vector<int64_t> want) -> Error {
-    const TensorType *t = typeOf(i);
-    if (!t || t->shape() == llvm::ArrayRef<int64_t>(want))
-      return Error::success();
-    return refuse(llvm::Twine(what) + " must be " +
-                  TensorType(t->dtype(), want).str() + " for hidden_size " +
-                  llvm::Twine(hidden) + ", not " + t->str());
-  };
-  if (auto e = check(1, "W", {dirs, width, inputs}))
+  RecurrentSpec r;
+  if (auto e = recurrentSpec(n, index, *x, r))
     return e;
-  if (auto e = check(2, "R", {dirs, width, hidden}))
-    return e;
-  if (auto e = check(3, "B", {dirs, 2 * width}))
-    return e;
-  for (int k = 0; k < cell.States; ++k)
-    if (auto e =
-            check(5 + k, k ? "initial_c" : "initial_h", {dirs, batch, hidden}))
-      return e;
-
-  std::string name = llvm::StringRef(op).lower();
-  NodeBuilder b(n, "_" + name + std::to_string(ExpansionCount++) + "/",
-                x->dtype(), Opset, nodes);
-  bool wantY = n.output_size() > 0 && !n.output(0).empty();
-  std::string rows =
-      b.op("Reshape", {n.input(0), b.ints({steps * batch, inputs})});
-  std::vector<std::string> ys;
-  std::vector<std::vector<std::string>> finals(cell.States); // [state][dir]
-  for (int d = 0; d < dirs; ++d) {
-    bool reverse = direction == "reverse" || d == 1;
-    std::string xw =
-        b.op("MatMul", {rows, b.op("Transpose", {b.take(n.input(1), d)})});
-    std::string rb;
-    if (has(3)) {
-      auto wr = b.split(b.take(n.input(3), d), 2, 0);
-      if (cell.FoldRecurrentBias) {
-        xw = b.op("Add", {xw, b.op("Add", {wr[0], wr[1]})});
-      } else {
-        xw = b.op("Add", {xw, wr[0]});
-        rb = wr[1];
-      }
-    }
-    std::vector<std::string> xs =
-        steps == 1 ? std::vector<std::string>{xw} : b.split(xw, steps, 0);
-    RecurrentStep step = cell.Direction(
-        b, b.op("Transpose", {b.take(n.input(2), d)}), rb,
-        std::vector<std::string>(activations.begin() + d * perDir,
-                                 activations.begin() + (d + 1) * perDir));
-    std::vector<std::string> states;
-    for (int k = 0; k < cell.States; ++k)
-      states.push_back(has(5 + k) ? b.take(n.input(5 + k), d)
-                                  : b.zeros({batch, hidden}));
-    std::vector<std::string> hAt(steps);
-    for (int64_t k = 0; k < steps; ++k) {
-      int64_t t = reverse ? steps - 1 - k : k;
-      states = step(xs[t], states);
-      hAt[t] = states[0];
-    }
-    if (wantY) {
-      std::string y =
-          steps == 1 ? hAt[0]
-                     : b.op("Concat", hAt, {NodeBuilder::intAttr("axis", 0)});
-      ys.push_back(b.op("Reshape", {y, b.ints({steps, 1, batch, hidden})}));
-    }
-    for (int k = 0; k < cell.States; ++k)
-      finals[k].push_back(b.op("Unsqueeze", {states[k], b.ints({0})}));
-  }
-  auto join = [&](std::vector<std::string> parts, int64_t axis, int out) {
-    if (out >= n.output_size() || n.output(out).empty())
-      return;
-    if (parts.size() == 1)
-      b.emit("Identity", {parts[0]}, {n.output(out)});
-    else
-      b.emit("Concat", parts, {n.output(out)},
-             {NodeBuilder::intAttr("axis", axis)});
-  };
-  join(ys, 1, 0);
-  for (int k = 0; k < cell.States; ++k)
-    join(finals[k], 0, 1 + k);
+  unrollRecurrent(n, r, *x, nodes);
   return true;
 }
 
