@@ -232,6 +232,11 @@ private:
   Error makeShapesStatic();
   Expected<bool> expandFunctions();
   Expected<bool> lowerSequences();
+  Expected<std::vector<int64_t>> sequenceSizes(const onnx::NodeProto &n, int i,
+                                               int64_t dim);
+  Expected<std::vector<std::pair<int, int64_t>>>
+  sequenceUses(const onnx::NodeProto &n, int64_t count,
+               const llvm::StringMap<std::vector<int>> &users);
   Expected<llvm::Optional<Tensor>> knownConstant(const std::string &name);
   Expected<bool>
   expandRecurrent(const onnx::NodeProto &n, int index,
@@ -1401,6 +1406,128 @@ Importer::knownConstant(const std::string &name) {
 /// one Split, with a Squeeze per piece where keepdims=0 drops the axis, and
 /// each SequenceAt an Identity of its piece. Needs the input's static type,
 /// so it runs once shape inference has it.
+/// The nodes replacing SplitToSequence `n`: the sizes constant, one Split
+/// into `pieces`, and a Squeeze of each when keepdims=0 drops the axis.
+static std::vector<onnx::NodeProto>
+splitNodes(const onnx::NodeProto &n, const std::string &prefix,
+           llvm::ArrayRef<int64_t> sizes, llvm::ArrayRef<std::string> pieces,
+           int64_t axis, bool squeeze) {
+  std::vector<onnx::NodeProto> nodes;
+  onnx::NodeProto c;
+  c.set_op_type("Constant");
+  c.set_name(n.name());
+  c.add_output(prefix + "sizes");
+  auto *value = c.add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  *value->mutable_t() = tensorToProto(
+      Tensor::fromInts(DType::I64, {int64_t(sizes.size())}, sizes),
+      prefix + "sizes");
+  nodes.push_back(c);
+  onnx::NodeProto split;
+  split.set_op_type("Split");
+  split.set_name(n.name());
+  split.add_input(n.input(0));
+  split.add_input(prefix + "sizes");
+  auto *ax = split.add_attribute();
+  ax->set_name("axis");
+  ax->set_type(onnx::AttributeProto::INT);
+  ax->set_i(axis);
+  for (const std::string &p : pieces)
+    split.add_output(p + (squeeze ? "/kept" : ""));
+  nodes.push_back(split);
+  if (squeeze) {
+    onnx::NodeProto axes = c;
+    axes.set_output(0, prefix + "axes");
+    *axes.mutable_attribute(0)->mutable_t() = tensorToProto(
+        Tensor::fromInts(DType::I64, {1}, {axis}), prefix + "axes");
+    nodes.push_back(axes);
+    for (const std::string &p : pieces) {
+      onnx::NodeProto sq;
+      sq.set_op_type("Squeeze");
+      sq.set_name(n.name());
+      sq.add_input(p + "/kept");
+      sq.add_input(prefix + "axes");
+      sq.add_output(p);
+      nodes.push_back(sq);
+    }
+  }
+  return nodes;
+}
+
+/// The piece sizes of SplitToSequence `n` (node i) along an axis of `dim`:
+/// ones without a split operand, chunks of a scalar one, else its sizes.
+Expected<std::vector<int64_t>> Importer::sequenceSizes(const onnx::NodeProto &n,
+                                                       int i, int64_t dim) {
+  std::vector<int64_t> sizes;
+  bool hasSplit = n.input_size() > 1 && !n.input(1).empty();
+  // One Split output per piece: a sequence of more pieces than any model
+  // splits into (torch.unbind of a long axis) is refused, not allocated.
+  constexpr int64_t kMaxPieces = 1 << 14;
+  auto tooMany = [&] {
+    return failAt(n, i,
+                  "makes more than " + llvm::Twine(kMaxPieces) + " pieces");
+  };
+  if (!hasSplit) {
+    if (dim > kMaxPieces)
+      return tooMany();
+    sizes.assign(dim, 1);
+  } else {
+    auto split = knownConstant(n.input(1));
+    if (!split)
+      return split.takeError();
+    if (!*split)
+      return failAt(n, i, "split sizes must be constants");
+    if ((*split)->type().rank() == 0) {
+      int64_t chunk = (*split)->getInt(0);
+      if (chunk <= 0)
+        return failAt(n, i,
+                      "split size " + llvm::Twine(chunk) + " is not positive");
+      if (dim / chunk >= kMaxPieces)
+        return tooMany();
+      for (int64_t at = 0; at < dim; at += chunk)
+        sizes.push_back(std::min(chunk, dim - at));
+    } else {
+      if ((*split)->numElements() > kMaxPieces)
+        return tooMany();
+      for (int64_t k = 0; k < (*split)->numElements(); ++k)
+        sizes.push_back((*split)->getInt(k));
+    }
+  }
+  return sizes;
+}
+
+/// The SequenceAt nodes that read SplitToSequence `n`'s output (`users`:
+/// the nodes reading each name), with their positions among `count`
+/// pieces; an error for any other reader or a position not constant.
+Expected<std::vector<std::pair<int, int64_t>>>
+Importer::sequenceUses(const onnx::NodeProto &n, int64_t count,
+                       const llvm::StringMap<std::vector<int>> &users) {
+  std::vector<std::pair<int, int64_t>> uses;
+  for (int u : users.lookup(n.output(0))) {
+    const onnx::NodeProto &at = Graph.node(u);
+    if (at.op_type() != "SequenceAt" || at.input_size() != 2 ||
+        at.output_size() != 1 || at.input(0) != n.output(0))
+      return failAt(at, u,
+                    "uses the sequence of a SplitToSequence; headroom "
+                    "supports sequences read by SequenceAt only");
+    auto pos = knownConstant(at.input(1));
+    if (!pos)
+      return pos.takeError();
+    if (*pos && (*pos)->numElements() != 1)
+      return failAt(at, u, "position must be one integer");
+    int64_t p = *pos ? (*pos)->getInt(0) : INT64_MAX;
+    if (p < -count || p >= count)
+      return failAt(at, u,
+                    *pos ? "position " + llvm::Twine(p) +
+                               " is outside the sequence of " +
+                               llvm::Twine(count)
+                         : llvm::Twine("position must be a constant"));
+    uses.push_back({u, p < 0 ? p + count : p});
+  }
+  return uses;
+}
+
 Expected<bool> Importer::lowerSequences() {
   llvm::StringMap<std::vector<int>> users;
   for (int i = 0; i < Graph.node_size(); ++i)
@@ -1432,113 +1559,23 @@ Expected<bool> Importer::lowerSequences() {
                         x.str());
     axis = axis < 0 ? axis + rank : axis;
     int64_t dim = x.dim(axis);
-    std::vector<int64_t> sizes;
     bool hasSplit = n.input_size() > 1 && !n.input(1).empty();
-    // One Split output per piece: a sequence of more pieces than any model
-    // splits into (torch.unbind of a long axis) is refused, not allocated.
-    constexpr int64_t kMaxPieces = 1 << 14;
-    auto tooMany = [&] {
-      return failAt(n, i,
-                    "makes more than " + llvm::Twine(kMaxPieces) + " pieces");
-    };
-    if (!hasSplit) {
-      if (dim > kMaxPieces)
-        return tooMany();
-      sizes.assign(dim, 1);
-    } else {
-      auto split = knownConstant(n.input(1));
-      if (!split)
-        return split.takeError();
-      if (!*split)
-        return failAt(n, i, "split sizes must be constants");
-      if ((*split)->type().rank() == 0) {
-        int64_t chunk = (*split)->getInt(0);
-        if (chunk <= 0)
-          return failAt(
-              n, i, "split size " + llvm::Twine(chunk) + " is not positive");
-        if (dim / chunk >= kMaxPieces)
-          return tooMany();
-        for (int64_t at = 0; at < dim; at += chunk)
-          sizes.push_back(std::min(chunk, dim - at));
-      } else {
-        if ((*split)->numElements() > kMaxPieces)
-          return tooMany();
-        for (int64_t k = 0; k < (*split)->numElements(); ++k)
-          sizes.push_back((*split)->getInt(k));
-      }
-    }
+    auto sizes = sequenceSizes(n, i, dim);
+    if (!sizes)
+      return sizes.takeError();
     std::string prefix = "_seq" + std::to_string(ExpansionCount++) + "/";
     std::vector<std::string> pieces;
-    for (size_t k = 0; k < sizes.size(); ++k)
+    for (size_t k = 0; k < sizes->size(); ++k)
       pieces.push_back(prefix + std::to_string(k));
-    // Every user must be a SequenceAt at a known position.
-    std::vector<std::pair<int, int64_t>> uses;
-    for (int u : users.lookup(n.output(0))) {
-      const onnx::NodeProto &at = Graph.node(u);
-      if (at.op_type() != "SequenceAt" || at.input_size() != 2 ||
-          at.output_size() != 1 || at.input(0) != n.output(0))
-        return failAt(at, u,
-                      "uses the sequence of a SplitToSequence; headroom "
-                      "supports sequences read by SequenceAt only");
-      auto pos = knownConstant(at.input(1));
-      if (!pos)
-        return pos.takeError();
-      if (*pos && (*pos)->numElements() != 1)
-        return failAt(at, u, "position must be one integer");
-      int64_t p = *pos ? (*pos)->getInt(0) : INT64_MAX;
-      int64_t count = static_cast<int64_t>(sizes.size());
-      if (p < -count || p >= count)
-        return failAt(at, u,
-                      *pos ? "position " + llvm::Twine(p) +
-                                 " is outside the sequence of " +
-                                 llvm::Twine(count)
-                           : llvm::Twine("position must be a constant"));
-      uses.push_back({u, p < 0 ? p + count : p});
-    }
-    std::vector<onnx::NodeProto> nodes;
-    onnx::NodeProto c;
-    c.set_op_type("Constant");
-    c.set_name(n.name());
-    c.add_output(prefix + "sizes");
-    auto *value = c.add_attribute();
-    value->set_name("value");
-    value->set_type(onnx::AttributeProto::TENSOR);
-    *value->mutable_t() = tensorToProto(
-        Tensor::fromInts(DType::I64, {int64_t(sizes.size())}, sizes),
-        prefix + "sizes");
-    nodes.push_back(c);
-    onnx::NodeProto split;
-    split.set_op_type("Split");
-    split.set_name(n.name());
-    split.add_input(n.input(0));
-    split.add_input(prefix + "sizes");
-    auto *ax = split.add_attribute();
-    ax->set_name("axis");
-    ax->set_type(onnx::AttributeProto::INT);
-    ax->set_i(axis);
-    for (const std::string &p : pieces)
-      split.add_output(p + (keepdims || hasSplit ? "" : "/kept"));
-    nodes.push_back(split);
-    if (!keepdims && !hasSplit) {
-      onnx::NodeProto axes = c;
-      axes.set_output(0, prefix + "axes");
-      *axes.mutable_attribute(0)->mutable_t() = tensorToProto(
-          Tensor::fromInts(DType::I64, {1}, {axis}), prefix + "axes");
-      nodes.push_back(axes);
-      for (const std::string &p : pieces) {
-        onnx::NodeProto sq;
-        sq.set_op_type("Squeeze");
-        sq.set_name(n.name());
-        sq.add_input(p + "/kept");
-        sq.add_input(prefix + "axes");
-        sq.add_output(p);
-        nodes.push_back(sq);
-      }
-    }
+    auto uses = sequenceUses(n, sizes->size(), users);
+    if (!uses)
+      return uses.takeError();
+    std::vector<onnx::NodeProto> nodes =
+        splitNodes(n, prefix, *sizes, pieces, axis, !keepdims && !hasSplit);
     for (onnx::NodeProto &made : nodes)
       *made.mutable_metadata_props() = n.metadata_props();
     replace[i] = std::move(nodes);
-    for (const auto &[u, p] : uses) {
+    for (const auto &[u, p] : *uses) {
       onnx::NodeProto id;
       id.set_op_type("Identity");
       id.set_name(Graph.node(u).name());
