@@ -85,6 +85,12 @@ private:
     return b.constant(Tensor::fromDoubles(t, {}, {v}));
   }
   llvm::Error updateFunction(Module &m, Function &f);
+  llvm::Error addNormPass(Module &m, Function &f, Builder &b, StateSlot *offset,
+                          Value *&coef, Value *&finite);
+  llvm::Error checkWeightType(const std::string &name,
+                              const TensorType &type) const;
+  void updateLossScale(Builder &b, Value *finite, StateSlot *offset,
+                       StateSlot *good);
   /// The loss scale 2^(16 + offset), f32.
   Value *scaleValue(Builder &b, StateSlot *offset);
   /// The update of `w` from `g`; `scale` (null: 1) multiplies g first and a
@@ -407,6 +413,100 @@ void Optimizer::update(Module &m, Builder &b, StateSlot *s, Value *g,
   b.create("Assign", {newW}, {}, {}, s);
 }
 
+/// The norm-only pass: a copy of `f` that stores the clip coefficient (and
+/// with loss scaling whether the gradients are finite) before any update,
+/// called before `f` on the same batch; `coef` and `finite` read what it
+/// stored (through `b`, in `f`).
+llvm::Error Optimizer::addNormPass(Module &m, Function &f, Builder &b,
+                                   StateSlot *offset, Value *&coef,
+                                   Value *&finite) {
+  TensorType f32s(DType::F32, {});
+  bool check = O.LossScale || O.SkipNonFinite;
+  // The norm-only pass: a copy of f that stores the clip coefficient (and
+  // with loss scaling whether the gradients are finite) before any update.
+  stampRandomStreams(f);
+  Function *normPass = m.cloneFunction(f, freshFunctionName(m, "grad_norm"));
+  std::vector<Node *> normGrads = paramGrads(*normPass);
+  llvm::SmallVector<Value *, 16> ngs;
+  for (Node *n : normGrads)
+    ngs.push_back(n->operand(0));
+  // It writes nothing else: the BatchNorm statistics are the update
+  // pass's to advance, once per step.
+  std::vector<Node *> writes;
+  for (Node &n : normPass->nodes())
+    if (n.info()->has(opflags::WritesState))
+      writes.push_back(&n);
+  for (Node *n : writes)
+    n->erase();
+  Builder nb(*normPass, normPass->returnNode());
+  Value *total = sumOfSquares(nb, ngs);
+  Value *normScale = O.LossScale ? scaleValue(nb, offset) : nullptr;
+  if (check) {
+    StateSlot *ok = slot(m, "step.finite", TensorType(DType::Bool, {}));
+    nb.create("Assign", {finiteStep(nb, *normPass, total)}, {}, {}, ok);
+    finite = b.read(ok);
+  }
+  if (O.ClipGradNorm > 0) {
+    StateSlot *scale = slot(m, "clip.scale", f32s);
+    auto [norm, c] = clipCoefficient(nb, total, normScale, O.ClipGradNorm);
+    nb.create("Assign", {c}, {}, {}, scale);
+    appendResult(*normPass, norm); // replaces the return: nb is done
+    coef = b.read(scale);
+  }
+  // The driver: the norm pass, then this function on the same batch.
+  std::vector<DriverStep> driver(m.driver().begin(), m.driver().end());
+  if (driver.empty())
+    driver.push_back({&f, 1, false});
+  auto it = llvm::find_if(driver,
+                          [&](const DriverStep &d) { return d.Callee == &f; });
+  if (it == driver.end() || it->Repeat != 1)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "optimizer: clipping or loss scaling with %s needs @%s called once "
+        "per step",
+        O.kindName().str().c_str(), f.name().c_str());
+  DriverStep normStep{normPass, 1, it->SameBatch};
+  it->SameBatch = true;
+  driver.insert(it, normStep);
+  m.setDriver(std::move(driver));
+  return llvm::Error::success();
+}
+
+/// Weights the update cannot take: AdaLomo on bf16/f16 storage, 8-bit
+/// moments of an f64 weight.
+llvm::Error Optimizer::checkWeightType(const std::string &name,
+                                       const TensorType &type) const {
+  DType pt = type.dtype();
+  bool narrow = pt == DType::BF16 || pt == DType::F16;
+  if (narrow && O.Kind == OptimizerOptions::Kind::AdaLomo)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "optimizer: @%s is stored in %s (--master-weights none): %s "
+        "needs fp32 master weights; sgd, momentum, adamw and lomo update "
+        "narrow weights",
+        name.c_str(), dtypeName(pt).str().c_str(), O.kindName().str().c_str());
+  if (pt == DType::F64 && O.int8Moments(type.numElements()))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "optimizer: @%s is f64: 8-bit optimizer state quantizes the moments "
+        "of f32, bf16 and f16 weights",
+        name.c_str());
+  return llvm::Error::success();
+}
+
+/// The loss scale: halved on a skipped step, doubled after 2000 finite ones.
+void Optimizer::updateLossScale(Builder &b, Value *finite, StateSlot *offset,
+                                StateSlot *good) {
+  auto k = [&](double v) { return scalar(b, v, DType::F32); };
+  Value *run =
+      b.apply("Where", {finite, b.apply("Add", {b.read(good), k(1)}), k(0)});
+  Value *grow = b.apply("GreaterOrEqual", {run, k(2000)});
+  Value *delta =
+      b.apply("Where", {grow, k(1), b.apply("Where", {finite, k(0), k(-1)})});
+  b.create("Assign", {b.apply("Add", {b.read(offset), delta})}, {}, {}, offset);
+  b.create("Assign", {b.apply("Where", {grow, k(0), run})}, {}, {}, good);
+}
+
 llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
   std::vector<Node *> grads = paramGrads(f);
   llvm::SmallVector<Value *, 16> gs;
@@ -436,53 +536,8 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
   bool check = O.LossScale || O.SkipNonFinite; // whether to update at all
   bool prePass = (O.ClipGradNorm > 0 || check) && O.fused() && !kept;
   if (prePass) {
-    // The norm-only pass: a copy of f that stores the clip coefficient (and
-    // with loss scaling whether the gradients are finite) before any update.
-    stampRandomStreams(f);
-    Function *normPass = m.cloneFunction(f, freshFunctionName(m, "grad_norm"));
-    std::vector<Node *> normGrads = paramGrads(*normPass);
-    llvm::SmallVector<Value *, 16> ngs;
-    for (Node *n : normGrads)
-      ngs.push_back(n->operand(0));
-    // It writes nothing else: the BatchNorm statistics are the update
-    // pass's to advance, once per step.
-    std::vector<Node *> writes;
-    for (Node &n : normPass->nodes())
-      if (n.info()->has(opflags::WritesState))
-        writes.push_back(&n);
-    for (Node *n : writes)
-      n->erase();
-    Builder nb(*normPass, normPass->returnNode());
-    Value *total = sumOfSquares(nb, ngs);
-    Value *normScale = O.LossScale ? scaleValue(nb, offset) : nullptr;
-    if (check) {
-      StateSlot *ok = slot(m, "step.finite", TensorType(DType::Bool, {}));
-      nb.create("Assign", {finiteStep(nb, *normPass, total)}, {}, {}, ok);
-      finite = b.read(ok);
-    }
-    if (O.ClipGradNorm > 0) {
-      StateSlot *scale = slot(m, "clip.scale", f32s);
-      auto [norm, c] = clipCoefficient(nb, total, normScale, O.ClipGradNorm);
-      nb.create("Assign", {c}, {}, {}, scale);
-      appendResult(*normPass, norm); // replaces the return: nb is done
-      coef = b.read(scale);
-    }
-    // The driver: the norm pass, then this function on the same batch.
-    std::vector<DriverStep> driver(m.driver().begin(), m.driver().end());
-    if (driver.empty())
-      driver.push_back({&f, 1, false});
-    auto it = llvm::find_if(
-        driver, [&](const DriverStep &d) { return d.Callee == &f; });
-    if (it == driver.end() || it->Repeat != 1)
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(),
-          "optimizer: clipping or loss scaling with %s needs @%s called once "
-          "per step",
-          O.kindName().str().c_str(), f.name().c_str());
-    DriverStep normStep{normPass, 1, it->SameBatch};
-    it->SameBatch = true;
-    driver.insert(it, normStep);
-    m.setDriver(std::move(driver));
+    if (auto e = addNormPass(m, f, b, offset, coef, finite))
+      return e;
   } else if (O.ClipGradNorm > 0 || check) {
     Value *total = sumOfSquares(b, gs);
     if (O.ClipGradNorm > 0) {
@@ -520,22 +575,8 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
     // lomo (so the two give the same weights); MomentumUpdate and
     // AdamWUpdate with f32 moments. AdaLomo's arithmetic would round at
     // every op: refused.
-    DType pt = s->type().dtype();
-    bool narrow = pt == DType::BF16 || pt == DType::F16;
-    if (narrow && O.Kind == OptimizerOptions::Kind::AdaLomo)
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(),
-          "optimizer: @%s is stored in %s (--master-weights none): %s "
-          "needs fp32 master weights; sgd, momentum, adamw and lomo update "
-          "narrow weights",
-          s->name().c_str(), dtypeName(pt).str().c_str(),
-          O.kindName().str().c_str());
-    if (pt == DType::F64 && O.int8Moments(s->type().numElements()))
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(),
-          "optimizer: @%s is f64: 8-bit optimizer state quantizes the moments "
-          "of f32, bf16 and f16 weights",
-          s->name().c_str());
+    if (auto e = checkWeightType(s->name(), s->type()))
+      return e;
     update(m, b, s, g, step, coef, finite);
   }
   for (Node *n : grads)
@@ -545,15 +586,7 @@ llvm::Error Optimizer::updateFunction(Module &m, Function &f) {
   wrapWrites(f, beforeUpdates, finite);
   if (!O.LossScale)
     return llvm::Error::success();
-  // The scale: halved on a skipped step, doubled after 2000 finite ones.
-  auto k = [&](double v) { return scalar(b, v, DType::F32); };
-  Value *run =
-      b.apply("Where", {finite, b.apply("Add", {b.read(good), k(1)}), k(0)});
-  Value *grow = b.apply("GreaterOrEqual", {run, k(2000)});
-  Value *delta =
-      b.apply("Where", {grow, k(1), b.apply("Where", {finite, k(0), k(-1)})});
-  b.create("Assign", {b.apply("Add", {b.read(offset), delta})}, {}, {}, offset);
-  b.create("Assign", {b.apply("Where", {grow, k(0), run})}, {}, {}, good);
+  updateLossScale(b, finite, offset, good);
   return llvm::Error::success();
 }
 
