@@ -186,6 +186,10 @@ public:
       : Executor(std::move(plan)), Options(options) {}
   ~CudaExecutor() override;
   Error allocate();
+  Error openDevice();
+  Error placeBuffers(uint64_t arena, uint64_t hostArena,
+                     llvm::ArrayRef<uint64_t> constantAt);
+  Error allocateStaging();
 
   llvm::Expected<std::vector<Tensor>>
   run(llvm::StringRef function, llvm::ArrayRef<const Tensor *> args) override;
@@ -325,7 +329,10 @@ CudaExecutor::~CudaExecutor() {
     deviceFree(Base);
 }
 
-Error CudaExecutor::allocate() {
+/// The GPU (a rank's among those it sees), the compute stream, the copy
+/// stream and its events where a function needs them, cuBLASLt's handle.
+/// Nothing in the emulator.
+Error CudaExecutor::openDevice() {
 #if !defined(HEADROOM_CUDA_EMULATED)
   int count = 0;
   if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || !count) {
@@ -388,6 +395,70 @@ Error CudaExecutor::allocate() {
     return fail("cannot create the cuBLASLt handle");
   BlasLt = lt;
 #endif
+  return Error::success();
+}
+
+/// Every buffer's pointer: in the arena (device or host pool), a state
+/// slot, or a constant uploaded once at `constantAt`.
+Error CudaExecutor::placeBuffers(uint64_t arena, uint64_t hostArena,
+                                 llvm::ArrayRef<uint64_t> constantAt) {
+  Pointers.assign(ThePlan.Buffers.size(), nullptr);
+  HostConstants.assign(ThePlan.Buffers.size(), nullptr);
+  for (size_t i = 0; i < ThePlan.Buffers.size(); ++i) {
+    const Placement &p = ThePlan.Placements[i];
+    switch (p.Where) {
+    case Placement::Kind::Arena:
+      Pointers[i] =
+          p.Host ? HostBase + hostArena + p.Offset : Base + arena + p.Offset;
+      break;
+    case Placement::Kind::State:
+      Pointers[i] = state(p.Index);
+      break;
+    case Placement::Kind::Constant: {
+      const Tensor &t =
+          ThePlan.Functions[p.Index].Calls[p.Call].Attrs.at("value").asTensor();
+      Pointers[i] = Base + constantAt[i];
+      HostConstants[i] = &t;
+      if (!t.bytes().empty())
+        if (Error e = toDevice(Pointers[i], t.bytes().data(), t.bytes().size(),
+                               Stream))
+          return e;
+      break;
+    }
+    }
+  }
+
+  return Error::success();
+}
+
+/// Pinned staging per function: its arguments, results and reported
+/// gradients at fixed offsets.
+Error CudaExecutor::allocateStaging() {
+  for (const PlanFunction &f : ThePlan.Functions) {
+    Staging s;
+    auto add = [&](std::vector<uint64_t> &offsets, int buffer) {
+      offsets.push_back(s.Bytes);
+      s.Bytes = alignTo(s.Bytes + ThePlan.Buffers[buffer].sizeInBytes(), 64);
+    };
+    for (int b : f.Args)
+      add(s.Args, b);
+    for (int b : f.Results)
+      add(s.Results, b);
+    for (const KernelCall &c : f.Calls)
+      if (c.Kind == OpKind::ParamGrad)
+        add(s.Grads, c.Inputs[0]);
+    void *p = nullptr;
+    if (Error e = hostAlloc(&p, s.Bytes))
+      return e;
+    s.Base = static_cast<uint8_t *>(p);
+    Stagings[f.Name] = std::move(s);
+  }
+  return Error::success();
+}
+
+Error CudaExecutor::allocate() {
+  if (Error e = openDevice())
+    return e;
   if (Error e = joinRanks())
     return e;
   uint64_t align = std::max<uint64_t>(ThePlan.Alignment, 256);
@@ -434,52 +505,10 @@ Error CudaExecutor::allocate() {
   // State starts zeroed; constants are uploaded once.
   if (Error e = fillZero(Base, arena, Stream))
     return e;
-  Pointers.assign(ThePlan.Buffers.size(), nullptr);
-  HostConstants.assign(ThePlan.Buffers.size(), nullptr);
-  for (size_t i = 0; i < ThePlan.Buffers.size(); ++i) {
-    const Placement &p = ThePlan.Placements[i];
-    switch (p.Where) {
-    case Placement::Kind::Arena:
-      Pointers[i] =
-          p.Host ? HostBase + hostArena + p.Offset : Base + arena + p.Offset;
-      break;
-    case Placement::Kind::State:
-      Pointers[i] = state(p.Index);
-      break;
-    case Placement::Kind::Constant: {
-      const Tensor &t =
-          ThePlan.Functions[p.Index].Calls[p.Call].Attrs.at("value").asTensor();
-      Pointers[i] = Base + constantAt[i];
-      HostConstants[i] = &t;
-      if (!t.bytes().empty())
-        if (Error e = toDevice(Pointers[i], t.bytes().data(), t.bytes().size(),
-                               Stream))
-          return e;
-      break;
-    }
-    }
-  }
-
-  // Pinned staging per function.
-  for (const PlanFunction &f : ThePlan.Functions) {
-    Staging s;
-    auto add = [&](std::vector<uint64_t> &offsets, int buffer) {
-      offsets.push_back(s.Bytes);
-      s.Bytes = alignTo(s.Bytes + ThePlan.Buffers[buffer].sizeInBytes(), 64);
-    };
-    for (int b : f.Args)
-      add(s.Args, b);
-    for (int b : f.Results)
-      add(s.Results, b);
-    for (const KernelCall &c : f.Calls)
-      if (c.Kind == OpKind::ParamGrad)
-        add(s.Grads, c.Inputs[0]);
-    void *p = nullptr;
-    if (Error e = hostAlloc(&p, s.Bytes))
-      return e;
-    s.Base = static_cast<uint8_t *>(p);
-    Stagings[f.Name] = std::move(s);
-  }
+  if (Error e = placeBuffers(arena, hostArena, constantAt))
+    return e;
+  if (Error e = allocateStaging())
+    return e;
   return synchronize(Stream);
 }
 
