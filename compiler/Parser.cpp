@@ -80,6 +80,16 @@ private:
   llvm::Error parseDriver(Module &m);
   llvm::Error parseLora(Module &m);
   llvm::Error parseNode(Function &f, llvm::StringMap<Value *> &values);
+  llvm::Expected<Value *> lookupValue(const llvm::StringMap<Value *> &values,
+                                      const Token &t);
+  llvm::Error parseReturn(Function &f, const llvm::StringMap<Value *> &values);
+  llvm::Error parseResultNames(std::vector<Token> &resultNames);
+  llvm::Error parseOperands(Function &f, const llvm::StringMap<Value *> &values,
+                            llvm::SmallVectorImpl<StateSlot *> &states,
+                            llvm::SmallVectorImpl<Value *> &operands);
+  llvm::Error parseAttributes(AttributeMap &attrs);
+  llvm::Error parseResultTypes(llvm::SmallVectorImpl<TensorType> &types);
+  llvm::Error parseLoc(std::string &loc);
   llvm::Expected<TensorType> parseType();
   llvm::Expected<Attribute> parseAttribute();
   llvm::Expected<Tensor> parseDense();
@@ -489,33 +499,37 @@ llvm::Error Parser::defineValue(llvm::StringMap<Value *> &values,
   return llvm::Error::success();
 }
 
-llvm::Error Parser::parseNode(Function &f, llvm::StringMap<Value *> &values) {
-  auto lookupValue = [&](const Token &t) -> llvm::Expected<Value *> {
-    auto it = values.find(t.Text);
-    if (it == values.end())
-      return errorAt(t.Loc, "use of undefined value %" + t.Text);
-    return it->second;
-  };
-  if (isIdent("return")) {
-    next();
-    llvm::SmallVector<Value *, 2> operands;
-    while (Tk.Kind == Tok::ValueId) {
-      auto v = lookupValue(Tk);
-      if (!v)
-        return v.takeError();
-      operands.push_back(*v);
-      next();
-      if (!isPunct(','))
-        break;
-      next();
-    }
-    f.createNode("Return", operands, {});
-    if (!isPunct('}'))
-      return error("expected '}' after return");
-    return llvm::Error::success();
-  }
+llvm::Expected<Value *>
+Parser::lookupValue(const llvm::StringMap<Value *> &values, const Token &t) {
+  auto it = values.find(t.Text);
+  if (it == values.end())
+    return errorAt(t.Loc, "use of undefined value %" + t.Text);
+  return it->second;
+}
 
-  std::vector<Token> resultNames;
+/// `return %a, %b` (the function's last line).
+llvm::Error Parser::parseReturn(Function &f,
+                                const llvm::StringMap<Value *> &values) {
+  next();
+  llvm::SmallVector<Value *, 2> operands;
+  while (Tk.Kind == Tok::ValueId) {
+    auto v = lookupValue(values, Tk);
+    if (!v)
+      return v.takeError();
+    operands.push_back(*v);
+    next();
+    if (!isPunct(','))
+      break;
+    next();
+  }
+  f.createNode("Return", operands, {});
+  if (!isPunct('}'))
+    return error("expected '}' after return");
+  return llvm::Error::success();
+}
+
+/// `%a, %b =` before the op (none for an op without results).
+llvm::Error Parser::parseResultNames(std::vector<Token> &resultNames) {
   while (Tk.Kind == Tok::ValueId) {
     resultNames.push_back(Tk);
     next();
@@ -529,17 +543,16 @@ llvm::Error Parser::parseNode(Function &f, llvm::StringMap<Value *> &values) {
       return e;
     break;
   }
-  if (Tk.Kind != Tok::Ident)
-    return error("expected an op name");
-  Token opTok = Tk;
-  const OpInfo *info = lookupOp(opTok.Text);
-  if (!info)
-    return error("unknown op '" + opTok.Text + "'");
-  next();
+  return llvm::Error::success();
+}
+
+/// `(@state, %value, none, ...)`: state operands first.
+llvm::Error Parser::parseOperands(Function &f,
+                                  const llvm::StringMap<Value *> &values,
+                                  llvm::SmallVectorImpl<StateSlot *> &states,
+                                  llvm::SmallVectorImpl<Value *> &operands) {
   if (auto e = expectPunct('(', "after the op name"))
     return e;
-  llvm::SmallVector<StateSlot *, 1> states;
-  llvm::SmallVector<Value *, 4> operands;
   bool first = true;
   while (!isPunct(')')) {
     if (!first)
@@ -553,7 +566,7 @@ llvm::Error Parser::parseNode(Function &f, llvm::StringMap<Value *> &values) {
         return error("use of undefined state @" + Tk.Text);
       states.push_back(state);
     } else if (Tk.Kind == Tok::ValueId) {
-      auto v = lookupValue(Tk);
+      auto v = lookupValue(values, Tk);
       if (!v)
         return v.takeError();
       operands.push_back(*v);
@@ -566,7 +579,11 @@ llvm::Error Parser::parseNode(Function &f, llvm::StringMap<Value *> &values) {
     next();
   }
   next();
-  AttributeMap attrs;
+  return llvm::Error::success();
+}
+
+/// `{name = value, ...}`, when given.
+llvm::Error Parser::parseAttributes(AttributeMap &attrs) {
   if (isPunct('{')) {
     next();
     while (!isPunct('}')) {
@@ -587,7 +604,11 @@ llvm::Error Parser::parseNode(Function &f, llvm::StringMap<Value *> &values) {
     }
     next();
   }
-  llvm::SmallVector<TensorType, 2> types;
+  return llvm::Error::success();
+}
+
+/// `: type, type` after the node, when given.
+llvm::Error Parser::parseResultTypes(llvm::SmallVectorImpl<TensorType> &types) {
   if (isPunct(':')) {
     next();
     do {
@@ -599,11 +620,11 @@ llvm::Error Parser::parseNode(Function &f, llvm::StringMap<Value *> &values) {
       types.push_back(*t);
     } while (isPunct(','));
   }
-  if (types.size() != resultNames.size())
-    return errorAt(opTok.Loc, "expected " + llvm::Twine(resultNames.size()) +
-                                  " result type(s) after ':', got " +
-                                  llvm::Twine(types.size()));
-  std::string loc;
+  return llvm::Error::success();
+}
+
+/// `loc("...")`, when given.
+llvm::Error Parser::parseLoc(std::string &loc) {
   if (isIdent("loc")) {
     next();
     if (auto e = expectPunct('(', "after 'loc'"))
@@ -616,6 +637,39 @@ llvm::Error Parser::parseNode(Function &f, llvm::StringMap<Value *> &values) {
       return error("expected ')' after the location");
     next();
   }
+  return llvm::Error::success();
+}
+
+llvm::Error Parser::parseNode(Function &f, llvm::StringMap<Value *> &values) {
+  if (isIdent("return"))
+    return parseReturn(f, values);
+  std::vector<Token> resultNames;
+  if (auto e = parseResultNames(resultNames))
+    return e;
+  if (Tk.Kind != Tok::Ident)
+    return error("expected an op name");
+  Token opTok = Tk;
+  const OpInfo *info = lookupOp(opTok.Text);
+  if (!info)
+    return error("unknown op '" + opTok.Text + "'");
+  next();
+  llvm::SmallVector<StateSlot *, 1> states;
+  llvm::SmallVector<Value *, 4> operands;
+  if (auto e = parseOperands(f, values, states, operands))
+    return e;
+  AttributeMap attrs;
+  if (auto e = parseAttributes(attrs))
+    return e;
+  llvm::SmallVector<TensorType, 2> types;
+  if (auto e = parseResultTypes(types))
+    return e;
+  if (types.size() != resultNames.size())
+    return errorAt(opTok.Loc, "expected " + llvm::Twine(resultNames.size()) +
+                                  " result type(s) after ':', got " +
+                                  llvm::Twine(types.size()));
+  std::string loc;
+  if (auto e = parseLoc(loc))
+    return e;
   Node *n = f.createNode(opTok.Text, operands, types, std::move(attrs));
   for (StateSlot *s : states)
     n->addState(s);
