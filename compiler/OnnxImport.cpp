@@ -231,6 +231,12 @@ private:
   Error bindInputs();
   Error makeShapesStatic();
   Expected<bool> expandFunctions();
+  std::vector<onnx::TypeProto> inputTypeProtos(const onnx::NodeProto &n) const;
+  /// Unsupported ops: op -> (its first node, count).
+  using UnsupportedOps =
+      llvm::MapVector<std::string, std::pair<std::string, int>,
+                      std::map<std::string, unsigned>>;
+  Error unsupportedOps(const UnsupportedOps &unsupported);
   Expected<bool> lowerSequences();
   Expected<std::vector<int64_t>> sequenceSizes(const onnx::NodeProto &n, int i,
                                                int64_t dim);
@@ -623,6 +629,46 @@ static bool keptAsIs(const onnx::NodeProto &n) {
          n.op_type() == "SplitToSequence" || n.op_type() == "SequenceAt";
 }
 
+/// The ONNX types of `n`'s inputs, as far as shape inference knows them.
+std::vector<onnx::TypeProto>
+Importer::inputTypeProtos(const onnx::NodeProto &n) const {
+  std::vector<onnx::TypeProto> inputTypes;
+  for (const auto &in : n.input()) {
+    onnx::TypeProto tp;
+    auto it = Types.find(in);
+    if (it != Types.end()) {
+      auto *tt = tp.mutable_tensor_type();
+      tt->set_elem_type(dtypeToOnnx(it->second.dtype()));
+      for (int64_t d : it->second.shape())
+        tt->mutable_shape()->add_dim()->set_dim_value(d);
+    }
+    inputTypes.push_back(tp);
+  }
+  return inputTypes;
+}
+
+/// One error naming every unsupported op of the model (op -> its first
+/// node and how many): a user who meets them one at a time fixes one and
+/// meets the next.
+Error Importer::unsupportedOps(const UnsupportedOps &unsupported) {
+  if (unsupported.size() == 1 && unsupported.front().second.second == 1)
+    return fail(unsupported.front().second.first +
+                ": unsupported operator; headroom supports the ops listed in "
+                "docs/ops.md");
+  std::string list;
+  for (const auto &[op, where] : unsupported) {
+    if (!list.empty())
+      list += ", ";
+    list += op + " (" +
+            (where.second == 1
+                 ? ""
+                 : std::to_string(where.second) + " nodes, the first ") +
+            where.first + ")";
+  }
+  return fail("unsupported operators: " + list +
+              "; headroom supports the ops listed in docs/ops.md");
+}
+
 Expected<bool> Importer::expandFunctions() {
   // Most rounds have nothing to expand: the node list (thousands of nodes
   // in a 7B export) is copied only when something is.
@@ -632,9 +678,7 @@ Expected<bool> Importer::expandFunctions() {
   bool changed = false;
   // Every unsupported op of the model is named in one error: a user who
   // meets them one at a time fixes one and meets the next.
-  llvm::MapVector<std::string, std::pair<std::string, int>,
-                  std::map<std::string, unsigned>>
-      unsupported; // op -> (its first node, count)
+  UnsupportedOps unsupported;
   for (int i = 0; i < Graph.node_size(); ++i) {
     const onnx::NodeProto &n = Graph.node(i);
     const OpInfo *info = lookupOp(n.op_type());
@@ -691,19 +735,7 @@ Expected<bool> Importer::expandFunctions() {
           *nodes.Add() = n;
           continue;
         }
-        std::vector<onnx::TypeProto> inputTypes;
-        for (const auto &in : n.input()) {
-          onnx::TypeProto tp;
-          auto it = Types.find(in);
-          if (it != Types.end()) {
-            auto *tt = tp.mutable_tensor_type();
-            tt->set_elem_type(dtypeToOnnx(it->second.dtype()));
-            for (int64_t d : it->second.shape())
-              tt->mutable_shape()->add_dim()->set_dim_value(d);
-          }
-          inputTypes.push_back(tp);
-        }
-        onnx::FunctionBodyBuildContextImpl ctx(n, inputTypes);
+        onnx::FunctionBodyBuildContextImpl ctx(n, inputTypeProtos(n));
         try {
           if (schema->BuildContextDependentFunction(ctx, built, Opset))
             local = &built;
@@ -722,24 +754,8 @@ Expected<bool> Importer::expandFunctions() {
     expandFunction(n, *local, schema, prefix, nodes);
     changed = true;
   }
-  if (unsupported.size() == 1 && unsupported.front().second.second == 1)
-    return fail(unsupported.front().second.first +
-                ": unsupported operator; headroom supports the ops listed in "
-                "docs/ops.md");
-  if (!unsupported.empty()) {
-    std::string list;
-    for (const auto &[op, where] : unsupported) {
-      if (!list.empty())
-        list += ", ";
-      list += op + " (" +
-              (where.second == 1
-                   ? ""
-                   : std::to_string(where.second) + " nodes, the first ") +
-              where.first + ")";
-    }
-    return fail("unsupported operators: " + list +
-                "; headroom supports the ops listed in docs/ops.md");
-  }
+  if (!unsupported.empty())
+    return unsupportedOps(unsupported);
   if (changed)
     Graph.mutable_node()->Swap(&nodes);
   return changed;

@@ -190,6 +190,31 @@ uint64_t constantBytes(const MemoryReport &r) {
   return r.StateBytes() + r.StatePadding + r.WorkspaceBytes();
 }
 
+/// The timeline's columns: at most ~800, each the busiest of its `Per`
+/// calls (keeps every peak), and the most bytes of any.
+struct TimelineColumns {
+  std::vector<std::array<uint64_t, kTransientKinds>> Cols;
+  size_t Per = 1;
+  uint64_t Most = 0;
+};
+
+TimelineColumns timelineColumns(const MemoryReport &r) {
+  TimelineColumns out;
+  out.Per = std::max<size_t>(1, (r.Timeline.size() + 799) / 800);
+  auto total = [](const std::array<uint64_t, kTransientKinds> &t) {
+    return t[0] + t[1] + t[2] + t[3];
+  };
+  for (size_t i = 0; i < r.Timeline.size(); i += out.Per) {
+    std::array<uint64_t, kTransientKinds> best = r.Timeline[i];
+    for (size_t j = i; j < std::min(i + out.Per, r.Timeline.size()); ++j)
+      if (total(r.Timeline[j]) > total(best))
+        best = r.Timeline[j];
+    out.Cols.push_back(best);
+    out.Most = std::max(out.Most, total(best));
+  }
+  return out;
+}
+
 /// The timeline: the constant part as a band at the bottom, the transient
 /// part above it on its own scale, the forward shaded, updates ticked, the
 /// peak and (when given) the budget marked.
@@ -204,21 +229,10 @@ void drawTimeline(const MemoryReport &r, llvm::StringRef title, uint64_t budget,
            title.empty() ? std::string("Memory over the training step")
                          : "Memory over the training step: " + title.str(),
            "start", 15, "font-weight=\"bold\"");
-  // At most ~800 columns, each the busiest of its calls (keeps every peak).
-  std::vector<std::array<uint64_t, kTransientKinds>> cols;
-  size_t per = std::max<size_t>(1, (r.Timeline.size() + 799) / 800);
-  auto total = [](const std::array<uint64_t, kTransientKinds> &t) {
-    return t[0] + t[1] + t[2] + t[3];
-  };
-  uint64_t most = 0;
-  for (size_t i = 0; i < r.Timeline.size(); i += per) {
-    std::array<uint64_t, kTransientKinds> best = r.Timeline[i];
-    for (size_t j = i; j < std::min(i + per, r.Timeline.size()); ++j)
-      if (total(r.Timeline[j]) > total(best))
-        best = r.Timeline[j];
-    cols.push_back(best);
-    most = std::max(most, total(best));
-  }
+  TimelineColumns tc = timelineColumns(r);
+  const auto &cols = tc.Cols;
+  size_t per = tc.Per;
+  uint64_t most = tc.Most;
   size_t n = std::max<size_t>(cols.size(), 1);
   uint64_t constant = constantBytes(r);
   ByteAxis axis(double(std::max(r.ArenaBytes, most)) * 1.04 + 1);
