@@ -289,3 +289,11 @@ ops::Dims ops::reducedShape(ArrayRef<int64_t> x, ArrayRef<int64_t> axes,
   }
   return shape;
 }
+
+ops::Dims ops::gatherShape(ArrayRef<int64_t> data, ArrayRef<int64_t> indices,
+                           int64_t axis) {
+  Dims shape(data.begin(), data.begin() + axis);
+  shape.append(indices.begin(), indices.end());
+  shape.append(data.begin() + axis + 1, data.end());
+  return shape;
+}

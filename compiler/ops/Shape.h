@@ -102,6 +102,11 @@ llvm::Expected<NdIndexing> ndIndexing(const TensorType &data,
                                       const TensorType &indices,
                                       int64_t batchDims);
 
+/// Gather's result along normalized `axis`: data's dims before the axis,
+/// then the indices' shape, then data's after it.
+Dims gatherShape(llvm::ArrayRef<int64_t> data, llvm::ArrayRef<int64_t> indices,
+                 int64_t axis);
+
 /// Reshape of `x` to the requested dims (ONNX: 0 copies the operand's
 /// dimension unless `allowZero`, one -1 is inferred). Errors: a 0 past the
 /// operand's rank, two -1s, a negative size, a count that changes.

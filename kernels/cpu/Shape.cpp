@@ -22,6 +22,7 @@
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/KernelUtil.h"
 #include "kernels/cpu/MoveKernels.h"
+#include "kernels/cpu/ShapeCheck.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -281,9 +282,8 @@ void copyStrided(unsigned bytes, void *dst, const void *src,
 /// Reshape, Flatten, Squeeze, Unsqueeze: the bytes are unchanged.
 Error copyKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  if (x.Type != y.Type || x.numElements() != y.numElements())
-    return ctx.unsupported("input " + x.type().str() + " and result " +
-                           y.type().str() + " differ in size");
+  if (Error e = checkSameBytes(ctx))
+    return e;
   if (y.Data != x.Data && y.sizeInBytes())
     std::memcpy(y.Data, x.Data, y.sizeInBytes());
   return Error::success();
@@ -324,7 +324,6 @@ struct GatherLayout {
 Expected<GatherLayout> gatherLayout(const KernelContext &ctx,
                                     const TensorView &data,
                                     const TensorView &gathered) {
-  const TensorView &indices = ctx.Inputs[1];
   auto axis = normAxis(ctx, ctx.attrInt("axis", 0), data.rank());
   if (!axis)
     return axis.takeError();
@@ -340,14 +339,7 @@ Expected<GatherLayout> gatherLayout(const KernelContext &ctx,
                              " of " + data.type().str());
     i = i < 0 ? i + l.N : i;
   }
-  Dims shape(data.Shape.begin(), data.Shape.begin() + *axis);
-  shape.append(indices.Shape.begin(), indices.Shape.end());
-  shape.append(data.Shape.begin() + *axis + 1, data.Shape.end());
-  if (gathered.Shape != ArrayRef<int64_t>(shape))
-    return ctx.unsupported(
-        "data " + data.type().str() + " and indices " + indices.type().str() +
-        " gather " + shapeString(shape) + ", not " + gathered.type().str());
-  if (auto e = expectSameType(ctx, data, gathered))
+  if (auto e = checkGathered(ctx, data, gathered, *axis))
     return e;
   return l;
 }
@@ -459,10 +451,8 @@ Expected<std::vector<int64_t>> elementOffsets(const KernelContext &ctx,
 /// GatherElements(data, indices) {axis}: y[e] = data[offset(e)].
 Error gatherElementsKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  if (y.Type != x.Type || y.Shape != ctx.Inputs[1].Shape)
-    return ctx.unsupported("result " + y.type().str() + " is not " +
-                           dtypeName(x.Type) + " shaped like the indices " +
-                           ctx.Inputs[1].type().str());
+  if (Error e = checkShapedLikeIndices(ctx, "result", y, x.Type))
+    return e;
   auto offsets = elementOffsets(ctx, x, 1, ctx.Inputs[1].Shape);
   if (!offsets)
     return offsets.takeError();
@@ -551,10 +541,8 @@ Error scatterElementsKernel(const KernelContext &ctx) {
 /// gathered data's) with dy[e] added at offset(e).
 Error gatherElementsGradKernel(const KernelContext &ctx) {
   const TensorView &dy = ctx.Inputs[0], &dx = ctx.Outputs[0];
-  if (dy.Type != dx.Type || dy.Shape != ctx.Inputs[1].Shape)
-    return ctx.unsupported("dy " + dy.type().str() + " is not " +
-                           dtypeName(dx.Type) + " shaped like the indices " +
-                           ctx.Inputs[1].type().str());
+  if (Error e = checkShapedLikeIndices(ctx, "dy", dy, dx.Type))
+    return e;
   auto offsets = elementOffsets(ctx, dx, 1, dy.Shape);
   if (!offsets)
     return offsets.takeError();
@@ -578,6 +566,8 @@ struct NdLayout {
   int64_t Slice = 1;
   int64_t K = 0;
   int64_t Batch = 0;
+  /// GatherND's result shape, ScatterND's updates'.
+  Dims SliceShape;
 };
 
 Expected<NdLayout> ndLayout(const KernelContext &ctx, const TensorView &data,
@@ -591,6 +581,7 @@ Expected<NdLayout> ndLayout(const KernelContext &ctx, const TensorView &data,
   l.Batch = nd->Batch;
   l.K = nd->K;
   l.Slice = nd->Slice;
+  l.SliceShape = nd->SliceShape;
   int64_t b = nd->Batch, batchStride = nd->BatchStride, perBatch = nd->PerBatch;
   auto idx = intOperand(ctx, indicesInput, "indices");
   if (!idx)
@@ -613,25 +604,14 @@ Expected<NdLayout> ndLayout(const KernelContext &ctx, const TensorView &data,
   return l;
 }
 
-/// The shape GatherND gives (and ScatterND's updates have): the indices'
-/// shape without its last axis, then data's dimensions after the k-th.
-Dims ndSliceShape(const TensorView &data, const TensorView &indices,
-                  const NdLayout &l) {
-  Dims shape(indices.Shape.begin(), indices.Shape.end() - 1);
-  shape.append(data.Shape.begin() + l.Batch + l.K, data.Shape.end());
-  return shape;
-}
-
 /// GatherND(data, indices): the slice at each index tuple.
 Error gatherNdKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
   auto l = ndLayout(ctx, x, 1);
   if (!l)
     return l.takeError();
-  Dims shape = ndSliceShape(x, ctx.Inputs[1], *l);
-  if (y.Type != x.Type || y.Shape != ArrayRef<int64_t>(shape))
-    return ctx.unsupported("result " + y.type().str() + " is not " +
-                           TensorType(x.Type, shape).str());
+  if (Error e = checkNdSlices(ctx, "result", "is", y, x, l->SliceShape))
+    return e;
   size_t bytes = l->Slice * dtypeSize(x.Type);
   for (size_t t = 0; t < l->Offsets.size(); ++t)
     std::memcpy(bytesAt(y, t * l->Slice), bytesAt(x, l->Offsets[t]), bytes);
@@ -647,10 +627,8 @@ Error scatterNdKernel(const KernelContext &ctx) {
   auto l = ndLayout(ctx, x, 1);
   if (!l)
     return l.takeError();
-  Dims shape = ndSliceShape(x, ctx.Inputs[1], *l);
-  if (u.Type != x.Type || u.Shape != ArrayRef<int64_t>(shape))
-    return ctx.unsupported("updates " + u.type().str() + " are not " +
-                           TensorType(x.Type, shape).str());
+  if (Error e = checkNdSlices(ctx, "updates", "are", u, x, l->SliceShape))
+    return e;
   std::vector<int64_t> offsets;
   offsets.reserve(l->Offsets.size() * l->Slice);
   for (int64_t off : l->Offsets)
@@ -662,8 +640,6 @@ Error scatterNdKernel(const KernelContext &ctx) {
 //===----------------------------------------------------------------------===//
 // Expand, Tile, Pad, Trilu
 //===----------------------------------------------------------------------===//
-
-enum class PadMode { Constant, Reflect, Edge, Wrap };
 
 /// For each index of a padded axis, the index of the input it copies, or -1
 /// for the constant. `o - before` is the unpadded position.
@@ -726,24 +702,13 @@ void padCopy(const TensorView &x, const TensorView &y,
 /// Negative pads crop.
 Error padKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  auto params = padParams(ctx);
+  if (!params)
+    return params.takeError();
+  PadMode mode = params->Mode;
   std::string modeName = ctx.attrString("mode", "constant");
-  PadMode mode = modeName == "reflect" ? PadMode::Reflect
-                 : modeName == "edge"  ? PadMode::Edge
-                 : modeName == "wrap"  ? PadMode::Wrap
-                                       : PadMode::Constant;
-  if (mode == PadMode::Constant && modeName != "constant")
-    return ctx.unsupported("mode '" + modeName + "' is not supported");
-  if (hasOperand(ctx, 3))
-    return ctx.unsupported("the axes operand (opset 18) is not supported");
-  auto pads = intOperand(ctx, 1, "pads");
-  if (!pads)
-    return pads.takeError();
+  const std::vector<int64_t> *pads = &params->Pads;
   size_t rank = x.rank();
-  if (pads->size() != 2 * rank)
-    return ctx.unsupported("pads has " + Twine(pads->size()) +
-                           " entries for rank " + Twine(rank));
-  if (auto e = expectSameType(ctx, x, y))
-    return e;
   Dims shape;
   std::vector<std::vector<int64_t>> sources;
   for (size_t d = 0; d < rank; ++d) {
@@ -804,12 +769,10 @@ Error cumSumKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
   if (auto e = expectSameType(ctx, x, y))
     return e;
-  auto axes = intOperand(ctx, 1, "axis");
-  if (!axes)
-    return axes.takeError();
-  if (axes->size() != 1)
-    return ctx.unsupported("axis must be one integer");
-  auto s = splitAtAxis(ctx, x, (*axes)[0]);
+  auto axis = cumSumAxis(ctx);
+  if (!axis)
+    return axis.takeError();
+  auto s = splitAtAxis(ctx, x, *axis);
   if (!s)
     return s.takeError();
   bool exclusive = ctx.attrInt("exclusive", 0) != 0;
@@ -911,20 +874,13 @@ Error constantOfShapeKernel(const KernelContext &ctx) {
 /// running sum), computed in double for floats and int64 for integers.
 template <typename T> Error range(const KernelContext &ctx) {
   const TensorView &y = ctx.Outputs[0];
-  for (const TensorView &t : ctx.Inputs)
-    if (t.numElements() != 1 || t.Type != y.Type)
-      return ctx.unsupported("start, limit and delta must be scalars of the "
-                             "result's element type");
-  T start = *ctx.Inputs[0].as<T>(), limit = *ctx.Inputs[1].as<T>(),
-    delta = *ctx.Inputs[2].as<T>();
-  if (delta == 0)
-    return ctx.unsupported("delta is 0");
-  double count = std::ceil((double(limit) - double(start)) / double(delta));
-  int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
-  if (y.rank() != 1 || y.Shape[0] != n)
-    return ctx.unsupported("the operands give " + Twine(n) +
-                           " elements, but the result type is " +
-                           y.type().str());
+  auto p = rangeParams<T>(ctx, [&](unsigned i, const char *, T &v) {
+    v = *ctx.Inputs[i].as<T>();
+    return Error::success();
+  });
+  if (!p)
+    return p.takeError();
+  T start = p->Start, delta = p->Delta;
   T *out = y.as<T>();
   for (int64_t i = 0; i < y.Shape[0]; ++i) {
     if constexpr (std::is_floating_point_v<T>)
@@ -936,21 +892,8 @@ template <typename T> Error range(const KernelContext &ctx) {
 }
 
 Error rangeKernel(const KernelContext &ctx) {
-  switch (ctx.Outputs[0].Type) {
-  case DType::F32:
-    return range<float>(ctx);
-  case DType::F64:
-    return range<double>(ctx);
-  case DType::I16:
-    return range<int16_t>(ctx);
-  case DType::I32:
-    return range<int32_t>(ctx);
-  case DType::I64:
-    return range<int64_t>(ctx);
-  default:
-    return ctx.unsupported("element type " + dtypeName(ctx.Outputs[0].Type) +
-                           " is not supported");
-  }
+  return dispatchRange(ctx, /*withI16=*/true,
+                       [&](auto zero) { return range<decltype(zero)>(ctx); });
 }
 
 } // namespace

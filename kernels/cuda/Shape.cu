@@ -37,6 +37,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/MoveKernels.h"
+#include "kernels/cpu/ShapeCheck.h"
 #include "kernels/cuda/Launch.h"
 
 #include "compiler/Types.h"
@@ -389,9 +390,8 @@ Error stridedCopy(const KernelContext &ctx, unsigned bytes, void *dst,
 /// Reshape, Flatten, Squeeze, Unsqueeze: the bytes are unchanged.
 Error copyKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  if (x.Type != y.Type || x.numElements() != y.numElements())
-    return ctx.unsupported("input " + x.type().str() + " and result " +
-                           y.type().str() + " differ in size");
+  if (Error e = cpu::checkSameBytes(ctx))
+    return e;
   copyAsync(ctx, y.Data, x.Data, y.sizeInBytes());
   return Error::success();
 }
@@ -436,14 +436,7 @@ Expected<GatherLayout> gatherLayout(const KernelContext &ctx,
   GatherLayout l{product(data.Shape.take_front(*axis)), data.Shape[*axis],
                  product(data.Shape.drop_front(*axis + 1)),
                  indices.numElements()};
-  Dims shape(data.Shape.begin(), data.Shape.begin() + *axis);
-  shape.append(indices.Shape.begin(), indices.Shape.end());
-  shape.append(data.Shape.begin() + *axis + 1, data.Shape.end());
-  if (gathered.Shape != ArrayRef<int64_t>(shape))
-    return ctx.unsupported(
-        "data " + data.type().str() + " and indices " + indices.type().str() +
-        " gather " + shapeString(shape) + ", not " + gathered.type().str());
-  if (Error e = expectSameType(ctx, data, gathered))
+  if (Error e = cpu::checkGathered(ctx, data, gathered, *axis))
     return Expected<GatherLayout>(std::move(e));
   return l;
 }
@@ -681,10 +674,8 @@ template <typename Op> struct ScatterOf {
 /// GatherElements(data, indices) {axis}: y[e] = data[offset(e)].
 Error gatherElementsKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  if (y.Type != x.Type || y.Shape != ctx.Inputs[1].Shape)
-    return ctx.unsupported("result " + y.type().str() + " is not " +
-                           dtypeName(x.Type) + " shaped like the indices " +
-                           ctx.Inputs[1].type().str());
+  if (Error e = cpu::checkShapedLikeIndices(ctx, "result", y, x.Type))
+    return e;
   int64_t axis;
   if (Error e = checkElementIndices(ctx, x, y.Shape, axis))
     return e;
@@ -748,10 +739,8 @@ Error scatterElementsKernel(const KernelContext &ctx) {
 /// dy[e] added at offset(e).
 Error gatherElementsGradKernel(const KernelContext &ctx) {
   const TensorView &dy = ctx.Inputs[0], &dx = ctx.Outputs[0];
-  if (dy.Type != dx.Type || dy.Shape != ctx.Inputs[1].Shape)
-    return ctx.unsupported("dy " + dy.type().str() + " is not " +
-                           dtypeName(dx.Type) + " shaped like the indices " +
-                           ctx.Inputs[1].type().str());
+  if (Error e = cpu::checkShapedLikeIndices(ctx, "dy", dy, dx.Type))
+    return e;
   int64_t axis;
   if (Error e = checkElementIndices(ctx, dx, dy.Shape, axis))
     return e;
@@ -796,6 +785,8 @@ template <typename I> struct NdIndex {
 struct NdLayout {
   int64_t K = 0, Slice = 1, Batch = 0, PerBatch = 0, BatchStride = 0;
   Dims Extents, Strides;
+  /// GatherND's result shape, ScatterND's updates'.
+  Dims SliceShape;
 };
 
 Expected<NdLayout> ndLayout(const KernelContext &ctx, const TensorView &data) {
@@ -810,6 +801,7 @@ Expected<NdLayout> ndLayout(const KernelContext &ctx, const TensorView &data) {
   l.Slice = nd->Slice;
   l.BatchStride = nd->BatchStride;
   l.PerBatch = nd->PerBatch;
+  l.SliceShape = nd->SliceShape;
   int64_t b = nd->Batch;
   if (l.K > kMaxDims)
     return ctx.unsupported("index tuples of more than " + Twine(kMaxDims) +
@@ -822,14 +814,6 @@ Expected<NdLayout> ndLayout(const KernelContext &ctx, const TensorView &data) {
     l.Strides.push_back(strides[b + j]);
   }
   return l;
-}
-
-/// The shape GatherND gives (and ScatterND's updates have).
-Dims ndSliceShape(const TensorView &data, const TensorView &indices,
-                  const NdLayout &l) {
-  Dims shape(indices.Shape.begin(), indices.Shape.end() - 1);
-  shape.append(data.Shape.begin() + l.Batch + l.K, data.Shape.end());
-  return shape;
 }
 
 /// The device index of `l` in units of g elements (g divides Slice, so
@@ -893,10 +877,8 @@ Error gatherNdKernel(const KernelContext &ctx) {
   auto l = ndLayout(ctx, x);
   if (!l)
     return l.takeError();
-  Dims shape = ndSliceShape(x, ctx.Inputs[1], *l);
-  if (y.Type != x.Type || y.Shape != ArrayRef<int64_t>(shape))
-    return ctx.unsupported("result " + y.type().str() + " is not " +
-                           TensorType(x.Type, shape).str());
+  if (Error e = cpu::checkNdSlices(ctx, "result", "is", y, x, l->SliceShape))
+    return e;
   if (y.numElements() == 0)
     return Error::success();
   unsigned bytes = dtypeSize(x.Type);
@@ -951,10 +933,8 @@ Error scatterNdKernel(const KernelContext &ctx) {
   auto l = ndLayout(ctx, x);
   if (!l)
     return l.takeError();
-  Dims shape = ndSliceShape(x, ctx.Inputs[1], *l);
-  if (u.Type != x.Type || u.Shape != ArrayRef<int64_t>(shape))
-    return ctx.unsupported("updates " + u.type().str() + " are not " +
-                           TensorType(x.Type, shape).str());
+  if (Error e = cpu::checkNdSlices(ctx, "updates", "are", u, x, l->SliceShape))
+    return e;
   unsigned unit = widestUnit(dtypeSize(x.Type), {l->Slice}, {y.Data, u.Data});
   return scatterWith<ScatterNdApply>(ctx, *l, unit);
 }
@@ -1023,24 +1003,17 @@ struct PadApply {
 /// is read on the device (so it need not be a plan constant).
 Error padKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
+  auto params = cpu::padParams(ctx);
+  if (!params)
+    return params.takeError();
+  // The device's modes, in cpu::PadMode's order.
+  static_assert(int(cpu::PadMode::Wrap) == PadWrap &&
+                int(cpu::PadMode::Edge) == PadEdge &&
+                int(cpu::PadMode::Reflect) == PadReflect);
+  PadMode mode = PadMode(int(params->Mode));
   std::string modeName = ctx.attrString("mode", "constant");
-  PadMode mode = modeName == "reflect" ? PadReflect
-                 : modeName == "edge"  ? PadEdge
-                 : modeName == "wrap"  ? PadWrap
-                                       : PadConstant;
-  if (mode == PadConstant && modeName != "constant")
-    return ctx.unsupported("mode '" + modeName + "' is not supported");
-  if (hasOperand(ctx, 3))
-    return ctx.unsupported("the axes operand (opset 18) is not supported");
-  auto pads = intOperand(ctx, 1, "pads");
-  if (!pads)
-    return pads.takeError();
+  const std::vector<int64_t> *pads = &params->Pads;
   size_t rank = x.rank();
-  if (pads->size() != 2 * rank)
-    return ctx.unsupported("pads has " + Twine(pads->size()) +
-                           " entries for rank " + Twine(rank));
-  if (Error e = expectSameType(ctx, x, y))
-    return e;
   Dims shape, xStrides = contiguousStrides(x.Shape);
   PadIndex index;
   index.Mode = mode;
@@ -1165,12 +1138,10 @@ Error cumSumKernel(const KernelContext &ctx) {
   if (x.type() != y.type())
     return ctx.unsupported("result " + y.type().str() + " differs from " +
                            x.type().str());
-  auto axes = intOperand(ctx, 1, "axis");
-  if (!axes)
-    return axes.takeError();
-  if (axes->size() != 1)
-    return ctx.unsupported("axis must be one integer");
-  auto s = splitAtAxis(ctx, x, (*axes)[0]);
+  auto axis = cpu::cumSumAxis(ctx);
+  if (!axis)
+    return axis.takeError();
+  auto s = splitAtAxis(ctx, x, *axis);
   if (!s)
     return s.takeError();
   if (x.numElements() == 0)
@@ -1253,46 +1224,27 @@ template <typename T> struct RangeBody {
 
 template <typename T> Error range(const KernelContext &ctx) {
   const TensorView &y = ctx.Outputs[0];
-  T v[3];
-  const char *names[] = {"start", "limit", "delta"};
-  for (unsigned i = 0; i < 3; ++i) {
-    const TensorView &t = ctx.Inputs[i];
-    if (t.numElements() != 1 || t.Type != y.Type)
-      return ctx.unsupported("start, limit and delta must be scalars of the "
-                             "result's element type");
-    auto c = ctx.constant(i, names[i]);
-    if (!c)
-      return c.takeError();
-    std::memcpy(&v[i], (*c)->bytes().data(), sizeof(T));
-  }
-  T start = v[0], limit = v[1], delta = v[2];
-  if (delta == 0)
-    return ctx.unsupported("delta is 0");
-  double count = std::ceil((double(limit) - double(start)) / double(delta));
-  int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
-  if (y.rank() != 1 || y.Shape[0] != n)
-    return ctx.unsupported("the operands give " + Twine(n) +
-                           " elements, but the result type is " +
-                           y.type().str());
+  auto p = cpu::rangeParams<T>(
+      ctx, [&](unsigned i, const char *name, T &v) -> Error {
+        auto c = ctx.constant(i, name);
+        if (!c)
+          return c.takeError();
+        std::memcpy(&v, (*c)->bytes().data(), sizeof(T));
+        return Error::success();
+      });
+  if (!p)
+    return p.takeError();
+  T start = p->Start, delta = p->Delta;
+  int64_t n = p->Count;
   using S = typename RangeBody<T>::S;
   forEach(ctx, n, RangeBody<T>{y.as<T>(), S(start), S(delta)});
   return Error::success();
 }
 
 Error rangeKernel(const KernelContext &ctx) {
-  switch (ctx.Outputs[0].Type) {
-  case DType::F32:
-    return range<float>(ctx);
-  case DType::F64:
-    return range<double>(ctx);
-  case DType::I32:
-    return range<int32_t>(ctx);
-  case DType::I64:
-    return range<int64_t>(ctx);
-  default:
-    return ctx.unsupported("element type " + dtypeName(ctx.Outputs[0].Type) +
-                           " is not supported");
-  }
+  return cpu::dispatchRange(ctx, /*withI16=*/false, [&](auto zero) {
+    return range<decltype(zero)>(ctx);
+  });
 }
 
 } // namespace
