@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cpu/Kernel.h"
+#include "kernels/cpu/LinalgCheck.h"
 
 #include "compiler/MatMulShape.h"
 #include "compiler/ops/Shape.h"
@@ -48,20 +49,9 @@ void blasGemm(const GemmArgs &g, const double *a, const double *b, double *c) {
               g.Lda, b, g.Ldb, g.Beta, c, g.Ldc);
 }
 
-/// Leading dimensions of contiguous operands. BLAS requires them >= 1 even
-/// when a matrix is empty.
 GemmArgs contiguousGemm(bool transA, bool transB, int64_t m, int64_t n,
                         int64_t k) {
-  GemmArgs g;
-  g.TransA = transA;
-  g.TransB = transB;
-  g.M = m;
-  g.N = n;
-  g.K = k;
-  g.Lda = std::max<int64_t>(1, transA ? m : k);
-  g.Ldb = std::max<int64_t>(1, transB ? k : n);
-  g.Ldc = std::max<int64_t>(1, n);
-  return g;
+  return contiguousCall<GemmArgs>(transA, transB, m, n, k);
 }
 
 /// Y[m, n] = C broadcast to [M, N] (C has rank 0, 1 or 2).
@@ -83,28 +73,15 @@ void broadcastBias(const TensorView &c, T *y, int64_t m, int64_t n) {
 template <typename T> Error gemm(const KernelContext &ctx) {
   const TensorView &a = ctx.Inputs[0], &b = ctx.Inputs[1];
   const TensorView &y = ctx.Outputs[0];
-  if (a.rank() != 2 || b.rank() != 2)
-    return ctx.unsupported("A and B must be matrices");
-  bool transA = ctx.attrInt("transA", 0), transB = ctx.attrInt("transB", 0);
-  int64_t m = a.Shape[transA ? 1 : 0], k = a.Shape[transA ? 0 : 1];
-  int64_t n = b.Shape[transB ? 0 : 1];
-  if (b.Shape[transB ? 1 : 0] != k)
-    return ctx.unsupported("inner dimensions of A and B differ");
-  if (y.rank() != 2 || y.Shape[0] != m || y.Shape[1] != n)
-    return ctx.unsupported("result type is not [M, N]");
-  GemmArgs g = contiguousGemm(transA, transB, m, n, k);
-  g.Alpha = ctx.attrFloat("alpha", 1.0);
-  g.Beta = ctx.attrFloat("beta", 1.0);
-  if (ctx.hasInput(2) && g.Beta != 0) {
-    const TensorView &c = ctx.Inputs[2];
-    if (c.rank() > 2 || (c.rank() == 2 && c.Shape[0] != 1 && c.Shape[0] != m) ||
-        (c.rank() >= 1 && c.Shape.back() != 1 && c.Shape.back() != n))
-      return ctx.unsupported("C does not broadcast to [M, N]");
-    broadcastBias(c, y.as<T>(), m, n);
-  } else {
-    // beta*C is absent (or scaled away): BLAS must not read the output.
-    g.Beta = 0;
-  }
+  auto shape = gemmShape(ctx);
+  if (!shape)
+    return shape.takeError();
+  int64_t m = shape->M, n = shape->N;
+  GemmArgs g = contiguousGemm(shape->TransA, shape->TransB, m, n, shape->K);
+  g.Alpha = shape->Alpha;
+  g.Beta = shape->Beta;
+  if (shape->C)
+    broadcastBias(*shape->C, y.as<T>(), m, n);
   if (m == 0 || n == 0)
     return Error::success();
   blasGemm(g, a.as<T>(), b.as<T>(), y.as<T>());

@@ -129,11 +129,9 @@ void nllReduce(const T *logProb, const std::vector<T> &w,
 template <typename T> Error nllLoss(const KernelContext &ctx) {
   const TensorView &input = ctx.Inputs[0], &labels = ctx.Inputs[1];
   const TensorView *weight = ctx.hasInput(2) ? &ctx.Inputs[2] : nullptr;
-  auto s = lossShape(ctx, input, labels, weight);
+  auto s = checkedLoss(ctx, 0, ctx.Outputs[0]);
   if (!s)
     return s.takeError();
-  if (Error e = checkLossType(ctx, *s, ctx.Outputs[0]))
-    return e;
   auto w = targetWeights<T>(ctx, *s, labels, weight);
   if (!w)
     return w.takeError();
@@ -144,11 +142,9 @@ template <typename T> Error nllLoss(const KernelContext &ctx) {
 template <typename T> Error softmaxCrossEntropy(const KernelContext &ctx) {
   const TensorView &scores = ctx.Inputs[0], &labels = ctx.Inputs[1];
   const TensorView *weight = ctx.hasInput(2) ? &ctx.Inputs[2] : nullptr;
-  auto s = lossShape(ctx, scores, labels, weight);
+  auto s = checkedLoss(ctx, 0, ctx.Outputs[0]);
   if (!s)
     return s.takeError();
-  if (Error e = checkLossType(ctx, *s, ctx.Outputs[0]))
-    return e;
   auto w = targetWeights<T>(ctx, *s, labels, weight);
   if (!w)
     return w.takeError();
@@ -221,11 +217,9 @@ template <typename T> Error softmaxCrossEntropyGrad(const KernelContext &ctx) {
                    &labels = ctx.Inputs[2];
   const TensorView *weight = ctx.hasInput(3) ? &ctx.Inputs[3] : nullptr;
   const TensorView &dscores = ctx.Outputs[0];
-  auto s = lossShape(ctx, scores, labels, weight);
+  auto s = checkedLoss(ctx, 1, dloss);
   if (!s)
     return s.takeError();
-  if (Error e = checkLossType(ctx, *s, dloss))
-    return e;
   if (dloss.Type != scores.Type || dscores.Type != scores.Type ||
       dscores.numElements() != scores.numElements())
     return ctx.unsupported("dloss and d scores must have the scores' type");

@@ -38,6 +38,21 @@ llvm::Expected<LossShape> lossShape(const KernelContext &ctx,
 llvm::Error checkLossType(const KernelContext &ctx, const LossShape &s,
                           const TensorView &loss);
 
+/// A loss call's shape (its operands from `first`: scores, labels, the
+/// optional weight), checked with its loss `loss` (the result, or the
+/// gradient's dloss).
+inline llvm::Expected<LossShape>
+checkedLoss(const KernelContext &ctx, unsigned first, const TensorView &loss) {
+  const TensorView *weight =
+      ctx.hasInput(first + 2) ? &ctx.Inputs[first + 2] : nullptr;
+  auto s = lossShape(ctx, ctx.Inputs[first], ctx.Inputs[first + 1], weight);
+  if (!s)
+    return s.takeError();
+  if (llvm::Error e = checkLossType(ctx, *s, loss))
+    return llvm::Expected<LossShape>(std::move(e));
+  return s;
+}
+
 } // namespace cpu
 } // namespace headroom
 

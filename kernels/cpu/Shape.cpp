@@ -844,27 +844,18 @@ Error sizeKernel(const KernelContext &ctx) {
 /// the fill is the one element of `value` (default f32 0).
 Error constantOfShapeKernel(const KernelContext &ctx) {
   const TensorView &y = ctx.Outputs[0];
-  auto shape = intOperand(ctx, 0, "shape");
-  if (!shape)
-    return shape.takeError();
-  if (auto e = expectResultShape(ctx, y, *shape))
-    return e;
-  const Attribute *value = ctx.attr("value");
-  if (!value) {
-    if (y.Type != DType::F32)
-      return ctx.unsupported("without `value` the result must be f32");
+  auto value = constantOfShapeFill(ctx);
+  if (!value)
+    return value.takeError();
+  if (!*value) {
     if (y.sizeInBytes())
       std::memset(y.Data, 0, y.sizeInBytes());
     return Error::success();
   }
-  if (value->kind() != Attribute::Kind::Tensor ||
-      value->asTensor().numElements() != 1 ||
-      value->asTensor().type().dtype() != y.Type)
-    return ctx.unsupported("`value` must be one element of the result type");
   withBits(dtypeSize(y.Type), [&](auto zero) {
     using T = decltype(zero);
     T fill;
-    std::memcpy(&fill, value->asTensor().bytes().data(), sizeof(T));
+    std::memcpy(&fill, (*value)->bytes().data(), sizeof(T));
     std::fill_n(y.as<T>(), y.numElements(), fill);
   });
   return Error::success();

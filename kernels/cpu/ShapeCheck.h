@@ -68,6 +68,30 @@ inline llvm::Error checkNdSlices(const KernelContext &ctx, llvm::StringRef what,
   return llvm::Error::success();
 }
 
+/// ConstantOfShape(shape) {value}: the result has the shape; the fill is
+/// the one element of `value` of the result's type, or null for the
+/// default f32 0.
+inline llvm::Expected<const Tensor *>
+constantOfShapeFill(const KernelContext &ctx) {
+  const TensorView &y = ctx.Outputs[0];
+  auto shape = intOperand(ctx, 0, "shape");
+  if (!shape)
+    return shape.takeError();
+  if (llvm::Error e = expectResultShape(ctx, y, *shape))
+    return llvm::Expected<const Tensor *>(std::move(e));
+  const Attribute *value = ctx.attr("value");
+  if (!value) {
+    if (y.Type != DType::F32)
+      return ctx.unsupported("without `value` the result must be f32");
+    return nullptr;
+  }
+  if (value->kind() != Attribute::Kind::Tensor ||
+      value->asTensor().numElements() != 1 ||
+      value->asTensor().type().dtype() != y.Type)
+    return ctx.unsupported("`value` must be one element of the result type");
+  return &value->asTensor();
+}
+
 /// Pad's mode and pads (operand 1: before for each axis, then after).
 enum class PadMode { Constant, Reflect, Edge, Wrap };
 struct PadParams {

@@ -22,6 +22,7 @@
 // buffer, not at 256 bytes.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/cpu/LinalgCheck.h"
 #include "kernels/cuda/Launch.h"
 
 #include "compiler/MatMulShape.h"
@@ -56,16 +57,7 @@ struct GemmCall {
 };
 
 GemmCall contiguous(bool transA, bool transB, int64_t m, int64_t n, int64_t k) {
-  GemmCall g;
-  g.TransA = transA;
-  g.TransB = transB;
-  g.M = m;
-  g.N = n;
-  g.K = k;
-  g.Lda = std::max<int64_t>(1, transA ? m : k);
-  g.Ldb = std::max<int64_t>(1, transB ? k : n);
-  g.Ldc = std::max<int64_t>(1, n);
-  return g;
+  return cpu::contiguousCall<GemmCall>(transA, transB, m, n, k);
 }
 
 /// One thread per result element of one strided-batched GEMM.
@@ -297,29 +289,17 @@ struct GemmApply {
   template <typename T> Error apply() const {
     const TensorView &a = Ctx.Inputs[0], &b = Ctx.Inputs[1];
     const TensorView &y = Ctx.Outputs[0];
-    if (a.rank() != 2 || b.rank() != 2)
-      return Ctx.unsupported("A and B must be matrices");
-    bool transA = Ctx.attrInt("transA", 0), transB = Ctx.attrInt("transB", 0);
-    int64_t m = a.Shape[transA ? 1 : 0], k = a.Shape[transA ? 0 : 1];
-    int64_t n = b.Shape[transB ? 0 : 1];
-    if (b.Shape[transB ? 1 : 0] != k)
-      return Ctx.unsupported("inner dimensions of A and B differ");
-    if (y.rank() != 2 || y.Shape[0] != m || y.Shape[1] != n)
-      return Ctx.unsupported("result type is not [M, N]");
-    GemmCall g = contiguous(transA, transB, m, n, k);
-    g.Alpha = Ctx.attrFloat("alpha", 1.0);
-    g.Beta = Ctx.attrFloat("beta", 1.0);
-    if (Ctx.hasInput(2) && g.Beta != 0) {
-      const TensorView &c = Ctx.Inputs[2];
-      if (c.rank() > 2 ||
-          (c.rank() == 2 && c.Shape[0] != 1 && c.Shape[0] != m) ||
-          (c.rank() >= 1 && c.Shape.back() != 1 && c.Shape.back() != n))
-        return Ctx.unsupported("C does not broadcast to [M, N]");
-      int64_t cm = c.rank() == 2 ? c.Shape[0] : 1;
-      int64_t cn = c.rank() >= 1 ? c.Shape[c.rank() - 1] : 1;
-      forEach(Ctx, m * n, BiasBody<T>{c.as<T>(), y.as<T>(), n, cm, cn});
-    } else {
-      g.Beta = 0; // the result is not read
+    auto shape = cpu::gemmShape(Ctx);
+    if (!shape)
+      return shape.takeError();
+    int64_t m = shape->M, n = shape->N;
+    GemmCall g = contiguous(shape->TransA, shape->TransB, m, n, shape->K);
+    g.Alpha = shape->Alpha;
+    g.Beta = shape->Beta;
+    if (const TensorView *c = shape->C) {
+      int64_t cm = c->rank() == 2 ? c->Shape[0] : 1;
+      int64_t cn = c->rank() >= 1 ? c->Shape[c->rank() - 1] : 1;
+      forEach(Ctx, m * n, BiasBody<T>{c->as<T>(), y.as<T>(), n, cm, cn});
     }
     return runGemms<T>(Ctx, {g}, a.as<T>(), b.as<T>(), y.as<T>());
   }

@@ -310,11 +310,9 @@ struct NllApply {
   template <typename T> Error apply() const {
     const TensorView &input = Ctx.Inputs[0], &labels = Ctx.Inputs[1];
     const TensorView *weight = Ctx.hasInput(2) ? &Ctx.Inputs[2] : nullptr;
-    auto s = lossShape(Ctx, input, labels, weight);
+    auto s = checkedLoss(Ctx, 0, Ctx.Outputs[0]);
     if (!s)
       return s.takeError();
-    if (Error e = checkLossType(Ctx, *s, Ctx.Outputs[0]))
-      return e;
     launchLoss<T, false>(Ctx, *s, input.as<T>(),
                          makeTargets<T>(*s, labels, weight),
                          LossOut<T>{Ctx.Outputs[0].Data, false});
@@ -351,11 +349,9 @@ struct SoftmaxCrossEntropyApply {
   template <typename T> Error apply() const {
     const TensorView &scores = Ctx.Inputs[0], &labels = Ctx.Inputs[1];
     const TensorView *weight = Ctx.hasInput(2) ? &Ctx.Inputs[2] : nullptr;
-    auto s = lossShape(Ctx, scores, labels, weight);
+    auto s = checkedLoss(Ctx, 0, Ctx.Outputs[0]);
     if (!s)
       return s.takeError();
-    if (Error e = checkLossType(Ctx, *s, Ctx.Outputs[0]))
-      return e;
     TargetView<T> tg = makeTargets<T>(*s, labels, weight);
     // An f32 loss of f16/bf16 scores: mixed precision's (the scores are
     // read low and the loss is computed in f32, as from their f32 copy).
@@ -539,11 +535,9 @@ struct GradApply {
                      &labels = Ctx.Inputs[2];
     const TensorView *weight = Ctx.hasInput(3) ? &Ctx.Inputs[3] : nullptr;
     const TensorView &dscores = Ctx.Outputs[0];
-    auto s = lossShape(Ctx, scores, labels, weight);
+    auto s = checkedLoss(Ctx, 1, dloss);
     if (!s)
       return s.takeError();
-    if (Error e = checkLossType(Ctx, *s, dloss))
-      return e;
     // dloss is f32 for f16/bf16 scores under mixed precision.
     bool f32Dloss = dloss.Type == DType::F32 && dtypeSize(scores.Type) == 2;
     if ((dloss.Type != scores.Type && !f32Dloss) ||

@@ -1178,23 +1178,14 @@ struct FillApply {
 /// (default f32 0).
 Error constantOfShapeKernel(const KernelContext &ctx) {
   const TensorView &y = ctx.Outputs[0];
-  auto shape = intOperand(ctx, 0, "shape");
-  if (!shape)
-    return shape.takeError();
-  if (Error e = expectResultShape(ctx, y, *shape))
-    return e;
-  const Attribute *value = ctx.attr("value");
-  if (!value) {
-    if (y.Type != DType::F32)
-      return ctx.unsupported("without `value` the result must be f32");
+  auto value = cpu::constantOfShapeFill(ctx);
+  if (!value)
+    return value.takeError();
+  if (!*value) {
     fillZeroAsync(ctx, y.Data, y.sizeInBytes());
     return Error::success();
   }
-  if (value->kind() != Attribute::Kind::Tensor ||
-      value->asTensor().numElements() != 1 ||
-      value->asTensor().type().dtype() != y.Type)
-    return ctx.unsupported("`value` must be one element of the result type");
-  const std::vector<uint8_t> &bytes = value->asTensor().bytes();
+  const std::vector<uint8_t> &bytes = (*value)->bytes();
   if (std::all_of(bytes.begin(), bytes.end(), [](uint8_t b) { return !b; })) {
     fillZeroAsync(ctx, y.Data, y.sizeInBytes());
     return Error::success();
