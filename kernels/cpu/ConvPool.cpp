@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #include "compiler/ops/ConvPool.h"
 #include "kernels/cpu/KernelUtil.h"
+#include "kernels/cpu/ReduceCheck.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -840,15 +841,11 @@ llvm::Error globalAveragePool(const KernelContext &ctx, int64_t planes,
 
 /// GlobalAveragePool(X [N, C, spatial...]) -> Y [N, C, 1...].
 llvm::Error globalAveragePoolKernel(const KernelContext &ctx) {
-  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  if (x.rank() < 2 || y.Type != x.Type)
-    return ctx.unsupported("input " + x.type().str() + " and output " +
-                           y.type().str() + " are not supported");
-  int64_t planes = x.Shape[0] * x.Shape[1];
-  if (y.numElements() != planes)
-    return ctx.unsupported("output " + y.type().str() + " does not have one " +
-                           "value per [N, C] plane");
-  int64_t size = product(x.Shape.drop_front(2));
+  const TensorView &x = ctx.Inputs[0];
+  auto p = globalPoolPlanes(ctx);
+  if (!p)
+    return p.takeError();
+  int64_t planes = p->Planes, size = p->Size;
   return HR_DISPATCH_FLOAT(ctx, x.Type, globalAveragePool, ctx, planes, size);
 }
 

@@ -19,6 +19,7 @@
 #define HEADROOM_KERNELS_CPU_KERNELUTIL_H
 
 #include "compiler/ops/Shape.h"
+#include "kernels/common/Storage.h"
 #include "kernels/cpu/Kernel.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -113,16 +114,9 @@ inline char *bytesAt(const TensorView &t, int64_t element) {
   return static_cast<char *>(t.Data) + element * dtypeSize(t.Type);
 }
 
-/// IEEE half, bfloat16 and bool elements as stored: their bits.
-struct Half {
-  uint16_t Bits;
-};
-struct BFloat16 {
-  uint16_t Bits;
-};
-struct Bool {
-  uint8_t Value;
-};
+using kernels::BFloat16; // kernels/common/Storage.h
+using kernels::Bool;
+using kernels::Half;
 
 /// How kernels compute on elements of storage type T: in Elem<T>::Compute,
 /// converting with load and store. f16 and bf16 compute in float (rounding

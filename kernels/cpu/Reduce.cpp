@@ -17,6 +17,7 @@
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/KernelUtil.h"
 #include "kernels/cpu/Parallel.h"
+#include "kernels/cpu/ReduceCheck.h"
 #include "kernels/cpu/VecMath.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -141,13 +142,11 @@ void reduceInto(ReduceKind kind, const T *in, T *out, int64_t outCount,
 
 template <typename T> Error reduce(const KernelContext &ctx, ReduceKind kind) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  bool noop = false;
-  auto axes = reduceAxes(ctx, noop);
-  if (!axes)
-    return axes.takeError();
-  if (noop) {
-    if (y.numElements() != x.numElements())
-      return ctx.unsupported("result type does not match the input");
+  auto r = checkedReduceAxes(ctx);
+  if (!r)
+    return r.takeError();
+  const std::vector<int64_t> *axes = &r->Axes;
+  if (r->Noop) {
     std::memcpy(y.Data, x.Data, x.sizeInBytes());
     return Error::success();
   }
@@ -197,13 +196,9 @@ template <ReduceKind Kind> Error reduceKernel(const KernelContext &ctx) {
 
 template <typename T> Error argMax(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  auto s = splitAtAxis(ctx, x, ctx.attrInt("axis", 0));
+  auto s = argMaxSplit(ctx);
   if (!s)
     return s.takeError();
-  if (s->N == 0)
-    return ctx.unsupported("the reduced axis is empty");
-  if (y.Type != DType::I64 || y.numElements() != s->Outer * s->Inner)
-    return ctx.unsupported("result type does not match the input");
   bool last = ctx.attrInt("select_last_index", 0);
   std::vector<T> best(s->Inner);
   for (int64_t o = 0; o < s->Outer; ++o) {
@@ -302,11 +297,9 @@ void softmaxStrided(const T *x, T *y, int64_t n, int64_t inner, bool log,
 
 template <typename T> Error softmax(const KernelContext &ctx, bool log) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  auto s = splitAtAxis(ctx, x, ctx.attrInt("axis", -1));
+  auto s = softmaxSplit(ctx);
   if (!s)
     return s.takeError();
-  if (y.numElements() != x.numElements())
-    return ctx.unsupported("result type does not match the input");
   if (y.numElements() == 0) // an empty axis (or any empty dimension)
     return Error::success();
   // Each outer block is independent (its sums are its own): blocks split

@@ -30,6 +30,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/ops/ConvPool.h"
+#include "kernels/cpu/ReduceCheck.h"
 #include "kernels/cuda/Launch.h"
 
 #include "compiler/Types.h"
@@ -739,17 +740,11 @@ struct GlobalAveragePoolApply {
 
 /// GlobalAveragePool(X [N, C, spatial...]) -> Y [N, C, 1...].
 Error globalAveragePoolKernel(const KernelContext &ctx) {
-  const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  if (x.rank() < 2 || y.Type != x.Type)
-    return ctx.unsupported("input " + x.type().str() + " and output " +
-                           y.type().str() + " are not supported");
-  int64_t planes = x.Shape[0] * x.Shape[1];
-  if (y.numElements() != planes)
-    return ctx.unsupported("output " + y.type().str() + " does not have one " +
-                           "value per [N, C] plane");
-  int64_t size = 1;
-  for (int64_t d : x.Shape.drop_front(2))
-    size *= d;
+  const TensorView &x = ctx.Inputs[0];
+  auto p = cpu::globalPoolPlanes(ctx);
+  if (!p)
+    return p.takeError();
+  int64_t planes = p->Planes, size = p->Size;
   return dispatch<cpu::FloatTypes>(ctx, x.Type,
                                    GlobalAveragePoolApply{ctx, planes, size});
 }

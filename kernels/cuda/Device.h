@@ -22,6 +22,8 @@
 #ifndef HEADROOM_KERNELS_CUDA_DEVICE_H
 #define HEADROOM_KERNELS_CUDA_DEVICE_H
 
+#include "kernels/common/Storage.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -52,15 +54,9 @@ namespace headroom {
 namespace cuda {
 inline namespace HR_CUDA_BUILD {
 
-struct Half {
-  uint16_t Bits;
-};
-struct BFloat16 {
-  uint16_t Bits;
-};
-struct Bool {
-  uint8_t Value;
-};
+using kernels::BFloat16; // kernels/common/Storage.h
+using kernels::Bool;
+using kernels::Half;
 
 HR_HD inline float bitsToFloat(uint32_t b) {
 #if HR_ON_DEVICE

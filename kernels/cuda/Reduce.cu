@@ -30,6 +30,7 @@
 // Integer means are refused, as on the CPU.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/cpu/ReduceCheck.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
 #include "kernels/cuda/Workspace.h"
@@ -306,13 +307,11 @@ template <ReduceKind K> struct ReduceApply {
   const KernelContext &Ctx;
   template <typename T> Error apply() const {
     const TensorView &x = Ctx.Inputs[0], &y = Ctx.Outputs[0];
-    bool noop = false;
-    auto axes = reduceAxes(Ctx, noop);
-    if (!axes)
-      return axes.takeError();
-    if (noop) {
-      if (y.numElements() != x.numElements())
-        return Ctx.unsupported("result type does not match the input");
+    auto r = cpu::checkedReduceAxes(Ctx);
+    if (!r)
+      return r.takeError();
+    const std::vector<int64_t> *axes = &r->Axes;
+    if (r->Noop) {
       copyAsync(Ctx, y.Data, x.Data, x.sizeInBytes());
       return Error::success();
     }
@@ -435,14 +434,10 @@ struct ArgMaxApply {
   const KernelContext &Ctx;
   template <typename T> Error apply() const {
     const TensorView &x = Ctx.Inputs[0], &y = Ctx.Outputs[0];
-    auto s = splitAtAxis(Ctx, x, Ctx.attrInt("axis", 0));
+    auto s = cpu::argMaxSplit(Ctx);
     if (!s)
       return s.takeError();
-    if (s->N == 0)
-      return Ctx.unsupported("the reduced axis is empty");
     int64_t outCount = s->Outer * s->Inner;
-    if (y.Type != DType::I64 || y.numElements() != outCount)
-      return Ctx.unsupported("result type does not match the input");
     ArgMaxBody<T> body{x.as<T>(), y.as<int64_t>(), *s,
                        Ctx.attrInt("select_last_index", 0) != 0};
     if (blockPerOutput(outCount, s->N, s->Inner > 1))
@@ -526,11 +521,9 @@ template <bool Log> struct SoftmaxApply {
   const KernelContext &Ctx;
   template <typename T> Error apply() const {
     const TensorView &x = Ctx.Inputs[0], &y = Ctx.Outputs[0];
-    auto s = splitAtAxis(Ctx, x, Ctx.attrInt("axis", -1));
+    auto s = cpu::softmaxSplit(Ctx);
     if (!s)
       return s.takeError();
-    if (y.numElements() != x.numElements())
-      return Ctx.unsupported("result type does not match the input");
     SoftmaxBody<T, Log> body{x.as<T>(), y.as<T>(), *s};
     int64_t columns = s->Outer * s->Inner;
     if (blockPerOutput(columns, s->N, s->Inner > 1))
