@@ -1,5 +1,7 @@
 //===- Verifier.cpp - IR invariants ---------------------------------------===//
 #include "compiler/Verifier.h"
+#include "compiler/ops/ConvPool.h"
+#include "compiler/ops/Norm.h"
 #include "compiler/ops/ResultTypes.h"
 #include "compiler/ops/Shape.h"
 
@@ -46,6 +48,8 @@ private:
   llvm::Error verifyAttention(const Node &n);
   llvm::Error verifyShapeFamily(const Node &n);
   llvm::Error verifyResultTypes(const Node &n);
+  llvm::Error verifyWindowFamily(const Node &n);
+  llvm::Error verifyNormFamily(const Node &n);
   llvm::Error verify8bitStates(const Node &n);
   llvm::Error fail(const Node &n, const llvm::Twine &msg) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -304,7 +308,79 @@ llvm::Error Verifier::verifyNode(const Node &n) {
   if ((n.is(OpKind::Shape) || n.is(OpKind::Size)) &&
       n.result(0)->type().dtype() != DType::I64)
     return fail(n, "result must be i64");
+  if (auto e = verifyWindowFamily(n))
+    return e;
+  if (auto e = verifyNormFamily(n))
+    return e;
   return verifyResultTypes(n);
+}
+
+/// Conv, the pools and their gradients fit their windows
+/// (compiler/ops/ConvPool.h), as the kernels check.
+llvm::Error Verifier::verifyWindowFamily(const Node &n) {
+  auto type = [&](Value *v) { return v->type(); };
+  auto check = [&](llvm::Error e) -> llvm::Error {
+    if (e)
+      return fail(n, llvm::toString(std::move(e)));
+    return llvm::Error::success();
+  };
+  auto conv = [&](const TensorType &x, const TensorType &w,
+                  const TensorType &y) {
+    auto s = ops::convShape(n.attrs(), x, w, y);
+    return check(s ? llvm::Error::success() : s.takeError());
+  };
+  auto pool = [&](const TensorType &x, const TensorType &y) {
+    auto w = ops::poolWindow(n.attrs(), x, y);
+    return check(w ? llvm::Error::success() : w.takeError());
+  };
+  switch (n.kind()) {
+  case OpKind::Conv: // (x, w, b?) -> y
+    return conv(type(n.operand(0)), type(n.operand(1)), type(n.result(0)));
+  case OpKind::ConvGradInput: // (dy, w) -> dx
+    return conv(type(n.result(0)), type(n.operand(1)), type(n.operand(0)));
+  case OpKind::ConvGradWeight: // (dy, x) -> dw
+    return conv(type(n.operand(1)), type(n.result(0)), type(n.operand(0)));
+  case OpKind::MaxPool:
+  case OpKind::AveragePool: // x -> y
+    return pool(type(n.operand(0)), type(n.result(0)));
+  case OpKind::MaxPoolGrad: // (dy, x) -> dx
+    return pool(type(n.operand(1)), type(n.operand(0)));
+  case OpKind::AveragePoolGrad: // dy -> dx
+    return pool(type(n.result(0)), type(n.operand(0)));
+  default:
+    return llvm::Error::success();
+  }
+}
+
+/// LayerNormalization and BatchNormalization: the axis or channels their
+/// input has (compiler/ops/Norm.h), parameters of one value per normalized
+/// column or channel, and a result of the input's type.
+llvm::Error Verifier::verifyNormFamily(const Node &n) {
+  bool layer = n.is(OpKind::LayerNormalization);
+  if (!layer && !n.is(OpKind::BatchNormalization))
+    return llvm::Error::success();
+  const TensorType &x = n.operand(0)->type();
+  int64_t params = 0;
+  if (layer) {
+    auto rows = ops::layerNormRows(x.shape(), n.intAttr("axis", -1));
+    if (!rows)
+      return fail(n, llvm::toString(rows.takeError()));
+    params = rows->Cols;
+  } else {
+    auto c = ops::channelShape(x.shape());
+    if (!c)
+      return fail(n, llvm::toString(c.takeError()));
+    params = c->C;
+  }
+  for (unsigned i = 1; i < n.numOperands(); ++i)
+    if (const Value *p = n.operand(i))
+      if (auto e = ops::checkNormParam(i, p->type(), params,
+                                       isFloat(p->type().dtype())))
+        return fail(n, llvm::toString(std::move(e)));
+  if (n.result(0)->type() != x)
+    return fail(n, "result " + n.result(0)->type().str() + " should be " +
+                       x.str());
+  return llvm::Error::success();
 }
 
 /// Every op with a result-type rule (compiler/ops/ResultTypes.h) has the

@@ -181,6 +181,54 @@ TEST(VerifierTest, ChecksResultTypesByRule) {
             "");
 }
 
+/// Conv, the pools and the norms fit their rules (compiler/ops/ConvPool.h,
+/// Norm.h), as the kernels check.
+TEST(VerifierTest, ChecksWindowsAndNorms) {
+  auto body = [](const char *args, const char *text) {
+    return verifyError(
+        (std::string("func @f(") + args + ") {\n" + text + "}\n").c_str());
+  };
+  const char *image = "%x: f32[1, 2, 5, 5], %w: f32[3, 2, 3, 3]";
+  EXPECT_EQ(body(image, "  %y = Conv(%x, %w) : f32[1, 3, 3, 3]\n"
+                        "  %p = MaxPool(%x) {kernel_shape = [2, 2]} : "
+                        "f32[1, 2, 4, 4]\n"
+                        "  return %y\n"),
+            "");
+  EXPECT_EQ(body(image, "  %y = Conv(%x, %w) : f32[1, 3, 4, 4]\n"
+                        "  return %y\n")
+                .rfind("in @f, node 0 ('Conv' defining %y): ", 0),
+            0u);
+  EXPECT_EQ(body(image, "  %p = MaxPool(%x) {kernel_shape = [2, 2]} : "
+                        "f32[1, 2, 5, 5]\n"
+                        "  return %p\n")
+                .rfind("in @f, node 0 ('MaxPool' defining %p): ", 0),
+            0u);
+  const char *rows = "%x: f32[2, 4], %g: f32[4], %h: f32[3]";
+  EXPECT_EQ(body(rows, "  %n = LayerNormalization(%x, %g) : f32[2, 4]\n"
+                       "  return %n\n"),
+            "");
+  EXPECT_NE(body(rows, "  %n = LayerNormalization(%x, %h) : f32[2, 4]\n"
+                       "  return %n\n")
+                .find("in @f, node 0 ('LayerNormalization' defining %n): "),
+            std::string::npos);
+  EXPECT_EQ(body(rows, "  %n = LayerNormalization(%x, %g) {axis = 2} : "
+                       "f32[2, 4]\n"
+                       "  return %n\n"),
+            "in @f, node 0 ('LayerNormalization' defining %n): axis 2 is out "
+            "of range for rank 2");
+  EXPECT_EQ(body("%x: bf16[2, 4], %g: f32[4]",
+                 "  %n = LayerNormalization(%x, %g) : f32[2, 4]\n"
+                 "  return %n\n"),
+            "in @f, node 0 ('LayerNormalization' defining %n): result f32[2, "
+            "4] should be bf16[2, 4]");
+  EXPECT_NE(body("%x: f32[2, 3, 4], %s: f32[2]",
+                 "  %y = BatchNormalization(%x, %s, %s, %s, %s) : "
+                 "f32[2, 3, 4]\n"
+                 "  return %y\n")
+                .find("('BatchNormalization' defining %y)"),
+            std::string::npos);
+}
+
 TEST(VerifierTest, RejectsByteCountsThatCouldOverflow) {
   // (The parser refuses such types itself: built with the API here.)
   auto argument = [](std::vector<int64_t> shape) {
