@@ -3,7 +3,7 @@
 // LayerNormalization sees its input as rows ([Rows, Cols], Cols the product
 // of the axes from `axis` on); BatchNormalization as N blocks of C channels
 // of Spatial elements. The CPU and CUDA kernels take their sizes and their
-// operand checks from here (kernels/cpu/NormCheck.h adds the op's name).
+// operand checks from here (kernels/common/NormCheck.h adds the op's name).
 //
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_COMPILER_OPS_NORM_H

@@ -12,8 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/ops/ConvPool.h"
+#include "kernels/common/ReduceCheck.h"
 #include "kernels/cpu/KernelUtil.h"
-#include "kernels/cpu/ReduceCheck.h"
 
 #include "llvm/ADT/SmallVector.h"
 

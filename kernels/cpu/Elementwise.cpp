@@ -14,7 +14,7 @@
 // must not crash.
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/cpu/ElementwiseCheck.h"
+#include "kernels/common/ElementwiseCheck.h"
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/KernelUtil.h"
 #include "kernels/cpu/Parallel.h"

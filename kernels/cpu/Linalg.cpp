@@ -9,8 +9,8 @@
 // never copied. OpenBLAS 0.3.21 has no strided-batch gemm, hence the loop.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/common/LinalgCheck.h"
 #include "kernels/cpu/Kernel.h"
-#include "kernels/cpu/LinalgCheck.h"
 
 #include "compiler/MatMulShape.h"
 #include "compiler/ops/Shape.h"

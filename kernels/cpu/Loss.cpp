@@ -14,8 +14,8 @@
 // else 1. Ignored targets get zero rows.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/common/LossShape.h"
 #include "kernels/cpu/Kernel.h"
-#include "kernels/cpu/LossShape.h"
 #include "kernels/cpu/OutputHead.h"
 #include "kernels/cpu/Parallel.h"
 #include "kernels/cpu/VecMath.h"

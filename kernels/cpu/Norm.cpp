@@ -10,8 +10,8 @@
 // result is rounded once to the output's type.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/common/NormCheck.h"
 #include "kernels/cpu/Kernel.h"
-#include "kernels/cpu/NormCheck.h"
 #include "kernels/cpu/Parallel.h"
 
 #include <algorithm>

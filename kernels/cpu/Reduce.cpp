@@ -14,10 +14,10 @@
 // exponentiating, so large logits do not overflow.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/common/ReduceCheck.h"
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/KernelUtil.h"
 #include "kernels/cpu/Parallel.h"
-#include "kernels/cpu/ReduceCheck.h"
 #include "kernels/cpu/VecMath.h"
 
 #include "llvm/ADT/SmallVector.h"

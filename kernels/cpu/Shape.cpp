@@ -19,10 +19,10 @@
 // buffer.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/common/MoveKernels.h"
+#include "kernels/common/ShapeCheck.h"
 #include "kernels/cpu/Kernel.h"
 #include "kernels/cpu/KernelUtil.h"
-#include "kernels/cpu/MoveKernels.h"
-#include "kernels/cpu/ShapeCheck.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -293,7 +293,8 @@ Error copyKernel(const KernelContext &ctx) {
 // Slice and SliceGrad
 //===----------------------------------------------------------------------===//
 
-/// The CPU's element moves for the shared kernels (kernels/cpu/MoveKernels.h).
+/// The CPU's element moves for the shared kernels
+/// (kernels/common/MoveKernels.h).
 struct Moves {
   static Error copy(const KernelContext &, unsigned bytes, void *dst,
                     const void *src, ArrayRef<int64_t> shape,

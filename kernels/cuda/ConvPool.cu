@@ -30,7 +30,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/ops/ConvPool.h"
-#include "kernels/cpu/ReduceCheck.h"
+#include "kernels/common/ReduceCheck.h"
 #include "kernels/cuda/Launch.h"
 
 #include "compiler/Types.h"

@@ -7,7 +7,7 @@
 // draws the CPU's masks bit for bit). f16 and bf16 compute in float.
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/cpu/ElementwiseCheck.h"
+#include "kernels/common/ElementwiseCheck.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
 

@@ -22,7 +22,7 @@
 // buffer, not at 256 bytes.
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/cpu/LinalgCheck.h"
+#include "kernels/common/LinalgCheck.h"
 #include "kernels/cuda/Launch.h"
 
 #include "compiler/MatMulShape.h"

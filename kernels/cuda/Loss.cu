@@ -33,7 +33,7 @@
 // and is never used to index.
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/cpu/LossShape.h"
+#include "kernels/common/LossShape.h"
 #include "kernels/cpu/OutputHead.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"

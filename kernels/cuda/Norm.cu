@@ -24,7 +24,7 @@
 //    they are the same on every run.
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/cpu/NormCheck.h"
+#include "kernels/common/NormCheck.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
 

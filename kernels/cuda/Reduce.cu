@@ -30,7 +30,7 @@
 // Integer means are refused, as on the CPU.
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/cpu/ReduceCheck.h"
+#include "kernels/common/ReduceCheck.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
 #include "kernels/cuda/Workspace.h"

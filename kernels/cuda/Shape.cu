@@ -36,8 +36,8 @@
 // to f32, sums, and rounds once).
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/cpu/MoveKernels.h"
-#include "kernels/cpu/ShapeCheck.h"
+#include "kernels/common/MoveKernels.h"
+#include "kernels/common/ShapeCheck.h"
 #include "kernels/cuda/Launch.h"
 
 #include "compiler/Types.h"
@@ -400,7 +400,8 @@ Error copyKernel(const KernelContext &ctx) {
 // Slice and SliceGrad
 //===----------------------------------------------------------------------===//
 
-/// The GPU's element moves for the shared kernels (kernels/cpu/MoveKernels.h).
+/// The GPU's element moves for the shared kernels
+/// (kernels/common/MoveKernels.h).
 struct Moves {
   static Error copy(const KernelContext &ctx, unsigned bytes, void *dst,
                     const void *src, ArrayRef<int64_t> shape,

@@ -6,8 +6,8 @@
 // call descriptions share.
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_KERNELS_CPU_LINALGCHECK_H
-#define HEADROOM_KERNELS_CPU_LINALGCHECK_H
+#ifndef HEADROOM_KERNELS_COMMON_LINALGCHECK_H
+#define HEADROOM_KERNELS_COMMON_LINALGCHECK_H
 
 #include "kernels/cpu/KernelUtil.h"
 
@@ -75,4 +75,4 @@ Call contiguousCall(bool transA, bool transB, int64_t m, int64_t n, int64_t k) {
 } // namespace cpu
 } // namespace headroom
 
-#endif // HEADROOM_KERNELS_CPU_LINALGCHECK_H
+#endif // HEADROOM_KERNELS_COMMON_LINALGCHECK_H

@@ -15,8 +15,8 @@
 // elements; and zeroing): memcpy loops on the CPU, launches on the GPU.
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_KERNELS_CPU_MOVEKERNELS_H
-#define HEADROOM_KERNELS_CPU_MOVEKERNELS_H
+#ifndef HEADROOM_KERNELS_COMMON_MOVEKERNELS_H
+#define HEADROOM_KERNELS_COMMON_MOVEKERNELS_H
 
 #include "compiler/ops/Shape.h"
 #include "kernels/cpu/KernelUtil.h"
@@ -224,4 +224,4 @@ inline llvm::Expected<TriluShape> triluShape(const KernelContext &ctx) {
 } // namespace cpu
 } // namespace headroom
 
-#endif // HEADROOM_KERNELS_CPU_MOVEKERNELS_H
+#endif // HEADROOM_KERNELS_COMMON_MOVEKERNELS_H

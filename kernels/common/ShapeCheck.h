@@ -8,8 +8,8 @@
 // constants on the GPU).
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_KERNELS_CPU_SHAPECHECK_H
-#define HEADROOM_KERNELS_CPU_SHAPECHECK_H
+#ifndef HEADROOM_KERNELS_COMMON_SHAPECHECK_H
+#define HEADROOM_KERNELS_COMMON_SHAPECHECK_H
 
 #include "compiler/ops/Shape.h"
 #include "kernels/cpu/KernelUtil.h"
@@ -192,4 +192,4 @@ llvm::Error dispatchRange(const KernelContext &ctx, bool withI16, Fn fn) {
 } // namespace cpu
 } // namespace headroom
 
-#endif // HEADROOM_KERNELS_CPU_SHAPECHECK_H
+#endif // HEADROOM_KERNELS_COMMON_SHAPECHECK_H

@@ -7,8 +7,8 @@
 // statistics are f32 or f64, the GPU's any float).
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_KERNELS_CPU_NORMCHECK_H
-#define HEADROOM_KERNELS_CPU_NORMCHECK_H
+#ifndef HEADROOM_KERNELS_COMMON_NORMCHECK_H
+#define HEADROOM_KERNELS_COMMON_NORMCHECK_H
 
 #include "compiler/ops/Norm.h"
 #include "kernels/cpu/KernelUtil.h"
@@ -117,4 +117,4 @@ checkBatchNorm(const KernelContext &ctx, bool grad, ComputedFn computed) {
 } // namespace cpu
 } // namespace headroom
 
-#endif // HEADROOM_KERNELS_CPU_NORMCHECK_H
+#endif // HEADROOM_KERNELS_COMMON_NORMCHECK_H

@@ -5,8 +5,8 @@
 // (the pattern of NormCheck.h).
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_KERNELS_CPU_REDUCECHECK_H
-#define HEADROOM_KERNELS_CPU_REDUCECHECK_H
+#ifndef HEADROOM_KERNELS_COMMON_REDUCECHECK_H
+#define HEADROOM_KERNELS_COMMON_REDUCECHECK_H
 
 #include "compiler/ops/Shape.h"
 #include "kernels/cpu/KernelUtil.h"
@@ -76,4 +76,4 @@ inline llvm::Expected<PoolPlanes> globalPoolPlanes(const KernelContext &ctx) {
 } // namespace cpu
 } // namespace headroom
 
-#endif // HEADROOM_KERNELS_CPU_REDUCECHECK_H
+#endif // HEADROOM_KERNELS_COMMON_REDUCECHECK_H

@@ -7,8 +7,8 @@
 // the plan's constants (a CUDA graph replays launches).
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_KERNELS_CPU_ELEMENTWISECHECK_H
-#define HEADROOM_KERNELS_CPU_ELEMENTWISECHECK_H
+#ifndef HEADROOM_KERNELS_COMMON_ELEMENTWISECHECK_H
+#define HEADROOM_KERNELS_COMMON_ELEMENTWISECHECK_H
 
 #include "kernels/cpu/KernelUtil.h"
 
@@ -66,4 +66,4 @@ llvm::Expected<DropoutParams> dropoutParams(const Ctx &ctx, ReadScalar read) {
 } // namespace cpu
 } // namespace headroom
 
-#endif // HEADROOM_KERNELS_CPU_ELEMENTWISECHECK_H
+#endif // HEADROOM_KERNELS_COMMON_ELEMENTWISECHECK_H

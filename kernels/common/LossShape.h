@@ -6,8 +6,8 @@
 // derives from the CPU's).
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_KERNELS_CPU_LOSSSHAPE_H
-#define HEADROOM_KERNELS_CPU_LOSSSHAPE_H
+#ifndef HEADROOM_KERNELS_COMMON_LOSSSHAPE_H
+#define HEADROOM_KERNELS_COMMON_LOSSSHAPE_H
 
 #include "kernels/cpu/Kernel.h"
 
@@ -56,4 +56,4 @@ checkedLoss(const KernelContext &ctx, unsigned first, const TensorView &loss) {
 } // namespace cpu
 } // namespace headroom
 
-#endif // HEADROOM_KERNELS_CPU_LOSSSHAPE_H
+#endif // HEADROOM_KERNELS_COMMON_LOSSSHAPE_H
