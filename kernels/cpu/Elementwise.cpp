@@ -37,10 +37,21 @@ namespace {
 //===----------------------------------------------------------------------===//
 
 #define HR_HD
-template <typename T> T msqrt(T x) { return std::sqrt(x); }
+#define HR_MATH1(NAME, FN)                                                     \
+  template <typename T> T NAME(T x) { return std::FN(x); }
+HR_MATH1(mexp, exp)
+HR_MATH1(mlog, log)
+HR_MATH1(msqrt, sqrt)
+HR_MATH1(mtanh, tanh)
+HR_MATH1(merf, erf)
+HR_MATH1(msin, sin)
+HR_MATH1(mcos, cos)
+HR_MATH1(mfloor, floor)
+HR_MATH1(mceil, ceil)
+HR_MATH1(mtrunc, trunc)
+HR_MATH1(mabs, fabs)
+#undef HR_MATH1
 template <typename T> T mpow(T x, T y) { return std::pow(x, y); }
-template <typename T> T mtrunc(T x) { return std::trunc(x); }
-template <typename T> T mabs(T x) { return std::fabs(x); }
 #include "kernels/common/ScalarOps.inc"
 #undef HR_HD
 
@@ -143,29 +154,6 @@ Error unaryKernel(const KernelContext &ctx) {
     return Error::success();
   });
 }
-
-#define HR_UNARY(NAME, EXPR)                                                   \
-  struct NAME {                                                                \
-    template <typename T> T operator()(T x) const { return EXPR; }             \
-  };
-HR_UNARY(AbsOp, absolute(x))
-HR_UNARY(NegOp, wrapNeg(x))
-HR_UNARY(ExpOp, std::exp(x))
-HR_UNARY(LogOp, std::log(x))
-HR_UNARY(SqrtOp, std::sqrt(x))
-HR_UNARY(ReciprocalOp, T(1) / x)
-HR_UNARY(TanhOp, std::tanh(x))
-// Either form of the logistic function whose exp cannot overflow.
-HR_UNARY(SigmoidOp, x >= T(0) ? T(1) / (T(1) + std::exp(-x))
-                              : std::exp(x) / (T(1) + std::exp(x)))
-HR_UNARY(ReluOp, relu(x))
-HR_UNARY(ErfOp, std::erf(x))
-HR_UNARY(SinOp, std::sin(x))
-HR_UNARY(CosOp, std::cos(x))
-HR_UNARY(FloorOp, std::floor(x))
-HR_UNARY(CeilOp, std::ceil(x))
-HR_UNARY(NotOp, !x)
-#undef HR_UNARY
 
 /// Tanh: f32 through the vectorized polynomial (kernels/cpu/VecMath.h;
 /// gelu's tanh in every GPT), the other types element by element.

@@ -61,28 +61,6 @@ Error launchBinary(const KernelContext &ctx, const TensorView &a,
 // Unary kernels
 //===----------------------------------------------------------------------===//
 
-#define HR_UNARY(NAME, EXPR)                                                   \
-  struct NAME {                                                                \
-    template <typename T> HR_HD T operator()(T x) const { return EXPR; }       \
-  };
-HR_UNARY(AbsOp, absolute(x))
-HR_UNARY(NegOp, wrapNeg(x))
-HR_UNARY(ExpOp, mexp(x))
-HR_UNARY(LogOp, mlog(x))
-HR_UNARY(SqrtOp, msqrt(x))
-HR_UNARY(ReciprocalOp, T(1) / x)
-HR_UNARY(TanhOp, mtanh(x))
-HR_UNARY(SigmoidOp,
-         x >= T(0) ? T(1) / (T(1) + mexp(-x)) : mexp(x) / (T(1) + mexp(x)))
-HR_UNARY(ReluOp, relu(x))
-HR_UNARY(ErfOp, merf(x))
-HR_UNARY(SinOp, msin(x))
-HR_UNARY(CosOp, mcos(x))
-HR_UNARY(FloorOp, mfloor(x))
-HR_UNARY(CeilOp, mceil(x))
-HR_UNARY(NotOp, !x)
-#undef HR_UNARY
-
 template <typename Op> struct UnaryApply {
   const KernelContext &Ctx;
   template <typename T> Error apply() const {
