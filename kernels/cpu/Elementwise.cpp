@@ -39,17 +39,7 @@ namespace {
 #define HR_HD
 #define HR_MATH1(NAME, FN)                                                     \
   template <typename T> T NAME(T x) { return std::FN(x); }
-HR_MATH1(mexp, exp)
-HR_MATH1(mlog, log)
-HR_MATH1(msqrt, sqrt)
-HR_MATH1(mtanh, tanh)
-HR_MATH1(merf, erf)
-HR_MATH1(msin, sin)
-HR_MATH1(mcos, cos)
-HR_MATH1(mfloor, floor)
-HR_MATH1(mceil, ceil)
-HR_MATH1(mtrunc, trunc)
-HR_MATH1(mabs, fabs)
+#include "kernels/common/Math.def"
 #undef HR_MATH1
 template <typename T> T mpow(T x, T y) { return std::pow(x, y); }
 #include "kernels/common/ScalarOps.inc"

@@ -18,17 +18,7 @@ inline namespace HR_CUDA_BUILD {
 #define HR_MATH1(NAME, FN)                                                     \
   HR_HD inline float NAME(float x) { return ::FN##f(x); }                      \
   HR_HD inline double NAME(double x) { return ::FN(x); }
-HR_MATH1(mexp, exp)
-HR_MATH1(mlog, log)
-HR_MATH1(msqrt, sqrt)
-HR_MATH1(mtanh, tanh)
-HR_MATH1(merf, erf)
-HR_MATH1(msin, sin)
-HR_MATH1(mcos, cos)
-HR_MATH1(mfloor, floor)
-HR_MATH1(mceil, ceil)
-HR_MATH1(mtrunc, trunc)
-HR_MATH1(mabs, fabs)
+#include "kernels/common/Math.def"
 #undef HR_MATH1
 HR_HD inline float mpow(float x, float y) { return ::powf(x, y); }
 HR_HD inline double mpow(double x, double y) { return ::pow(x, y); }
