@@ -386,6 +386,16 @@ llvm::Error Verifier::verifyNormFamily(const Node &n) {
 /// Every op with a result-type rule (compiler/ops/ResultTypes.h) has the
 /// types it gives.
 llvm::Error Verifier::verifyResultTypes(const Node &n) {
+  // What verifyFlags and the families' checks cover already (the verifier
+  // runs after every pass: the rule is not run twice).
+  const OpInfo &info = *n.info();
+  bool covered =
+      info.has(opflags::Unary) ||
+      (info.has(opflags::Broadcast) && info.has(opflags::SameDType)) ||
+      n.is(OpKind::Constant) || n.is(OpKind::Cast) || n.is(OpKind::MatMul) ||
+      n.is(OpKind::Gemm) || n.is(OpKind::Transpose) || n.is(OpKind::Concat);
+  if (covered)
+    return llvm::Error::success();
   auto inferred = ops::inferResultTypes(n.kind(), n.operands(), n.attrs());
   if (!inferred)
     return fail(n, llvm::toString(inferred.takeError()));

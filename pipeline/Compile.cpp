@@ -115,20 +115,20 @@ static llvm::Expected<Compiled> lowerSteps(std::unique_ptr<Module> m,
         "--schedule never contradicts --optimizer %s, whose updates are "
         "scheduled into the backward",
         options.Optimizer.kindName().str().c_str());
-  if (options.Recompute.Kind != RecomputeOptions::Policy::None) {
-    PassManager pm;
+  // One pass manager: the module is verified once before and after each.
+  PassManager pm;
+  if (options.Recompute.Kind != RecomputeOptions::Policy::None)
     pm.add(createRecomputePass(options.Recompute));
-    if (auto e = pm.run(*m))
-      return e;
-  }
-  if (auto e = runPasses(*m, options.rematerializePass().substr(1)))
+  if (auto e = pm.addPipeline(options.rematerializePass().substr(1)))
     return e;
   if (options.Ranks > 1)
-    if (auto e = runPasses(*m, options.dataParallelPass().substr(1)))
+    if (auto e = pm.addPipeline(options.dataParallelPass().substr(1)))
       return e;
   if (!options.Offload.empty())
-    if (auto e = runPasses(*m, options.offloadPass().substr(1)))
+    if (auto e = pm.addPipeline(options.offloadPass().substr(1)))
       return e;
+  if (auto e = pm.run(*m))
+    return e;
   Compiled asBuilt;
   if (options.Schedule == ScheduleMode::Never ||
       (!fused && options.Schedule == ScheduleMode::Auto)) {
