@@ -417,14 +417,7 @@ llvm::Error Verifier::verifyResultTypes(const Node &n) {
 /// none when it is absent or computed.
 static llvm::Optional<std::vector<int64_t>> constantInts(const Node &n,
                                                          unsigned i) {
-  const Value *v = i < n.numOperands() ? n.operand(i) : nullptr;
-  const Node *def = v ? v->definingNode() : nullptr;
-  if (!def || !def->is(OpKind::Constant) || !isInteger(v->type().dtype()))
-    return llvm::None;
-  const Attribute *a = def->attr("value");
-  if (!a || a->kind() != Attribute::Kind::Tensor)
-    return llvm::None;
-  return a->asTensor().toInts();
+  return ops::constantInts(i < n.numOperands() ? n.operand(i) : nullptr);
 }
 
 /// Transpose, Concat, Split, and Slice with constant operands give the

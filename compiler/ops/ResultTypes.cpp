@@ -41,13 +41,7 @@ Optional<std::vector<int64_t>> constantInts(ArrayRef<Value *> operands,
                                             unsigned i, bool &present) {
   const Value *v = i < operands.size() ? operands[i] : nullptr;
   present = v != nullptr;
-  const Node *def = v ? v->definingNode() : nullptr;
-  if (!def || !def->is(OpKind::Constant) || !isInteger(v->type().dtype()))
-    return llvm::None;
-  const Attribute *a = def->attr("value");
-  if (!a || a->kind() != Attribute::Kind::Tensor)
-    return llvm::None;
-  return a->asTensor().toInts();
+  return ops::constantInts(v);
 }
 
 std::vector<TensorType> one(DType t, ArrayRef<int64_t> shape) {
@@ -238,6 +232,16 @@ Expected<Types> shapeRule(OpKind op, const TensorType &x,
 }
 
 } // namespace
+
+Optional<std::vector<int64_t>> ops::constantInts(const Value *v) {
+  const Node *def = v ? v->definingNode() : nullptr;
+  if (!def || !def->is(OpKind::Constant) || !isInteger(v->type().dtype()))
+    return llvm::None;
+  const Attribute *a = def->attr("value");
+  if (!a || a->kind() != Attribute::Kind::Tensor)
+    return llvm::None;
+  return a->asTensor().toInts();
+}
 
 bool ops::hasResultTypeRule(OpKind op) {
   const OpInfo &info = opInfo(op);

@@ -29,6 +29,10 @@ class Value;
 
 namespace ops {
 
+/// The integers of `v` when a Constant defines it (none when `v` is null or
+/// computed): what the rules read of shape operands.
+llvm::Optional<std::vector<int64_t>> constantInts(const Value *v);
+
 /// Whether `op` has a result-type rule here.
 bool hasResultTypeRule(OpKind op);
 
