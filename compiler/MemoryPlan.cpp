@@ -42,21 +42,23 @@ ArenaAssignment headroom::planArena(llvm::ArrayRef<BufferLife> buffers,
       return sized[x].Size > sized[y].Size;
     return sized[x].First < sized[y].First;
   });
-  // The buffers placed so far, kept sorted by their [offset, end): the ones
-  // that overlap b in time come out of a scan already in order.
-  auto range = [&](size_t j) {
-    return std::make_pair(a.Offsets[j], a.Offsets[j] + sized[j].Size);
+  // The buffers placed so far, kept sorted by their [offset, end) (ties in
+  // placement order): the ones that overlap b in time come out of a scan
+  // already in order. Each record holds what the scan reads, contiguously.
+  struct Placed {
+    uint64_t Lo, Hi;
+    int64_t First, Last;
   };
-  std::vector<size_t> placed;
+  std::vector<Placed> placed;
   std::vector<std::pair<uint64_t, uint64_t>> busy; // [offset, end) of overlaps
   for (size_t i : order) {
     const BufferLife &b = sized[i];
     if (b.Size == 0)
       continue;
     busy.clear();
-    for (size_t j : placed)
-      if (sized[j].First <= b.Last && b.First <= sized[j].Last)
-        busy.push_back(range(j));
+    for (const Placed &p : placed)
+      if (p.First <= b.Last && b.First <= p.Last)
+        busy.push_back({p.Lo, p.Hi});
     // Best fit: the smallest gap between busy ranges that holds b.
     uint64_t best = UINT64_MAX, bestGap = UINT64_MAX, cursor = 0;
     for (const auto &[lo, hi] : busy) {
@@ -68,10 +70,13 @@ ArenaAssignment headroom::planArena(llvm::ArrayRef<BufferLife> buffers,
     }
     a.Offsets[i] = best != UINT64_MAX ? best : cursor;
     a.ArenaBytes = std::max(a.ArenaBytes, a.Offsets[i] + b.Size);
-    placed.insert(std::upper_bound(
-                      placed.begin(), placed.end(), i,
-                      [&](size_t x, size_t y) { return range(x) < range(y); }),
-                  i);
+    Placed record{a.Offsets[i], a.Offsets[i] + b.Size, b.First, b.Last};
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), record,
+                                   [](const Placed &x, const Placed &y) {
+                                     return std::make_pair(x.Lo, x.Hi) <
+                                            std::make_pair(y.Lo, y.Hi);
+                                   }),
+                  record);
   }
   return a;
 }
