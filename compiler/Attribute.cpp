@@ -247,3 +247,19 @@ void Attribute::print(llvm::raw_ostream &os) const {
     return;
   }
 }
+
+int64_t headroom::intAttr(const AttributeMap &attrs, llvm::StringRef name,
+                          int64_t dflt) {
+  auto it = attrs.find(name.str());
+  return it != attrs.end() && it->second.kind() == Attribute::Kind::Int
+             ? it->second.asInt()
+             : dflt;
+}
+
+const std::vector<int64_t> *headroom::intsAttr(const AttributeMap &attrs,
+                                               llvm::StringRef name) {
+  auto it = attrs.find(name.str());
+  return it != attrs.end() && it->second.kind() == Attribute::Kind::Ints
+             ? &it->second.asInts()
+             : nullptr;
+}

@@ -12,6 +12,8 @@
 
 #include "compiler/Types.h"
 
+#include "llvm/ADT/StringRef.h"
+
 #include <map>
 #include <memory>
 #include <string>
@@ -64,6 +66,13 @@ private:
 
 /// Attributes of one node, ordered by name so that printing is deterministic.
 using AttributeMap = std::map<std::string, Attribute>;
+
+/// The integer attribute `name` of `attrs`, or `dflt` when it is absent or
+/// not an integer.
+int64_t intAttr(const AttributeMap &attrs, llvm::StringRef name, int64_t dflt);
+/// The integer-list attribute `name` of `attrs`, or null.
+const std::vector<int64_t> *intsAttr(const AttributeMap &attrs,
+                                     llvm::StringRef name);
 
 /// The shortest decimal (printf's %g form) that reads back as the same value
 /// of element type `t`: `1e-05`, `0.001`, `3`, `inf`, `nan`.

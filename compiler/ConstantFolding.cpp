@@ -29,14 +29,6 @@ static llvm::Error err(const llvm::Twine &msg) {
 
 static Results one(Tensor t) { return std::vector<Tensor>{std::move(t)}; }
 
-static int64_t attrInt(const AttributeMap &attrs, const char *name,
-                       int64_t dflt) {
-  auto it = attrs.find(name);
-  if (it == attrs.end() || it->second.kind() != Attribute::Kind::Int)
-    return dflt;
-  return it->second.asInt();
-}
-
 /// Normalizes a possibly negative axis; None when out of [-rank, rank).
 static Optional<int64_t> normAxis(int64_t axis, int64_t rank) {
   if (axis < -rank || axis >= rank)
@@ -285,7 +277,7 @@ static Tensor gatherElements(const Tensor &src, TensorType type,
 static Expected<Results> foldConcat(const AttributeMap &attrs,
                                     ArrayRef<const Tensor *> ins) {
   const TensorType &t0 = ins[0]->type();
-  auto axis = normAxis(attrInt(attrs, "axis", 0), t0.rank());
+  auto axis = normAxis(intAttr(attrs, "axis", 0), t0.rank());
   if (!axis)
     return err("Concat axis out of range for " + t0.str());
   Shape shape(t0.shape().begin(), t0.shape().end());
@@ -325,7 +317,7 @@ static Expected<Results> foldConcat(const AttributeMap &attrs,
 static Expected<Results> foldGather(const AttributeMap &attrs,
                                     const Tensor &data, const Tensor &indices) {
   const TensorType &dt = data.type();
-  auto axis = normAxis(attrInt(attrs, "axis", 0), dt.rank());
+  auto axis = normAxis(intAttr(attrs, "axis", 0), dt.rank());
   if (!axis)
     return err("Gather axis out of range for " + dt.str());
   Shape shape(dt.shape().begin(), dt.shape().begin() + *axis);
@@ -360,7 +352,7 @@ static Tensor reshaped(const Tensor &x, ArrayRef<int64_t> shape) {
 static Expected<Results> foldReshape(const AttributeMap &attrs, const Tensor &x,
                                      const Tensor &shapeT) {
   auto shape = ops::reshapeShape(x.type(), shapeT.toInts(),
-                                 attrInt(attrs, "allowzero", 0) != 0);
+                                 intAttr(attrs, "allowzero", 0) != 0);
   if (!shape)
     return shape.takeError();
   return one(reshaped(x, *shape));
@@ -503,7 +495,7 @@ static Expected<Results> foldTrilu(const AttributeMap &attrs, const Tensor &x,
   if (x.type().rank() < 2)
     return err("Trilu needs rank >= 2, got " + x.type().str());
   int64_t k = kT ? kT->getInt(0) : 0;
-  bool upper = attrInt(attrs, "upper", 1) != 0;
+  bool upper = intAttr(attrs, "upper", 1) != 0;
   int64_t rows = x.type().dim(x.type().rank() - 2),
           cols = x.type().dim(x.type().rank() - 1);
   Tensor out = x;
@@ -628,8 +620,8 @@ Optional<Tensor> headroom::foldTypeOp(llvm::StringRef op,
       a += rank;
     return std::max<int64_t>(0, std::min(a, rank));
   };
-  int64_t start = clampAxis(attrInt(attrs, "start", 0));
-  int64_t end = clampAxis(attrInt(attrs, "end", rank));
+  int64_t start = clampAxis(intAttr(attrs, "start", 0));
+  int64_t end = clampAxis(intAttr(attrs, "end", rank));
   std::vector<int64_t> dims;
   for (int64_t d = start; d < end; ++d)
     dims.push_back(x.dim(d));

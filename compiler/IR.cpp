@@ -109,8 +109,7 @@ const Attribute *Node::attr(llvm::StringRef name) const {
 }
 
 int64_t Node::intAttr(llvm::StringRef name, int64_t dflt) const {
-  const Attribute *a = attr(name);
-  return a && a->kind() == Attribute::Kind::Int ? a->asInt() : dflt;
+  return headroom::intAttr(Attrs, name, dflt);
 }
 
 double Node::floatAttr(llvm::StringRef name, double dflt) const {

@@ -393,7 +393,8 @@ llvm::Error Verifier::verifyResultTypes(const Node &n) {
       info.has(opflags::Unary) ||
       (info.has(opflags::Broadcast) && info.has(opflags::SameDType)) ||
       n.is(OpKind::Constant) || n.is(OpKind::Cast) || n.is(OpKind::MatMul) ||
-      n.is(OpKind::Gemm) || n.is(OpKind::Transpose) || n.is(OpKind::Concat);
+      n.is(OpKind::Gemm) || n.is(OpKind::Transpose) || n.is(OpKind::Concat) ||
+      n.is(OpKind::Slice);
   if (covered)
     return llvm::Error::success();
   auto inferred = ops::inferResultTypes(n.kind(), n.operands(), n.attrs());

@@ -88,7 +88,7 @@ struct ForwardInfo {
 
 private:
   bool blocksFromScopes();
-  void blocksFromStructure();
+  void blocksFromStructure(const Function &f);
   void findSideInputs(const Function &f);
   void findCutPoints();
   /// The forward nodes that compute from the arguments, in order: what the
@@ -116,7 +116,7 @@ ForwardInfo::ForwardInfo(const Function &f) {
         break;
       }
   if (!blocksFromScopes())
-    blocksFromStructure();
+    blocksFromStructure(f);
   findSideInputs(f);
   findCutPoints();
   Chain.NumBlocks = NumBlocks;
@@ -170,7 +170,7 @@ std::vector<Node *> ForwardInfo::dataNodes() const {
 /// boundaries are then moved to the cut points: each block ends at the same
 /// cut point of its copy, the one giving the most whole blocks (the earliest
 /// on a tie), so a block is what lies between two residual cuts.
-void ForwardInfo::blocksFromStructure() {
+void ForwardInfo::blocksFromStructure(const Function &f) {
   for (Node *n : Nodes)
     Block[n] = -1;
   std::vector<Node *> data = dataNodes();
@@ -215,7 +215,7 @@ void ForwardInfo::blocksFromStructure() {
     NumBlocks = count;
   };
   assign(bestStart, bestCount);
-  findSideInputs(*Nodes.front()->parent());
+  findSideInputs(f);
   findCutPoints();
   llvm::DenseSet<const Node *> cuts;
   for (const Value *c : Chain.CutPoints)

@@ -156,6 +156,17 @@ static llvm::Expected<Compiled> lowerSteps(std::unique_ptr<Module> m,
                   options.passPipeline(/*scheduled=*/true)};
 }
 
+/// `built` (copied) compiled with recomputation choice `c`.
+static llvm::Expected<Compiled> compileChoice(const Module &built,
+                                              const CompileOptions &options,
+                                              const RecomputeChoice &c,
+                                              const Target &target) {
+  CompileOptions o = options;
+  o.RecomputeBudget = 0;
+  c.applyTo(o.Recompute);
+  return finish(built.clone(), o, target);
+}
+
 llvm::Expected<std::vector<Compiled>>
 headroom::compileRecomputeCandidates(const Module &built,
                                      const CompileOptions &options,
@@ -165,10 +176,7 @@ headroom::compileRecomputeCandidates(const Module &built,
     return target.takeError();
   std::vector<Compiled> out;
   for (const RecomputeChoice &c : choices) {
-    CompileOptions o = options;
-    o.RecomputeBudget = 0;
-    c.applyTo(o.Recompute);
-    auto compiled = finish(built.clone(), o, **target);
+    auto compiled = compileChoice(built, options, c, **target);
     if (!compiled)
       return compiled.takeError();
     out.push_back(std::move(*compiled));
@@ -187,10 +195,7 @@ static llvm::Expected<Compiled> fitBudget(std::unique_ptr<Module> built,
   llvm::Optional<Compiled> best, lowest;
   std::string lowestLabel;
   auto tryChoice = [&](const RecomputeChoice &c) -> llvm::Expected<bool> {
-    CompileOptions o = options;
-    o.RecomputeBudget = 0;
-    c.applyTo(o.Recompute);
-    auto compiled = finish(built->clone(), o, **target);
+    auto compiled = compileChoice(*built, options, c, **target);
     if (!compiled)
       return compiled.takeError();
     const MemoryReport &r = compiled->ThePlan.Report;

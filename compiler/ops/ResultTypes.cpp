@@ -20,21 +20,6 @@ llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
 }
 
-int64_t intAttr(const AttributeMap &attrs, const char *name, int64_t dflt) {
-  auto it = attrs.find(name);
-  return it != attrs.end() && it->second.kind() == Attribute::Kind::Int
-             ? it->second.asInt()
-             : dflt;
-}
-
-const std::vector<int64_t> *intsAttr(const AttributeMap &attrs,
-                                     const char *name) {
-  auto it = attrs.find(name);
-  return it != attrs.end() && it->second.kind() == Attribute::Kind::Ints
-             ? &it->second.asInts()
-             : nullptr;
-}
-
 /// Operand `i`'s integers when it is a Constant; None when it is absent or
 /// computed (`present` says which).
 Optional<std::vector<int64_t>> constantInts(ArrayRef<Value *> operands,
@@ -112,35 +97,32 @@ Expected<Types> reshapeFamily(OpKind op, ArrayRef<Value *> operands,
   if (present && !ints)
     return Types(); // computed
   const std::vector<int64_t> *attrAxes = intsAttr(attrs, "axes");
-  std::vector<int64_t> none;
-  Expected<ops::Dims> shape = ops::Dims();
-  switch (op) {
-  case OpKind::Reshape:
-    if (!ints)
-      return fail("Reshape needs its shape operand");
-    shape = ops::reshapeShape(x, *ints, intAttr(attrs, "allowzero", 0) != 0);
-    break;
-  case OpKind::Unsqueeze:
-    if (!ints && !attrAxes)
-      return fail("Unsqueeze needs axes");
-    shape = ops::unsqueezeShape(x.shape(), ints ? *ints : *attrAxes);
-    break;
-  case OpKind::Squeeze:
-    shape =
-        ops::squeezeShape(x, ints       ? Optional<ArrayRef<int64_t>>(*ints)
-                             : attrAxes ? Optional<ArrayRef<int64_t>>(*attrAxes)
-                                        : Optional<ArrayRef<int64_t>>());
-    break;
-  default: { // Expand
-    if (!ints)
-      return fail("Expand needs its shape operand");
-    auto b = broadcastShapes(x.shape(), *ints);
-    if (!b)
-      return fail("Expand of " + x.str() + " to " + shapeString(*ints) +
-                  ": the shapes do not broadcast");
-    shape = ops::Dims(b->begin(), b->end());
-  }
-  }
+  auto shape = [&]() -> Expected<ops::Dims> {
+    switch (op) {
+    case OpKind::Reshape:
+      if (!ints)
+        return fail("Reshape needs its shape operand");
+      return ops::reshapeShape(x, *ints, intAttr(attrs, "allowzero", 0) != 0);
+    case OpKind::Unsqueeze:
+      if (!ints && !attrAxes)
+        return fail("Unsqueeze needs axes");
+      return ops::unsqueezeShape(x.shape(), ints ? *ints : *attrAxes);
+    case OpKind::Squeeze:
+      return ops::squeezeShape(x, ints ? Optional<ArrayRef<int64_t>>(*ints)
+                                  : attrAxes
+                                      ? Optional<ArrayRef<int64_t>>(*attrAxes)
+                                      : Optional<ArrayRef<int64_t>>());
+    default: { // Expand
+      if (!ints)
+        return fail("Expand needs its shape operand");
+      auto b = broadcastShapes(x.shape(), *ints);
+      if (!b)
+        return fail("Expand of " + x.str() + " to " + shapeString(*ints) +
+                    ": the shapes do not broadcast");
+      return ops::Dims(b->begin(), b->end());
+    }
+    }
+  }();
   if (!shape)
     return shape.takeError();
   return Types(one(x.dtype(), *shape));

@@ -72,6 +72,15 @@ Call contiguousCall(bool transA, bool transB, int64_t m, int64_t n, int64_t k) {
   return g;
 }
 
+/// Gemm's call (a backend's call struct) for a checked `s`: contiguous
+/// operands, its alpha and beta.
+template <typename Call> Call gemmCall(const GemmShape &s) {
+  Call g = contiguousCall<Call>(s.TransA, s.TransB, s.M, s.N, s.K);
+  g.Alpha = s.Alpha;
+  g.Beta = s.Beta;
+  return g;
+}
+
 } // namespace cpu
 } // namespace headroom
 

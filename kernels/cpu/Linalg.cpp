@@ -49,11 +49,6 @@ void blasGemm(const GemmArgs &g, const double *a, const double *b, double *c) {
               g.Lda, b, g.Ldb, g.Beta, c, g.Ldc);
 }
 
-GemmArgs contiguousGemm(bool transA, bool transB, int64_t m, int64_t n,
-                        int64_t k) {
-  return contiguousCall<GemmArgs>(transA, transB, m, n, k);
-}
-
 /// Y[m, n] = C broadcast to [M, N] (C has rank 0, 1 or 2).
 template <typename T>
 void broadcastBias(const TensorView &c, T *y, int64_t m, int64_t n) {
@@ -77,9 +72,7 @@ template <typename T> Error gemm(const KernelContext &ctx) {
   if (!shape)
     return shape.takeError();
   int64_t m = shape->M, n = shape->N;
-  GemmArgs g = contiguousGemm(shape->TransA, shape->TransB, m, n, shape->K);
-  g.Alpha = shape->Alpha;
-  g.Beta = shape->Beta;
+  GemmArgs g = gemmCall<GemmArgs>(*shape);
   if (shape->C)
     broadcastBias(*shape->C, y.as<T>(), m, n);
   if (m == 0 || n == 0)
@@ -121,7 +114,7 @@ template <typename T> Error matMul(const KernelContext &ctx) {
 
   const T *pa = a.as<T>(), *pb = b.as<T>();
   T *py = y.as<T>();
-  GemmArgs g = contiguousGemm(s->TransA, s->TransB, m, n, k);
+  GemmArgs g = contiguousCall<GemmArgs>(s->TransA, s->TransB, m, n, k);
   // A batched A against one B matrix: the batches of A stack into rows
   // (not when each of A's matrices is read transposed).
   if (!s->TransA && product(s->BBatch) == 1 && product(s->ABatch) == batches) {

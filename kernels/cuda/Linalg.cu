@@ -56,10 +56,6 @@ struct GemmCall {
   double Alpha = 1, Beta = 0;
 };
 
-GemmCall contiguous(bool transA, bool transB, int64_t m, int64_t n, int64_t k) {
-  return cpu::contiguousCall<GemmCall>(transA, transB, m, n, k);
-}
-
 /// One thread per result element of one strided-batched GEMM.
 template <typename T> struct GemmBody {
   const T *A, *B;
@@ -293,9 +289,7 @@ struct GemmApply {
     if (!shape)
       return shape.takeError();
     int64_t m = shape->M, n = shape->N;
-    GemmCall g = contiguous(shape->TransA, shape->TransB, m, n, shape->K);
-    g.Alpha = shape->Alpha;
-    g.Beta = shape->Beta;
+    GemmCall g = cpu::gemmCall<GemmCall>(*shape);
     if (const TensorView *c = shape->C) {
       int64_t cm = c->rank() == 2 ? c->Shape[0] : 1;
       int64_t cn = c->rank() >= 1 ? c->Shape[c->rank() - 1] : 1;
@@ -323,7 +317,7 @@ Error matMulCalls(const KernelContext &ctx, SmallVector<GemmCall, 4> &out) {
     return ctx.unsupported("result type does not match the operands");
   if (y.numElements() == 0)
     return Error::success();
-  GemmCall g = contiguous(s->TransA, s->TransB, m, n, k);
+  GemmCall g = cpu::contiguousCall<GemmCall>(s->TransA, s->TransB, m, n, k);
   if (!s->TransA && product(bBatch) == 1 && product(aBatch) == batches) {
     g.M = batches * m; // A's batches stack into rows
     out.push_back(g);
