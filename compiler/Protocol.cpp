@@ -31,3 +31,23 @@ void headroom::copyGradientTags(const Node &from, Node &to) {
   if (const Attribute *a = from.attr("grad_of"))
     to.setAttr("grad_of", *a);
 }
+
+llvm::Expected<Function *> headroom::forwardOf(Module &m,
+                                               llvm::StringRef pass) {
+  auto fail = [&](const llvm::Twine &found) {
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        (pass + ": expected one function, the forward before autodiff; " +
+         found)
+            .str()
+            .c_str());
+  };
+  if (m.functions().size() != 1)
+    return fail("found " + llvm::Twine(m.functions().size()) + " functions");
+  Function &f = *m.functions()[0];
+  for (const Node &n : f.nodes())
+    if (isLossSeed(n) || hasGradientTag(n) || n.is(OpKind::ParamGrad))
+      return fail("@" + f.name() + " was differentiated already (node '" +
+                  n.op() + "' is autodiff's)");
+  return &f;
+}

@@ -30,6 +30,7 @@
 
 #include "llvm/ADT/Optional.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
 
 #include <vector>
 
@@ -46,6 +47,13 @@ inline bool hasGradientTag(const Node &n) { return n.attr("grad_of"); }
 void copyGradientTags(const Node &from, Node &to);
 
 inline bool isLossSeed(const Node &n) { return n.attr("loss_seed"); }
+
+/// The forward that the passes before autodiff rewrite: the module's one
+/// function, carrying none of autodiff's marks (a loss seed, a tagged
+/// gradient, a ParamGrad). Otherwise an error, "`pass`: expected ...",
+/// naming what it found: such a pass given a differentiated step would
+/// rewrite its backward as if it were forward.
+llvm::Expected<Function *> forwardOf(Module &m, llvm::StringRef pass);
 inline void markLossSeed(Node &n) {
   n.setAttr("loss_seed", Attribute::getInt(1));
 }

@@ -165,10 +165,10 @@ llvm::Error Autodiff::differentiate(Function &f) {
 }
 
 llvm::Expected<bool> Autodiff::run(Module &m) {
-  if (m.functions().size() != 1)
-    return fail("expected one function (the forward), found " +
-                llvm::Twine(m.functions().size()));
-  Function &f = *m.functions()[0];
+  auto forward = forwardOf(m, "autodiff");
+  if (!forward)
+    return forward.takeError();
+  Function &f = **forward;
   // Fixed random streams, so that copies of the step made by later passes
   // (accumulation's micro-steps, LOMO's norm pass) draw the same masks.
   stampRandomStreams(f);

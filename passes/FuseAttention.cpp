@@ -37,6 +37,8 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 
+#include "compiler/Protocol.h"
+
 #include "compiler/AttentionShape.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -734,13 +736,10 @@ void FuseAttention::rewrite(Function &f, Match &m) {
 }
 
 llvm::Expected<bool> FuseAttention::run(Module &m) {
-  if (m.functions().size() != 1)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "fuse-attention: expected one function (the forward, before "
-        "autodiff), found %zu",
-        m.functions().size());
-  Function &f = *m.functions()[0];
+  auto forward = forwardOf(m, "fuse-attention");
+  if (!forward)
+    return forward.takeError();
+  Function &f = **forward;
   llvm::SmallVector<Node *, 8> softmaxes;
   for (Node &n : f.nodes())
     if (n.is(OpKind::Softmax))

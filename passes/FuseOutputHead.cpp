@@ -31,6 +31,8 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 
+#include "compiler/Protocol.h"
+
 #include "compiler/OutputHeadShape.h"
 
 #include <optional>
@@ -92,7 +94,10 @@ private:
 llvm::Expected<bool> FuseOutputHead::run(Module &m) {
   if (m.functions().empty())
     return false;
-  Function &f = *m.functions().front();
+  auto forward = forwardOf(m, "fuse-output-head");
+  if (!forward)
+    return forward.takeError();
+  Function &f = **forward;
   std::vector<HeadMatch> matches;
   for (Node &n : f.nodes())
     if (auto hm = match(n))

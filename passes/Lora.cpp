@@ -35,6 +35,8 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 
+#include "compiler/Protocol.h"
+
 #include "compiler/StateQuantization.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -136,7 +138,10 @@ private:
 llvm::Expected<bool> Lora::run(Module &m) {
   if (m.functions().empty())
     return false;
-  Function &f = *m.functions().front();
+  auto forward = forwardOf(m, "lora");
+  if (!forward)
+    return forward.takeError();
+  Function &f = **forward;
   std::vector<Product> all = products(f);
   std::vector<Product> chosen;
   std::set<std::string> modules;
@@ -236,7 +241,10 @@ public:
 llvm::Expected<bool> QuantizeBase::run(Module &m) {
   if (m.functions().empty())
     return false;
-  Function &f = *m.functions().front();
+  auto forward = forwardOf(m, "quantize-base");
+  if (!forward)
+    return forward.takeError();
+  Function &f = **forward;
   std::vector<Product> all = products(f, StateKind::Frozen);
   std::vector<StateSlot *> weights;
   for (size_t i = 0; i + 1 < all.size(); ++i) { // not the output head

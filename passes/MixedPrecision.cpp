@@ -32,6 +32,8 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 
+#include "compiler/Protocol.h"
+
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
@@ -151,13 +153,10 @@ Value *MixedPrecision::as(Value *v, DType t, Function &f, Node *before) {
 }
 
 llvm::Expected<bool> MixedPrecision::run(Module &m) {
-  if (m.functions().size() != 1)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(),
-        "mixed-precision: expected one function (the forward, before "
-        "autodiff), found %zu",
-        m.functions().size());
-  Function &f = *m.functions()[0];
+  auto forward = forwardOf(m, "mixed-precision");
+  if (!forward)
+    return forward.takeError();
+  Function &f = **forward;
   // Without master weights the parameters are stored low, the frozen ones
   // too (LoRA's base, as PEFT and torchtune load it in bf16).
   if (!Master)
