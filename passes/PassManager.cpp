@@ -56,7 +56,7 @@ static void printBanner(llvm::raw_ostream &os, llvm::StringRef what) {
 }
 
 llvm::Error PassManager::run(Module &m) {
-  if (Options.VerifyEach)
+  if (Options.VerifyEach && !Options.InputVerified)
     if (auto e = verifyModule(m))
       return llvm::joinErrors(
           llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -70,7 +70,7 @@ llvm::Error PassManager::run(Module &m) {
     auto changed = p->run(m);
     if (!changed)
       return changed.takeError();
-    if (Options.VerifyEach)
+    if (Options.VerifyEach && *changed)
       if (auto e = verifyModule(m))
         return llvm::createStringError(
             llvm::inconvertibleErrorCode(), "IR invalid after pass '%s': %s",

@@ -10,8 +10,13 @@
 namespace headroom {
 
 struct PassManagerOptions {
-  /// Run the verifier after every pass (always on in tests).
+  /// Run the verifier on the input and after every pass that changed the
+  /// module (always on in tests; a pass that says it changed nothing left
+  /// the module as verified, which PassTest.UnchangedMeansUnchanged checks).
   bool VerifyEach = true;
+  /// The input is a pass manager's output, or a copy of one: VerifyEach
+  /// skips verifying it again.
+  bool InputVerified = false;
   /// Print the IR before the first pass and after every pass to PrintStream.
   bool PrintAfterAll = false;
   llvm::raw_ostream *PrintStream = nullptr;

@@ -81,6 +81,9 @@ private:
   /// Every candidate tried, best first (`w` is the winner's index).
   std::vector<FitCandidate> ranked(size_t w) const;
 
+  /// The step the base pipeline builds for `o`: built once per buildKey
+  /// from the model imported once per importKey.
+  llvm::Expected<const Module *> built(const CompileOptions &o);
   /// Compiles `o`; records it as a candidate labelled `recompute`.
   llvm::Expected<const FitCandidate *> tryCompile(CompileOptions o, int rank,
                                                   const std::string &recompute);
@@ -116,26 +119,41 @@ private:
   /// The setting's plain step (K = 1, nothing recomputed, unfused): what
   /// ExtraFlops is counted from.
   uint64_t PlainFlops = 0;
-  /// Each setting's step as buildStep made it (by buildKey).
-  std::map<std::string, std::unique_ptr<Module>> Built;
+  /// The model as importStep made it (by importKey), and each setting's
+  /// step as buildImported made it from a copy (by buildKey).
+  std::map<std::string, std::unique_ptr<Module>> Imported, Built;
   // Deques: candidates are pointed to while more are added.
   std::deque<FitCandidate> Tried;
-  std::deque<Compiled> Compiles; // parallel to Tried
+  std::deque<Compiled> Compiles; // parallel to Tried; empty unless it fits
 };
+
+llvm::Expected<const Module *> Search::built(const CompileOptions &o) {
+  std::unique_ptr<Module> &built = Built[buildKey(o)];
+  if (built)
+    return built.get();
+  std::unique_ptr<Module> &imported = Imported[importKey(o)];
+  if (!imported) {
+    auto m = importStep(Model, o);
+    if (!m)
+      return m.takeError();
+    imported = std::move(*m);
+  }
+  auto b = buildImported(imported->clone(), o);
+  if (!b)
+    return b.takeError();
+  built = std::move(*b);
+  return built.get();
+}
 
 llvm::Expected<const FitCandidate *>
 Search::tryCompile(CompileOptions o, int rank, const std::string &recompute) {
   o.MemoryBudget = 0;
-  // Each setting's step is imported and built once; candidates compile
-  // copies (recomputation, rematerialization, schedule and lowering).
-  std::unique_ptr<Module> &built = Built[buildKey(o)];
-  if (!built) {
-    auto b = buildStep(Model, o);
-    if (!b)
-      return b.takeError();
-    built = std::move(*b);
-  }
-  auto c = compileBuilt(built->clone(), o);
+  // Candidates compile copies of their setting's step (recomputation,
+  // rematerialization, schedule and lowering).
+  auto b = built(o);
+  if (!b)
+    return b.takeError();
+  auto c = compileBuilt((*b)->clone(), o);
   if (!c)
     return c.takeError();
   FitCandidate f;
@@ -151,9 +169,12 @@ Search::tryCompile(CompileOptions o, int rank, const std::string &recompute) {
   if (c->ThePlan.TargetName == "cuda")
     f.StepSeconds = estimateStep(c->ThePlan).StepSeconds;
   f.HostPeakBytes = r.HostPeakBytes();
+  f.StateBytes = r.StateBytes() + r.StatePadding;
   f.Fits &= !Base.HostMemoryBudget || f.HostPeakBytes <= Base.HostMemoryBudget;
   Tried.push_back(std::move(f));
-  Compiles.push_back(std::move(*c));
+  // Only a fitting candidate can win: the others' modules and plans are
+  // freed at once (their memory serves the next candidate).
+  Compiles.push_back(Tried.back().Fits ? std::move(*c) : Compiled());
   return &Tried.back();
 }
 
@@ -310,8 +331,7 @@ Search::bestOfSetting(const Setting &s, llvm::ArrayRef<unsigned> accums,
     }
     // State alone (more with accumulators) over the budget: no K helps,
     // unless state may move to the host.
-    const MemoryReport &r = Compiles.back().ThePlan.Report;
-    bool stateFits = r.StateBytes() + r.StatePadding <= Base.MemoryBudget;
+    bool stateFits = (*none)->StateBytes <= Base.MemoryBudget;
     if (!stateFits && !Base.AllowOffload)
       break;
     const FitCandidate *here = (*none)->Fits ? *none : nullptr;
@@ -482,12 +502,10 @@ std::vector<FitCandidate> Search::ranked(size_t w) const {
 llvm::Expected<FitResult> Search::run() {
   // The repeated blocks, for the block chain.
   {
-    CompileOptions o = Base;
-    o.MemoryBudget = 0;
-    auto built = buildStep(Model, o);
-    if (!built)
-      return built.takeError();
-    Space = RecomputeSpace::of(**built);
+    auto b = built(Base);
+    if (!b)
+      return b.takeError();
+    Space = RecomputeSpace::of(**b);
   }
   std::vector<Setting> ranks = settings();
   // Micro-batch counts: the divisors of the batch, fewest first.

@@ -38,6 +38,9 @@ struct FitCandidate {
   /// nominal rate plus exposed transfers) and the pinned host pool.
   double StepSeconds = 0;
   uint64_t HostPeakBytes = 0;
+  /// The state with its padding (weights, optimizer state, accumulators):
+  /// what more micro-batches do not shrink.
+  uint64_t StateBytes = 0;
   bool Fits = false;
 };
 

@@ -59,16 +59,16 @@ static llvm::Expected<ImportOptions> microBatchImport(const CompileOptions &o) {
   return import;
 }
 
-static llvm::Error runPasses(Module &m, llvm::StringRef pipeline) {
-  PassManager pm;
+static llvm::Error runPasses(Module &m, llvm::StringRef pipeline,
+                             PassManagerOptions options = {}) {
+  PassManager pm(options);
   if (auto e = pm.addPipeline(pipeline))
     return e;
   return pm.run(m);
 }
 
-/// The model imported at the micro-batch size.
-static llvm::Expected<std::unique_ptr<Module>>
-importStep(llvm::StringRef modelPath, const CompileOptions &options) {
+llvm::Expected<std::unique_ptr<Module>>
+headroom::importStep(llvm::StringRef modelPath, const CompileOptions &options) {
   auto import = microBatchImport(options);
   if (!import)
     return import.takeError();
@@ -115,8 +115,11 @@ static llvm::Expected<Compiled> lowerSteps(std::unique_ptr<Module> m,
         "--schedule never contradicts --optimizer %s, whose updates are "
         "scheduled into the backward",
         options.Optimizer.kindName().str().c_str());
-  // One pass manager: the module is verified once before and after each.
-  PassManager pm;
+  // One pass manager: the module (the base pipeline's output, verified) is
+  // verified after each pass that changes it.
+  PassManagerOptions verified;
+  verified.InputVerified = true;
+  PassManager pm(verified);
   if (options.Recompute.Kind != RecomputeOptions::Policy::None)
     pm.add(createRecomputePass(options.Recompute));
   if (auto e = pm.addPipeline(options.rematerializePass().substr(1)))
@@ -143,7 +146,7 @@ static llvm::Expected<Compiled> lowerSteps(std::unique_ptr<Module> m,
     if (!keepBoth)
       return asBuilt;
   }
-  if (auto e = runPasses(*m, options.schedulePass().substr(1)))
+  if (auto e = runPasses(*m, options.schedulePass().substr(1), verified))
     return e;
   auto plan = lowerModule(*m, target);
   if (!plan)
@@ -226,13 +229,19 @@ static llvm::Expected<Compiled> fitBudget(std::unique_ptr<Module> built,
 }
 
 llvm::Expected<std::unique_ptr<Module>>
+headroom::buildImported(std::unique_ptr<Module> imported,
+                        const CompileOptions &options) {
+  if (auto e = runPasses(*imported, options.basePipeline()))
+    return e;
+  return imported;
+}
+
+llvm::Expected<std::unique_ptr<Module>>
 headroom::buildStep(llvm::StringRef modelPath, const CompileOptions &options) {
   auto m = importStep(modelPath, options);
   if (!m)
     return m.takeError();
-  if (auto e = runPasses(**m, options.basePipeline()))
-    return e;
-  return m;
+  return buildImported(std::move(*m), options);
 }
 
 llvm::Expected<Compiled>
@@ -260,13 +269,16 @@ llvm::Expected<Compiled> headroom::compileBuilt(std::unique_ptr<Module> built,
 }
 
 std::string headroom::buildKey(const CompileOptions &options) {
-  std::string key = options.basePipeline();
+  return options.basePipeline() + "|" + importKey(options);
+}
+
+std::string headroom::importKey(const CompileOptions &options) {
   auto import = microBatchImport(options);
   if (!import) {
     llvm::consumeError(import.takeError());
-    return key + "|invalid";
+    return "invalid";
   }
-  key += "|batch=" + std::to_string(import->Batch);
+  std::string key = "batch=" + std::to_string(import->Batch);
   for (const auto &[name, dims] : import->Shapes) {
     key += "|" + name + "=";
     for (int64_t d : dims)

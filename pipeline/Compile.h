@@ -34,16 +34,26 @@ llvm::Expected<Compiled> compile(llvm::StringRef modelPath,
 llvm::Expected<Compiled> compileModule(std::unique_ptr<Module> m,
                                        const CompileOptions &options);
 
-/// Imports `modelPath` and runs the base pipeline (options.basePipeline():
-/// no recomputation, no schedule): what the recompute candidates start from.
+/// Imports `modelPath` at the options' micro-batch size (--batch and
+/// every --shape divided by --ranks and --accum).
+llvm::Expected<std::unique_ptr<Module>>
+importStep(llvm::StringRef modelPath, const CompileOptions &options);
+/// What decides importStep's module: the micro-batch's import bindings.
+/// Options with the same key import the same module.
+std::string importKey(const CompileOptions &options);
+/// Runs the base pipeline (options.basePipeline(): no recomputation, no
+/// schedule) on `imported`, which importStep made for these options.
+llvm::Expected<std::unique_ptr<Module>>
+buildImported(std::unique_ptr<Module> imported, const CompileOptions &options);
+/// importStep, then buildImported: what the recompute candidates start from.
 llvm::Expected<std::unique_ptr<Module>>
 buildStep(llvm::StringRef modelPath, const CompileOptions &options);
 /// compileModule's work after the base pipeline: `built` is what buildStep
 /// made for these options (auto-fit builds once and compiles copies).
 llvm::Expected<Compiled> compileBuilt(std::unique_ptr<Module> built,
                                       const CompileOptions &options);
-/// What decides buildStep's module: the micro-batch's import bindings and
-/// the base pipeline. Options with the same key build the same module.
+/// What decides buildStep's module: importKey and the base pipeline.
+/// Options with the same key build the same module.
 std::string buildKey(const CompileOptions &options);
 
 /// Each candidate recomputed, scheduled and lowered from a copy of `built`.
