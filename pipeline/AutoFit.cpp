@@ -82,7 +82,8 @@ private:
   std::vector<FitCandidate> ranked(size_t w) const;
 
   /// The step the base pipeline builds for `o`: built once per buildKey
-  /// from the model imported once per importKey.
+  /// from the model imported once per importKey and differentiated once
+  /// per gradient pipeline.
   llvm::Expected<const Module *> built(const CompileOptions &o);
   /// Compiles `o`; records it as a candidate labelled `recompute`.
   llvm::Expected<const FitCandidate *> tryCompile(CompileOptions o, int rank,
@@ -119,9 +120,11 @@ private:
   /// The setting's plain step (K = 1, nothing recomputed, unfused): what
   /// ExtraFlops is counted from.
   uint64_t PlainFlops = 0;
-  /// The model as importStep made it (by importKey), and each setting's
-  /// step as buildImported made it from a copy (by buildKey).
-  std::map<std::string, std::unique_ptr<Module>> Imported, Built;
+  /// The model as importStep made it (by importKey), differentiated by a
+  /// copy's gradientPipeline, and each setting's step: a copy of that with
+  /// its updatePipeline (by buildKey).
+  std::map<std::string, std::unique_ptr<Module>> Imported, Differentiated,
+      Built;
   // Deques: candidates are pointed to while more are added.
   std::deque<FitCandidate> Tried;
   std::deque<Compiled> Compiles; // parallel to Tried; empty unless it fits
@@ -138,7 +141,19 @@ llvm::Expected<const Module *> Search::built(const CompileOptions &o) {
       return m.takeError();
     imported = std::move(*m);
   }
-  auto b = buildImported(imported->clone(), o);
+  // Settings that differ only in the optimizer share their gradient.
+  std::string gradient = o.gradientPipeline();
+  std::unique_ptr<Module> &differentiated =
+      Differentiated[gradient + "|" + importKey(o)];
+  if (!differentiated) {
+    auto d = runPipeline(imported->clone(), gradient);
+    if (!d)
+      return d.takeError();
+    differentiated = std::move(*d);
+  }
+  PassManagerOptions verified;
+  verified.InputVerified = true;
+  auto b = runPipeline(differentiated->clone(), o.updatePipeline(), verified);
   if (!b)
     return b.takeError();
   built = std::move(*b);

@@ -229,11 +229,11 @@ static llvm::Expected<Compiled> fitBudget(std::unique_ptr<Module> built,
 }
 
 llvm::Expected<std::unique_ptr<Module>>
-headroom::buildImported(std::unique_ptr<Module> imported,
-                        const CompileOptions &options) {
-  if (auto e = runPasses(*imported, options.basePipeline()))
+headroom::runPipeline(std::unique_ptr<Module> m, llvm::StringRef pipeline,
+                      PassManagerOptions options) {
+  if (auto e = runPasses(*m, pipeline, options))
     return e;
-  return imported;
+  return m;
 }
 
 llvm::Expected<std::unique_ptr<Module>>
@@ -241,7 +241,7 @@ headroom::buildStep(llvm::StringRef modelPath, const CompileOptions &options) {
   auto m = importStep(modelPath, options);
   if (!m)
     return m.takeError();
-  return buildImported(std::move(*m), options);
+  return runPipeline(std::move(*m), options.basePipeline());
 }
 
 llvm::Expected<Compiled>

@@ -12,6 +12,7 @@
 
 #include "compiler/Plan.h"
 #include "compiler/Target.h"
+#include "passes/PassManager.h"
 #include "pipeline/CompileOptions.h"
 #include "pipeline/RecomputeSearch.h"
 
@@ -41,11 +42,12 @@ importStep(llvm::StringRef modelPath, const CompileOptions &options);
 /// What decides importStep's module: the micro-batch's import bindings.
 /// Options with the same key import the same module.
 std::string importKey(const CompileOptions &options);
-/// Runs the base pipeline (options.basePipeline(): no recomputation, no
-/// schedule) on `imported`, which importStep made for these options.
+/// Runs `pipeline` (`headroom opt --passes=` syntax) on `m`.
 llvm::Expected<std::unique_ptr<Module>>
-buildImported(std::unique_ptr<Module> imported, const CompileOptions &options);
-/// importStep, then buildImported: what the recompute candidates start from.
+runPipeline(std::unique_ptr<Module> m, llvm::StringRef pipeline,
+            PassManagerOptions options = {});
+/// importStep, then the base pipeline (options.basePipeline(): no
+/// recomputation, no schedule): what the recompute candidates start from.
 llvm::Expected<std::unique_ptr<Module>>
 buildStep(llvm::StringRef modelPath, const CompileOptions &options);
 /// compileModule's work after the base pipeline: `built` is what buildStep

@@ -803,6 +803,10 @@ std::string CompileOptions::flags() const {
 }
 
 std::string CompileOptions::basePipeline() const {
+  return gradientPipeline() + "," + updatePipeline();
+}
+
+std::string CompileOptions::gradientPipeline() const {
   std::vector<std::string> passes;
   if (!Lora.empty())
     passes.push_back("lora{" + Lora + "}");
@@ -822,6 +826,11 @@ std::string CompileOptions::basePipeline() const {
                                           std::to_string(OutputHeadRows) + "}"
                                     : std::string("fuse-output-head"));
   passes.push_back("autodiff");
+  return llvm::join(passes, ",");
+}
+
+std::string CompileOptions::updatePipeline() const {
+  std::vector<std::string> passes;
   if (Accumulate > 1)
     passes.push_back("accumulate{steps=" + std::to_string(Accumulate) + "}");
   if (ApplyOptimizer)

@@ -126,8 +126,13 @@ struct CompileOptions {
   /// The passes that build the step, `headroom opt --passes=` syntax; with
   /// `scheduled`, the `schedule` pass last.
   std::string passPipeline(bool scheduled) const;
-  /// The passes before recomputation and scheduling.
+  /// The passes before recomputation and scheduling: gradientPipeline(),
+  /// then updatePipeline().
   std::string basePipeline() const;
+  /// The forward's rewrites (adapters, precision, fusions) and autodiff.
+  std::string gradientPipeline() const;
+  /// Accumulation (with --accum), the optimizer, a last canonicalize.
+  std::string updatePipeline() const;
   /// ",rematerialize" with its options, as passPipeline appends it.
   std::string rematerializePass() const;
   /// ",data-parallel{ranks=N zero=K}" with --ranks, else "".
