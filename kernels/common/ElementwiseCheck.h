@@ -10,12 +10,12 @@
 #ifndef HEADROOM_KERNELS_COMMON_ELEMENTWISECHECK_H
 #define HEADROOM_KERNELS_COMMON_ELEMENTWISECHECK_H
 
-#include "kernels/cpu/KernelUtil.h"
+#include "kernels/common/KernelUtil.h"
 
 #include <string>
 
 namespace headroom {
-namespace cpu {
+namespace kernels {
 
 /// Cast's `to` is an element type, the result's.
 inline llvm::Error checkCast(const KernelContext &ctx) {
@@ -63,7 +63,7 @@ llvm::Expected<DropoutParams> dropoutParams(const Ctx &ctx, ReadScalar read) {
   return p;
 }
 
-} // namespace cpu
+} // namespace kernels
 } // namespace headroom
 
 #endif // HEADROOM_KERNELS_COMMON_ELEMENTWISECHECK_H

@@ -9,12 +9,12 @@
 #ifndef HEADROOM_KERNELS_COMMON_LINALGCHECK_H
 #define HEADROOM_KERNELS_COMMON_LINALGCHECK_H
 
-#include "kernels/cpu/KernelUtil.h"
+#include "kernels/common/KernelUtil.h"
 
 #include <algorithm>
 
 namespace headroom {
-namespace cpu {
+namespace kernels {
 
 /// Gemm(A, B, C?) {alpha, beta, transA, transB}: Y [M, N] = alpha op(A)
 /// op(B) + beta C, C broadcast to [M, N]; Beta is 0 (and C null) when C is
@@ -81,7 +81,7 @@ template <typename Call> Call gemmCall(const GemmShape &s) {
   return g;
 }
 
-} // namespace cpu
+} // namespace kernels
 } // namespace headroom
 
 #endif // HEADROOM_KERNELS_COMMON_LINALGCHECK_H

@@ -9,10 +9,10 @@
 #ifndef HEADROOM_KERNELS_COMMON_LOSSSHAPE_H
 #define HEADROOM_KERNELS_COMMON_LOSSSHAPE_H
 
-#include "kernels/cpu/Kernel.h"
+#include "kernels/common/Kernel.h"
 
 namespace headroom {
-namespace cpu {
+namespace kernels {
 
 enum class Reduction { None, Sum, Mean };
 
@@ -53,7 +53,7 @@ checkedLoss(const KernelContext &ctx, unsigned first, const TensorView &loss) {
   return s;
 }
 
-} // namespace cpu
+} // namespace kernels
 } // namespace headroom
 
 #endif // HEADROOM_KERNELS_COMMON_LOSSSHAPE_H

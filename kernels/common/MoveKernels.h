@@ -19,10 +19,10 @@
 #define HEADROOM_KERNELS_COMMON_MOVEKERNELS_H
 
 #include "compiler/ops/Shape.h"
-#include "kernels/cpu/KernelUtil.h"
+#include "kernels/common/KernelUtil.h"
 
 namespace headroom {
-namespace cpu {
+namespace kernels {
 
 template <typename Ctx, typename Moves>
 llvm::Error transposeKernelOf(const Ctx &ctx) {
@@ -221,7 +221,7 @@ inline llvm::Expected<TriluShape> triluShape(const KernelContext &ctx) {
   return t;
 }
 
-} // namespace cpu
+} // namespace kernels
 } // namespace headroom
 
 #endif // HEADROOM_KERNELS_COMMON_MOVEKERNELS_H

@@ -11,12 +11,12 @@
 #define HEADROOM_KERNELS_COMMON_NORMCHECK_H
 
 #include "compiler/ops/Norm.h"
-#include "kernels/cpu/KernelUtil.h"
+#include "kernels/common/KernelUtil.h"
 
 #include <initializer_list>
 
 namespace headroom {
-namespace cpu {
+namespace kernels {
 
 using ComputedFn = bool (*)(DType);
 
@@ -114,7 +114,7 @@ checkBatchNorm(const KernelContext &ctx, bool grad, ComputedFn computed) {
   return s;
 }
 
-} // namespace cpu
+} // namespace kernels
 } // namespace headroom
 
 #endif // HEADROOM_KERNELS_COMMON_NORMCHECK_H

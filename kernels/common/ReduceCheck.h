@@ -9,10 +9,10 @@
 #define HEADROOM_KERNELS_COMMON_REDUCECHECK_H
 
 #include "compiler/ops/Shape.h"
-#include "kernels/cpu/KernelUtil.h"
+#include "kernels/common/KernelUtil.h"
 
 namespace headroom {
-namespace cpu {
+namespace kernels {
 
 /// A Reduce*'s normalized axes; `Noop` (noop_with_empty_axes and no axes):
 /// the result is the input, of its size.
@@ -73,7 +73,7 @@ inline llvm::Expected<PoolPlanes> globalPoolPlanes(const KernelContext &ctx) {
   return p;
 }
 
-} // namespace cpu
+} // namespace kernels
 } // namespace headroom
 
 #endif // HEADROOM_KERNELS_COMMON_REDUCECHECK_H

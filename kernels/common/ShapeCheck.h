@@ -12,13 +12,13 @@
 #define HEADROOM_KERNELS_COMMON_SHAPECHECK_H
 
 #include "compiler/ops/Shape.h"
-#include "kernels/cpu/KernelUtil.h"
+#include "kernels/common/KernelUtil.h"
 
 #include <cmath>
 #include <string>
 
 namespace headroom {
-namespace cpu {
+namespace kernels {
 
 /// Reshape, Flatten, Squeeze, Unsqueeze: the same bytes.
 inline llvm::Error checkSameBytes(const KernelContext &ctx) {
@@ -189,7 +189,7 @@ llvm::Error dispatchRange(const KernelContext &ctx, bool withI16, Fn fn) {
                          " is not supported");
 }
 
-} // namespace cpu
+} // namespace kernels
 } // namespace headroom
 
 #endif // HEADROOM_KERNELS_COMMON_SHAPECHECK_H

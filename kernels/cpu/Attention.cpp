@@ -17,8 +17,8 @@
 // bits on any number of threads, as for MatMul.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/common/KernelUtil.h"
 #include "kernels/cpu/Kernel.h"
-#include "kernels/cpu/KernelUtil.h"
 #include "kernels/cpu/VecMath.h"
 
 #include "compiler/AttentionShape.h"

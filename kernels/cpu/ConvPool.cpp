@@ -12,8 +12,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/ops/ConvPool.h"
+#include "kernels/common/KernelUtil.h"
 #include "kernels/common/ReduceCheck.h"
-#include "kernels/cpu/KernelUtil.h"
+#include "kernels/cpu/Kernel.h"
 
 #include "llvm/ADT/SmallVector.h"
 

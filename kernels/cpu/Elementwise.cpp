@@ -4,7 +4,7 @@
 // Max/Min/Sum, Where, Cast and Dropout, with ONNX's semantics.
 //
 // Every loop is templated on the storage type and computes in
-// Elem<T>::Compute (kernels/cpu/KernelUtil.h), so f32/f64/integer loops are
+// Elem<T>::Compute (kernels/common/KernelUtil.h), so f32/f64/integer loops are
 // plain loops the compiler can vectorize, and f16/bf16 compute in float.
 // Broadcasting goes through BroadcastLoops, whose rows are contiguous (stride
 // 1) or constant (stride 0) in the common cases; binaryRow specializes those.
@@ -15,8 +15,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/common/ElementwiseCheck.h"
+#include "kernels/common/KernelUtil.h"
 #include "kernels/cpu/Kernel.h"
-#include "kernels/cpu/KernelUtil.h"
 #include "kernels/cpu/Parallel.h"
 #include "kernels/cpu/VecMath.h"
 

@@ -14,9 +14,9 @@
 // exponentiating, so large logits do not overflow.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/common/KernelUtil.h"
 #include "kernels/common/ReduceCheck.h"
 #include "kernels/cpu/Kernel.h"
-#include "kernels/cpu/KernelUtil.h"
 #include "kernels/cpu/Parallel.h"
 #include "kernels/cpu/VecMath.h"
 

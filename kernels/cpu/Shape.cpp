@@ -19,10 +19,10 @@
 // buffer.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/common/KernelUtil.h"
 #include "kernels/common/MoveKernels.h"
 #include "kernels/common/ShapeCheck.h"
 #include "kernels/cpu/Kernel.h"
-#include "kernels/cpu/KernelUtil.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringSwitch.h"

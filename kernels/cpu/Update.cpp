@@ -26,9 +26,9 @@
 // independent: the loops split across the kernel threads.
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/cpu/AdamW8bitCheck.h"
+#include "kernels/common/AdamW8bitCheck.h"
+#include "kernels/common/KernelUtil.h"
 #include "kernels/cpu/Kernel.h"
-#include "kernels/cpu/KernelUtil.h"
 #include "kernels/cpu/Nf4.h"
 #include "kernels/cpu/Parallel.h"
 

@@ -885,7 +885,8 @@ struct ForwardApply {
 /// FusedAttention(q, k, v, bias?) {scale, causal, dropout, zero_empty_rows}
 /// -> (out, lse).
 Error forward(const KernelContext &ctx) {
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type, ForwardApply{ctx});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Inputs[0].Type,
+                                       ForwardApply{ctx});
 }
 
 struct BackwardApply {
@@ -956,7 +957,8 @@ struct BackwardApply {
 /// FusedAttentionGrad(dout, q, k, v, out, lse, bias?) {the forward's
 /// attributes} -> (dq, dk, dv, dbias?).
 Error backward(const KernelContext &ctx) {
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[1].Type, BackwardApply{ctx});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Inputs[1].Type,
+                                       BackwardApply{ctx});
 }
 
 } // namespace

@@ -279,7 +279,8 @@ Error convKernel(const KernelContext &ctx) {
     return ctx.unsupported("bias of type " + ctx.Inputs[2].type().str() +
                            " does not match " + llvm::Twine(s.M) +
                            " output channels");
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type, ConvApply{ctx, s});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Inputs[0].Type,
+                                       ConvApply{ctx, s});
 }
 
 /// dx[n, c, i] = sum over taps k and outputs o with o S - PadBegin + k D = i
@@ -354,8 +355,8 @@ Error convGradInputKernel(const KernelContext &ctx) {
   ConvShape s;
   if (Error e = convShape(ctx, ctx.Outputs[0], ctx.Inputs[1], ctx.Inputs[0], s))
     return e;
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type,
-                                   ConvGradInputApply{ctx, s});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Inputs[0].Type,
+                                       ConvGradInputApply{ctx, s});
 }
 
 /// Row (m, c, k) of dw [M, Cg, Kernel...]: the sum over samples n and the
@@ -430,8 +431,8 @@ Error convGradWeightKernel(const KernelContext &ctx) {
   ConvShape s;
   if (Error e = convShape(ctx, ctx.Inputs[1], ctx.Outputs[0], ctx.Inputs[0], s))
     return e;
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type,
-                                   ConvGradWeightApply{ctx, s});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Inputs[0].Type,
+                                       ConvGradWeightApply{ctx, s});
 }
 
 //===----------------------------------------------------------------------===//
@@ -517,8 +518,8 @@ Error maxPoolKernel(const KernelContext &ctx) {
   if (!isFloat(x.Type) && x.Type != DType::U8 && x.Type != DType::I8)
     return ctx.unsupported("element type " + dtypeName(x.Type) +
                            " is not supported");
-  return dispatch<cpu::FloatTypes | cpu::IntTypes>(ctx, x.Type,
-                                                   MaxPoolApply{ctx, w});
+  return dispatch<kernels::FloatTypes | kernels::IntTypes>(
+      ctx, x.Type, MaxPoolApply{ctx, w});
 }
 
 /// dx[plane, i] = the sum, in ascending output order, of dy[plane, o] over
@@ -572,7 +573,7 @@ Error maxPoolGradKernel(const KernelContext &ctx) {
   Win w;
   if (Error e = nonEmptyPoolWindow(ctx, x, dy, w))
     return e;
-  return dispatch<cpu::FloatTypes>(ctx, x.Type, MaxPoolGradApply{ctx, w});
+  return dispatch<kernels::FloatTypes>(ctx, x.Type, MaxPoolGradApply{ctx, w});
 }
 
 /// What output o of an AveragePool divides by: its window's taps inside the
@@ -650,8 +651,8 @@ Error averagePoolKernel(const KernelContext &ctx) {
   bool includePad;
   if (Error e = averagePoolWindow(ctx, x, ctx.Outputs[0], w, includePad))
     return e;
-  return dispatch<cpu::FloatTypes>(ctx, x.Type,
-                                   AveragePoolApply{ctx, w, includePad});
+  return dispatch<kernels::FloatTypes>(ctx, x.Type,
+                                       AveragePoolApply{ctx, w, includePad});
 }
 
 /// dx[plane, i] = the sum, in ascending output order, of dy[plane, o] /
@@ -708,8 +709,8 @@ Error averagePoolGradKernel(const KernelContext &ctx) {
   bool includePad;
   if (Error e = averagePoolWindow(ctx, dx, dy, w, includePad))
     return e;
-  return dispatch<cpu::FloatTypes>(ctx, dx.Type,
-                                   AveragePoolGradApply{ctx, w, includePad});
+  return dispatch<kernels::FloatTypes>(
+      ctx, dx.Type, AveragePoolGradApply{ctx, w, includePad});
 }
 
 /// y[plane] = the mean of the plane's Size elements.
@@ -741,12 +742,12 @@ struct GlobalAveragePoolApply {
 /// GlobalAveragePool(X [N, C, spatial...]) -> Y [N, C, 1...].
 Error globalAveragePoolKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0];
-  auto p = cpu::globalPoolPlanes(ctx);
+  auto p = kernels::globalPoolPlanes(ctx);
   if (!p)
     return p.takeError();
   int64_t planes = p->Planes, size = p->Size;
-  return dispatch<cpu::FloatTypes>(ctx, x.Type,
-                                   GlobalAveragePoolApply{ctx, planes, size});
+  return dispatch<kernels::FloatTypes>(
+      ctx, x.Type, GlobalAveragePoolApply{ctx, planes, size});
 }
 
 } // namespace

@@ -98,8 +98,8 @@ template <bool Inf> struct ClassifyApply {
 };
 
 template <bool Inf> Error classifyKernel(const KernelContext &ctx) {
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type,
-                                   ClassifyApply<Inf>{ctx});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Inputs[0].Type,
+                                       ClassifyApply<Inf>{ctx});
 }
 
 template <typename Op, unsigned Types>
@@ -182,7 +182,7 @@ struct MakeHardSigmoid {
 
 Error leakyRelu(const KernelContext &ctx) {
   MakeLeaky m{ctx.attrFloat("alpha", 0.01)};
-  return dispatch<cpu::FloatTypes>(
+  return dispatch<kernels::FloatTypes>(
       ctx, ctx.Inputs[0].Type, ParamUnaryApply<LeakyReluOp, MakeLeaky>{ctx, m});
 }
 
@@ -195,13 +195,13 @@ Error clip(const KernelContext &ctx) {
   if (ctx.hasInput(2))
     if (Error e = constantScalar(ctx, 2, "max", m.Hi))
       return e;
-  return dispatch<cpu::FloatTypes | cpu::IntTypes>(
+  return dispatch<kernels::FloatTypes | kernels::IntTypes>(
       ctx, ctx.Inputs[0].Type, ParamUnaryApply<ClipOp, MakeClip>{ctx, m});
 }
 
 Error hardSigmoid(const KernelContext &ctx) {
   MakeHardSigmoid m{ctx.attrFloat("alpha", 0.2), ctx.attrFloat("beta", 0.5)};
-  return dispatch<cpu::FloatTypes>(
+  return dispatch<kernels::FloatTypes>(
       ctx, ctx.Inputs[0].Type,
       ParamUnaryApply<HardSigmoidOp, MakeHardSigmoid>{ctx, m});
 }
@@ -257,8 +257,8 @@ template <typename Op> struct VariadicApply {
 };
 
 template <typename Op> Error variadicKernel(const KernelContext &ctx) {
-  return dispatch<cpu::FloatTypes | cpu::IntTypes>(ctx, ctx.Outputs[0].Type,
-                                                   VariadicApply<Op>{ctx});
+  return dispatch<kernels::FloatTypes | kernels::IntTypes>(
+      ctx, ctx.Outputs[0].Type, VariadicApply<Op>{ctx});
 }
 
 struct PowOp {
@@ -285,14 +285,14 @@ struct PowApply {
         e != DType::I64)
       return Ctx.unsupported("an exponent of type " + dtypeName(e) +
                              " is not supported on cuda");
-    return dispatch<cpu::FloatTypes | cpu::IntTypes>(Ctx, e,
-                                                     PowExponentApply<T>{Ctx});
+    return dispatch<kernels::FloatTypes | kernels::IntTypes>(
+        Ctx, e, PowExponentApply<T>{Ctx});
   }
 };
 
 Error powKernel(const KernelContext &ctx) {
-  return dispatch<cpu::FloatTypes | cpu::IntTypes>(ctx, ctx.Inputs[0].Type,
-                                                   PowApply{ctx});
+  return dispatch<kernels::FloatTypes | kernels::IntTypes>(
+      ctx, ctx.Inputs[0].Type, PowApply{ctx});
 }
 
 template <typename T> struct WhereBody {
@@ -355,15 +355,15 @@ template <typename From> struct CastToApply {
 struct CastApply {
   const KernelContext &Ctx;
   template <typename From> Error apply() const {
-    return dispatch<cpu::AllTypes>(Ctx, Ctx.Outputs[0].Type,
-                                   CastToApply<From>{Ctx});
+    return dispatch<kernels::AllTypes>(Ctx, Ctx.Outputs[0].Type,
+                                       CastToApply<From>{Ctx});
   }
 };
 
 Error cast(const KernelContext &ctx) {
-  if (Error e = cpu::checkCast(ctx))
+  if (Error e = kernels::checkCast(ctx))
     return e;
-  return dispatch<cpu::AllTypes>(ctx, ctx.Inputs[0].Type, CastApply{ctx});
+  return dispatch<kernels::AllTypes>(ctx, ctx.Inputs[0].Type, CastApply{ctx});
 }
 
 /// Element i is kept when the top 32 bits of counterHash(seed, i) are >=
@@ -409,7 +409,7 @@ struct FillOnes {
 Error dropout(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
   auto params =
-      cpu::dropoutParams(ctx, [&](unsigned i, const char *name, double &v) {
+      kernels::dropoutParams(ctx, [&](unsigned i, const char *name, double &v) {
         return constantScalar(ctx, i, name, v);
       });
   if (!params)
@@ -422,7 +422,7 @@ Error dropout(const KernelContext &ctx) {
       forEach(ctx, y.numElements(), FillOnes{mask});
     return Error::success();
   }
-  return dispatch<cpu::FloatTypes>(
+  return dispatch<kernels::FloatTypes>(
       ctx, x.Type,
       DropoutApply{ctx, mask, params->threshold(), params->scale()});
 }
@@ -430,9 +430,9 @@ Error dropout(const KernelContext &ctx) {
 } // namespace
 
 void cuda::registerElementwiseKernels() {
-  constexpr unsigned Num = cpu::FloatTypes | cpu::IntTypes,
-                     Float = cpu::FloatTypes, Bools = cpu::BoolType,
-                     All = cpu::AllTypes;
+  constexpr unsigned Num = kernels::FloatTypes | kernels::IntTypes,
+                     Float = kernels::FloatTypes, Bools = kernels::BoolType,
+                     All = kernels::AllTypes;
 #include "kernels/common/ElementwiseTable.inc"
   registerKernel(OpKind::Tanh, unaryKernel<TanhOp, Float>);
   registerKernel(OpKind::Sigmoid, unaryKernel<SigmoidOp, Float>);

@@ -1,5 +1,4 @@
-//===- HostKernel.h - The CUDA kernels run on the host -----------*- C++
-//-*-===//
+//===- HostKernel.h - The CUDA kernels run on the host ---------*- C++ -*-===//
 //
 // A plan that offloads state runs some calls on the CPU, over its pinned
 // host pool (compiler/Pools.h). They run kernels/cuda's own code compiled
@@ -12,7 +11,7 @@
 #ifndef HEADROOM_KERNELS_CUDA_HOSTKERNEL_H
 #define HEADROOM_KERNELS_CUDA_HOSTKERNEL_H
 
-#include "kernels/cpu/Kernel.h"
+#include "kernels/common/Kernel.h"
 
 namespace headroom {
 class Tensor;
@@ -20,7 +19,7 @@ namespace cuda {
 
 struct HostKernelCall {
   /// The op, host views of its buffers, attributes and host workspace.
-  cpu::KernelContext Base;
+  kernels::KernelContext Base;
   /// The step (a host address), the run's seed and the call's stream of
   /// random numbers, and per input the constant's tensor or null: as the
   /// device call gets them.

@@ -25,8 +25,8 @@
 #ifndef HEADROOM_KERNELS_CUDA_KERNEL_H
 #define HEADROOM_KERNELS_CUDA_KERNEL_H
 
-#include "kernels/cpu/Kernel.h"
-#include "kernels/cpu/KernelUtil.h"
+#include "kernels/common/Kernel.h"
+#include "kernels/common/KernelUtil.h"
 #include "kernels/cuda/Device.h"
 
 #include <array>
@@ -36,12 +36,12 @@ class Tensor;
 namespace cuda {
 inline namespace HR_CUDA_BUILD {
 
-using cpu::TensorView;
+using kernels::TensorView;
 
-struct KernelContext : cpu::KernelContext {
+struct KernelContext : kernels::KernelContext {
   /// The CPU interface's fields; the CUDA ones are set after.
-  explicit KernelContext(const cpu::KernelContext &base)
-      : cpu::KernelContext(base) {
+  explicit KernelContext(const kernels::KernelContext &base)
+      : kernels::KernelContext(base) {
     HostData = false;
   }
 
@@ -121,13 +121,13 @@ bool makeBroadcast(llvm::ArrayRef<int64_t> out,
                    std::array<llvm::ArrayRef<int64_t>, N> ins, Broadcast<N> &b);
 
 /// Calls fn.template apply<T>() with T the storage type of `t` when T is
-/// among the types `Types` names (cpu::TypeSet), else the kernel's
+/// among the types `Types` names (kernels::TypeSet), else the kernel's
 /// "element type X is not supported" error. The integer types kernels/cuda
 /// computes are i8, i32, i64 and u8.
 template <unsigned Types, typename Fn>
 llvm::Error dispatch(const KernelContext &ctx, DType t, const Fn &fn) {
-  constexpr bool F = Types & cpu::FloatTypes, I = Types & cpu::IntTypes,
-                 B = Types & cpu::BoolType;
+  constexpr bool F = Types & kernels::FloatTypes, I = Types & kernels::IntTypes,
+                 B = Types & kernels::BoolType;
   switch (t) {
 #define HR_CASE(DT, SET, T)                                                    \
   case DType::DT:                                                              \

@@ -5,7 +5,7 @@
 // and the broadcast index arithmetic.
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/cpu/KernelUtil.h"
+#include "kernels/common/KernelUtil.h"
 #include "kernels/cpu/Parallel.h"
 #include "kernels/cuda/HostKernel.h"
 #include "kernels/cuda/Launch.h"
@@ -106,7 +106,7 @@ static void cutViews(llvm::ArrayRef<TensorView> views, int64_t n, int64_t lo,
 }
 
 llvm::Error cuda::runOnHost(const HostKernelCall &call) {
-  auto run = [&](const cpu::KernelContext &base) {
+  auto run = [&](const kernels::KernelContext &base) {
     KernelContext ctx(base);
     ctx.Step = call.Step;
     ctx.RunSeed = call.RunSeed;
@@ -114,7 +114,7 @@ llvm::Error cuda::runOnHost(const HostKernelCall &call) {
     ctx.Constants = call.Constants;
     return runKernel(ctx);
   };
-  const cpu::KernelContext &b = call.Base;
+  const kernels::KernelContext &b = call.Base;
   int64_t n = b.Outputs.empty() ? 0 : b.Outputs[0].numElements();
   if (!splitsByElement(b.Op) || n < 2 * cpu::kParallelGrain)
     return run(b);
@@ -125,7 +125,7 @@ llvm::Error cuda::runOnHost(const HostKernelCall &call) {
     llvm::SmallVector<TensorView, 6> ins, outs;
     cutViews(b.Inputs, n, lo, len, ins);
     cutViews(b.Outputs, n, lo, len, outs);
-    cpu::KernelContext part{
+    kernels::KernelContext part{
         b.Op, ins, outs, b.Attrs, b.Seed, b.Workspace, b.WorkspaceBytes};
     if (llvm::Error e = run(part)) {
       std::lock_guard<std::mutex> lock(failed);
@@ -182,7 +182,7 @@ bool makeBroadcast(llvm::ArrayRef<int64_t> out,
   b.Same = true;
   for (unsigned k = 0; k < N; ++k)
     b.Same &= ins[k] == out;
-  cpu::BroadcastLoops<N> loops(out, ins);
+  kernels::BroadcastLoops<N> loops(out, ins);
   llvm::ArrayRef<int64_t> dims = loops.dims();
   if (dims.size() > kMaxDims)
     return false;

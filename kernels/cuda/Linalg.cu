@@ -285,11 +285,11 @@ struct GemmApply {
   template <typename T> Error apply() const {
     const TensorView &a = Ctx.Inputs[0], &b = Ctx.Inputs[1];
     const TensorView &y = Ctx.Outputs[0];
-    auto shape = cpu::gemmShape(Ctx);
+    auto shape = kernels::gemmShape(Ctx);
     if (!shape)
       return shape.takeError();
     int64_t m = shape->M, n = shape->N;
-    GemmCall g = cpu::gemmCall<GemmCall>(*shape);
+    GemmCall g = kernels::gemmCall<GemmCall>(*shape);
     if (const TensorView *c = shape->C) {
       int64_t cm = c->rank() == 2 ? c->Shape[0] : 1;
       int64_t cn = c->rank() >= 1 ? c->Shape[c->rank() - 1] : 1;
@@ -317,7 +317,7 @@ Error matMulCalls(const KernelContext &ctx, SmallVector<GemmCall, 4> &out) {
     return ctx.unsupported("result type does not match the operands");
   if (y.numElements() == 0)
     return Error::success();
-  GemmCall g = cpu::contiguousCall<GemmCall>(s->TransA, s->TransB, m, n, k);
+  GemmCall g = kernels::contiguousCall<GemmCall>(s->TransA, s->TransB, m, n, k);
   if (!s->TransA && product(bBatch) == 1 && product(aBatch) == batches) {
     g.M = batches * m; // A's batches stack into rows
     out.push_back(g);
@@ -392,11 +392,12 @@ struct MatMulApply {
 };
 
 Error gemmKernel(const KernelContext &ctx) {
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type, GemmApply{ctx});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Inputs[0].Type, GemmApply{ctx});
 }
 
 Error matMulKernel(const KernelContext &ctx) {
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type, MatMulApply{ctx});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Inputs[0].Type,
+                                       MatMulApply{ctx});
 }
 
 } // namespace

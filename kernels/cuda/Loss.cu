@@ -34,7 +34,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/common/LossShape.h"
-#include "kernels/cpu/OutputHead.h"
+#include "kernels/common/OutputHead.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
 #include "kernels/cuda/Workspace.h"
@@ -48,10 +48,10 @@ using llvm::Expected;
 
 namespace {
 
-using cpu::checkLossType;
-using cpu::LossShape;
-using cpu::lossShape;
-using cpu::Reduction;
+using kernels::checkLossType;
+using kernels::LossShape;
+using kernels::lossShape;
+using kernels::Reduction;
 
 /// Whether one target is a block's work (else a thread's).
 bool blockPerTarget(const LossShape &s) {
@@ -600,25 +600,25 @@ struct GradApply {
 };
 
 Error nllLossKernel(const KernelContext &ctx) {
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type, NllApply{ctx});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Inputs[0].Type, NllApply{ctx});
 }
 
 Error softmaxCrossEntropyKernel(const KernelContext &ctx) {
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type,
-                                   SoftmaxCrossEntropyApply{ctx});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Inputs[0].Type,
+                                       SoftmaxCrossEntropyApply{ctx});
 }
 
 Error softmaxCrossEntropyGradKernel(const KernelContext &ctx) {
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[1].Type, GradApply{ctx});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Inputs[1].Type, GradApply{ctx});
 }
 
-/// LinearCrossEntropy and its gradient: kernels/cpu/OutputHead.h's chunk
+/// LinearCrossEntropy and its gradient: kernels/common/OutputHead.h's chunk
 /// loop over this backend's MatMul (cuBLASLt), Gemm and cross-entropy
 /// kernels, on the executor's stream; the chunk's logits and gradient live
 /// in the call's planned workspace (Workspace.h), the calls need none of
 /// their own beyond cuBLASLt's.
 Error outputHeadKernel(const KernelContext &ctx) {
-  auto l = cpu::headLayout(ctx);
+  auto l = kernels::headLayout(ctx);
   if (!l)
     return l.takeError();
   KernelContext c = ctx;
@@ -634,8 +634,9 @@ Error outputHeadKernel(const KernelContext &ctx) {
     return ctx.unsupported("needs a workspace of " +
                            llvm::Twine(l->CallsOffset) +
                            " bytes for a chunk's logits");
-  return cpu::runOutputHead(c, *l, [&](const cpu::HeadCall &call) {
-    cpu::KernelContext base{call.Op, call.Ins, call.Outs, call.Attrs, ctx.Seed};
+  return kernels::runOutputHead(c, *l, [&](const kernels::HeadCall &call) {
+    kernels::KernelContext base{call.Op, call.Ins, call.Outs, call.Attrs,
+                                ctx.Seed};
     KernelContext sub(base);
     sub.Stream = ctx.Stream;
     sub.BlasLt = ctx.BlasLt;

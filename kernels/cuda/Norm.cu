@@ -187,7 +187,7 @@ Error layerNorm(const KernelContext &ctx) {
   auto s = checkLayerNorm(ctx, /*grad=*/false, isFloatKind);
   if (!s)
     return s.takeError();
-  return dispatch<cpu::FloatTypes>(ctx, x.Type, LayerNormApply{ctx, *s});
+  return dispatch<kernels::FloatTypes>(ctx, x.Type, LayerNormApply{ctx, *s});
 }
 
 /// Writes each row's mean and 1/sqrt(var + eps) to Stats[2 * row] and
@@ -364,7 +364,8 @@ Error layerNormGrad(const KernelContext &ctx) {
   auto s = checkLayerNorm(ctx, /*grad=*/true, isFloatKind);
   if (!s)
     return s.takeError();
-  return dispatch<cpu::FloatTypes>(ctx, x.Type, LayerNormGradApply{ctx, *s});
+  return dispatch<kernels::FloatTypes>(ctx, x.Type,
+                                       LayerNormGradApply{ctx, *s});
 }
 
 //===----------------------------------------------------------------------===//
@@ -496,7 +497,7 @@ Error batchNorm(const KernelContext &ctx) {
   auto s = checkBatchNorm(ctx, /*grad=*/false, isFloatKind);
   if (!s)
     return s.takeError();
-  return dispatch<cpu::FloatTypes>(ctx, x.Type, BatchNormApply{ctx, *s});
+  return dispatch<kernels::FloatTypes>(ctx, x.Type, BatchNormApply{ctx, *s});
 }
 
 /// A block per channel: the statistics, sum(dy) and sum(dy * (x - mean)),
@@ -560,7 +561,8 @@ Error batchNormGrad(const KernelContext &ctx) {
   auto s = checkBatchNorm(ctx, /*grad=*/true, isFloatKind);
   if (!s)
     return s.takeError();
-  return dispatch<cpu::FloatTypes>(ctx, x.Type, BatchNormGradApply{ctx, *s});
+  return dispatch<kernels::FloatTypes>(ctx, x.Type,
+                                       BatchNormGradApply{ctx, *s});
 }
 
 } // namespace

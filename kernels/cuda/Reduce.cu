@@ -307,7 +307,7 @@ template <ReduceKind K> struct ReduceApply {
   const KernelContext &Ctx;
   template <typename T> Error apply() const {
     const TensorView &x = Ctx.Inputs[0], &y = Ctx.Outputs[0];
-    auto r = cpu::checkedReduceAxes(Ctx);
+    auto r = kernels::checkedReduceAxes(Ctx);
     if (!r)
       return r.takeError();
     const std::vector<int64_t> *axes = &r->Axes;
@@ -359,12 +359,12 @@ template <ReduceKind K> struct ReduceApply {
 template <ReduceKind K> Error reduceKernel(const KernelContext &ctx) {
   DType t = ctx.Inputs[0].Type;
   if (isFloat(t))
-    return dispatch<cpu::FloatTypes>(ctx, t, ReduceApply<K>{ctx});
+    return dispatch<kernels::FloatTypes>(ctx, t, ReduceApply<K>{ctx});
   // Integer means would round; as on the CPU, only the exact integer
   // reductions are offered.
   if constexpr (K != ReduceKind::Mean)
     if (t == DType::I32 || t == DType::I64)
-      return dispatch<cpu::IntTypes>(ctx, t, ReduceApply<K>{ctx});
+      return dispatch<kernels::IntTypes>(ctx, t, ReduceApply<K>{ctx});
   return ctx.unsupported("element type " + dtypeName(t) + " is not supported");
 }
 
@@ -434,7 +434,7 @@ struct ArgMaxApply {
   const KernelContext &Ctx;
   template <typename T> Error apply() const {
     const TensorView &x = Ctx.Inputs[0], &y = Ctx.Outputs[0];
-    auto s = cpu::argMaxSplit(Ctx);
+    auto s = kernels::argMaxSplit(Ctx);
     if (!s)
       return s.takeError();
     int64_t outCount = s->Outer * s->Inner;
@@ -451,9 +451,9 @@ struct ArgMaxApply {
 Error argMaxKernel(const KernelContext &ctx) {
   DType t = ctx.Inputs[0].Type;
   if (isFloat(t))
-    return dispatch<cpu::FloatTypes>(ctx, t, ArgMaxApply{ctx});
+    return dispatch<kernels::FloatTypes>(ctx, t, ArgMaxApply{ctx});
   if (t == DType::I32 || t == DType::I64)
-    return dispatch<cpu::IntTypes>(ctx, t, ArgMaxApply{ctx});
+    return dispatch<kernels::IntTypes>(ctx, t, ArgMaxApply{ctx});
   return ctx.unsupported("element type " + dtypeName(t) + " is not supported");
 }
 
@@ -521,7 +521,7 @@ template <bool Log> struct SoftmaxApply {
   const KernelContext &Ctx;
   template <typename T> Error apply() const {
     const TensorView &x = Ctx.Inputs[0], &y = Ctx.Outputs[0];
-    auto s = cpu::softmaxSplit(Ctx);
+    auto s = kernels::softmaxSplit(Ctx);
     if (!s)
       return s.takeError();
     SoftmaxBody<T, Log> body{x.as<T>(), y.as<T>(), *s};
@@ -535,8 +535,8 @@ template <bool Log> struct SoftmaxApply {
 };
 
 template <bool Log> Error softmaxKernel(const KernelContext &ctx) {
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Inputs[0].Type,
-                                   SoftmaxApply<Log>{ctx});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Inputs[0].Type,
+                                       SoftmaxApply<Log>{ctx});
 }
 
 } // namespace

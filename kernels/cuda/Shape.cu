@@ -390,7 +390,7 @@ Error stridedCopy(const KernelContext &ctx, unsigned bytes, void *dst,
 /// Reshape, Flatten, Squeeze, Unsqueeze: the bytes are unchanged.
 Error copyKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  if (Error e = cpu::checkSameBytes(ctx))
+  if (Error e = kernels::checkSameBytes(ctx))
     return e;
   copyAsync(ctx, y.Data, x.Data, y.sizeInBytes());
   return Error::success();
@@ -437,7 +437,7 @@ Expected<GatherLayout> gatherLayout(const KernelContext &ctx,
   GatherLayout l{product(data.Shape.take_front(*axis)), data.Shape[*axis],
                  product(data.Shape.drop_front(*axis + 1)),
                  indices.numElements()};
-  if (Error e = cpu::checkGathered(ctx, data, gathered, *axis))
+  if (Error e = kernels::checkGathered(ctx, data, gathered, *axis))
     return Expected<GatherLayout>(std::move(e));
   return l;
 }
@@ -546,10 +546,10 @@ Error gatherGradKernel(const KernelContext &ctx) {
   auto l = gatherLayout(ctx, dx, dy);
   if (!l)
     return l.takeError();
-  if (Error e = dispatch<cpu::FloatTypes>(ctx, dx.Type, NoApply{}))
+  if (Error e = dispatch<kernels::FloatTypes>(ctx, dx.Type, NoApply{}))
     return e;
   fillZeroAsync(ctx, dx.Data, dx.sizeInBytes());
-  return dispatch<cpu::FloatTypes>(ctx, dx.Type, GatherGradApply{ctx, *l});
+  return dispatch<kernels::FloatTypes>(ctx, dx.Type, GatherGradApply{ctx, *l});
 }
 
 //===----------------------------------------------------------------------===//
@@ -675,7 +675,7 @@ template <typename Op> struct ScatterOf {
 /// GatherElements(data, indices) {axis}: y[e] = data[offset(e)].
 Error gatherElementsKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  if (Error e = cpu::checkShapedLikeIndices(ctx, "result", y, x.Type))
+  if (Error e = kernels::checkShapedLikeIndices(ctx, "result", y, x.Type))
     return e;
   int64_t axis;
   if (Error e = checkElementIndices(ctx, x, y.Shape, axis))
@@ -695,7 +695,7 @@ Error scatterWith(const KernelContext &ctx, const Args &args,
   if (reduction != "none" && reduction != "add" && reduction != "mul" &&
       reduction != "max" && reduction != "min")
     return ctx.unsupported("reduction '" + reduction + "'");
-  constexpr unsigned Num = cpu::FloatTypes | cpu::IntTypes;
+  constexpr unsigned Num = kernels::FloatTypes | kernels::IntTypes;
   if (reduction != "none")
     if (Error e = dispatch<Num>(ctx, x.Type, NoApply{}))
       return e;
@@ -740,15 +740,15 @@ Error scatterElementsKernel(const KernelContext &ctx) {
 /// dy[e] added at offset(e).
 Error gatherElementsGradKernel(const KernelContext &ctx) {
   const TensorView &dy = ctx.Inputs[0], &dx = ctx.Outputs[0];
-  if (Error e = cpu::checkShapedLikeIndices(ctx, "dy", dy, dx.Type))
+  if (Error e = kernels::checkShapedLikeIndices(ctx, "dy", dy, dx.Type))
     return e;
   int64_t axis;
   if (Error e = checkElementIndices(ctx, dx, dy.Shape, axis))
     return e;
-  if (Error e = dispatch<cpu::FloatTypes>(ctx, dx.Type, NoApply{}))
+  if (Error e = dispatch<kernels::FloatTypes>(ctx, dx.Type, NoApply{}))
     return e;
   fillZeroAsync(ctx, dx.Data, dx.sizeInBytes());
-  return dispatch<cpu::FloatTypes>(
+  return dispatch<kernels::FloatTypes>(
       ctx, dx.Type, ElementsApply<ScatterOf<AddOp>::Body>{ctx, dx, dy, axis});
 }
 
@@ -878,7 +878,8 @@ Error gatherNdKernel(const KernelContext &ctx) {
   auto l = ndLayout(ctx, x);
   if (!l)
     return l.takeError();
-  if (Error e = cpu::checkNdSlices(ctx, "result", "is", y, x, l->SliceShape))
+  if (Error e =
+          kernels::checkNdSlices(ctx, "result", "is", y, x, l->SliceShape))
     return e;
   if (y.numElements() == 0)
     return Error::success();
@@ -934,7 +935,8 @@ Error scatterNdKernel(const KernelContext &ctx) {
   auto l = ndLayout(ctx, x);
   if (!l)
     return l.takeError();
-  if (Error e = cpu::checkNdSlices(ctx, "updates", "are", u, x, l->SliceShape))
+  if (Error e =
+          kernels::checkNdSlices(ctx, "updates", "are", u, x, l->SliceShape))
     return e;
   unsigned unit = widestUnit(dtypeSize(x.Type), {l->Slice}, {y.Data, u.Data});
   return scatterWith<ScatterNdApply>(ctx, *l, unit);
@@ -1004,13 +1006,13 @@ struct PadApply {
 /// is read on the device (so it need not be a plan constant).
 Error padKernel(const KernelContext &ctx) {
   const TensorView &x = ctx.Inputs[0], &y = ctx.Outputs[0];
-  auto params = cpu::padParams(ctx);
+  auto params = kernels::padParams(ctx);
   if (!params)
     return params.takeError();
-  // The device's modes, in cpu::PadMode's order.
-  static_assert(int(cpu::PadMode::Wrap) == PadWrap &&
-                int(cpu::PadMode::Edge) == PadEdge &&
-                int(cpu::PadMode::Reflect) == PadReflect);
+  // The device's modes, in kernels::PadMode's order.
+  static_assert(int(kernels::PadMode::Wrap) == PadWrap &&
+                int(kernels::PadMode::Edge) == PadEdge &&
+                int(kernels::PadMode::Reflect) == PadReflect);
   PadMode mode = PadMode(int(params->Mode));
   std::string modeName = ctx.attrString("mode", "constant");
   const std::vector<int64_t> *pads = &params->Pads;
@@ -1139,7 +1141,7 @@ Error cumSumKernel(const KernelContext &ctx) {
   if (x.type() != y.type())
     return ctx.unsupported("result " + y.type().str() + " differs from " +
                            x.type().str());
-  auto axis = cpu::cumSumAxis(ctx);
+  auto axis = kernels::cumSumAxis(ctx);
   if (!axis)
     return axis.takeError();
   auto s = splitAtAxis(ctx, x, *axis);
@@ -1147,7 +1149,7 @@ Error cumSumKernel(const KernelContext &ctx) {
     return s.takeError();
   if (x.numElements() == 0)
     return Error::success();
-  constexpr unsigned Num = cpu::FloatTypes | cpu::IntTypes;
+  constexpr unsigned Num = kernels::FloatTypes | kernels::IntTypes;
   return dispatch<Num>(ctx, x.Type,
                        CumSumApply{ctx, s->Outer, s->N, s->Inner,
                                    ctx.attrInt("exclusive", 0) != 0,
@@ -1179,7 +1181,7 @@ struct FillApply {
 /// (default f32 0).
 Error constantOfShapeKernel(const KernelContext &ctx) {
   const TensorView &y = ctx.Outputs[0];
-  auto value = cpu::constantOfShapeFill(ctx);
+  auto value = kernels::constantOfShapeFill(ctx);
   if (!value)
     return value.takeError();
   if (!*value) {
@@ -1216,7 +1218,7 @@ template <typename T> struct RangeBody {
 
 template <typename T> Error range(const KernelContext &ctx) {
   const TensorView &y = ctx.Outputs[0];
-  auto p = cpu::rangeParams<T>(
+  auto p = kernels::rangeParams<T>(
       ctx, [&](unsigned i, const char *name, T &v) -> Error {
         auto c = ctx.constant(i, name);
         if (!c)
@@ -1234,7 +1236,7 @@ template <typename T> Error range(const KernelContext &ctx) {
 }
 
 Error rangeKernel(const KernelContext &ctx) {
-  return cpu::dispatchRange(ctx, /*withI16=*/false, [&](auto zero) {
+  return kernels::dispatchRange(ctx, /*withI16=*/false, [&](auto zero) {
     return range<decltype(zero)>(ctx);
   });
 }
@@ -1246,12 +1248,12 @@ void cuda::registerShapeKernels() {
        {OpKind::Reshape, OpKind::Flatten, OpKind::Squeeze, OpKind::Unsqueeze})
     registerKernel(op, copyKernel);
   registerKernel(OpKind::Transpose,
-                 cpu::transposeKernelOf<KernelContext, Moves>);
-  registerKernel(OpKind::Concat, cpu::concatKernelOf<KernelContext, Moves>);
-  registerKernel(OpKind::Split, cpu::splitKernelOf<KernelContext, Moves>);
-  registerKernel(OpKind::Slice, cpu::sliceKernelOf<KernelContext, Moves>);
+                 kernels::transposeKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Concat, kernels::concatKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Split, kernels::splitKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Slice, kernels::sliceKernelOf<KernelContext, Moves>);
   registerKernel(OpKind::SliceGrad,
-                 cpu::sliceGradKernelOf<KernelContext, Moves>);
+                 kernels::sliceGradKernelOf<KernelContext, Moves>);
   registerKernel(OpKind::Gather, gatherKernel);
   registerKernel(OpKind::GatherGrad, gatherGradKernel);
   registerKernel(OpKind::GatherElements, gatherElementsKernel);
@@ -1259,8 +1261,8 @@ void cuda::registerShapeKernels() {
   registerKernel(OpKind::ScatterElements, scatterElementsKernel);
   registerKernel(OpKind::GatherND, gatherNdKernel);
   registerKernel(OpKind::ScatterND, scatterNdKernel);
-  registerKernel(OpKind::Expand, cpu::expandKernelOf<KernelContext, Moves>);
-  registerKernel(OpKind::Tile, cpu::tileKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Expand, kernels::expandKernelOf<KernelContext, Moves>);
+  registerKernel(OpKind::Tile, kernels::tileKernelOf<KernelContext, Moves>);
   registerKernel(OpKind::Pad, padKernel);
   registerKernel(OpKind::Trilu, triluKernel);
   registerKernel(OpKind::CumSum, cumSumKernel);

@@ -21,7 +21,7 @@
 // and AdamW moments are f32 state).
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/cpu/AdamW8bitCheck.h"
+#include "kernels/common/AdamW8bitCheck.h"
 #include "kernels/cpu/Nf4.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
@@ -117,8 +117,8 @@ struct SgdApply {
   template <typename T> Error apply() const {
     if (!Ctx.hasInput(1))
       return SgdScaleApply<T>{Ctx}.template apply<T>();
-    return dispatch<cpu::FloatTypes>(Ctx, Ctx.Inputs[1].Type,
-                                     SgdScaleApply<T>{Ctx});
+    return dispatch<kernels::FloatTypes>(Ctx, Ctx.Inputs[1].Type,
+                                         SgdScaleApply<T>{Ctx});
   }
 };
 
@@ -133,7 +133,7 @@ Error sgdUpdate(const KernelContext &ctx) {
   if (ctx.hasInput(2) &&
       (ctx.Inputs[2].Type != DType::Bool || ctx.Inputs[2].numElements() != 1))
     return ctx.unsupported("enabled must be a bool scalar");
-  return dispatch<cpu::FloatTypes>(ctx, state, SgdApply{ctx});
+  return dispatch<kernels::FloatTypes>(ctx, state, SgdApply{ctx});
 }
 
 /// The fused optimizer updates' slots and operands after the gradient: the
@@ -233,8 +233,8 @@ struct MomentumApply {
 Error momentumUpdate(const KernelContext &ctx) {
   if (Error e = checkFused(ctx, /*slots=*/2, /*scalars=*/1))
     return e;
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Outputs[0].Type,
-                                   MomentumApply{ctx});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Outputs[0].Type,
+                                       MomentumApply{ctx});
 }
 
 /// kernels/cpu's adamwUpdate, each product rounded on its own.
@@ -303,7 +303,8 @@ Error adamwUpdate(const KernelContext &ctx) {
     return e;
   if (!ctx.hasInput(1) || !ctx.hasInput(2))
     return ctx.unsupported("needs the step size and sqrt_bc2");
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Outputs[0].Type, AdamWApply{ctx});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Outputs[0].Type,
+                                       AdamWApply{ctx});
 }
 
 #if defined(__CUDACC__)
@@ -402,7 +403,7 @@ struct AdamW8bitApply {
           Ctx.Inputs[2].as<float>(),
           Ctx.hasInput(3) ? Ctx.Inputs[3].as<float>() : nullptr,
           Ctx.hasInput(4) ? Ctx.Inputs[4].as<Bool>() : nullptr,
-          cpu::adamwStepAttributes(Ctx),
+          kernels::adamwStepAttributes(Ctx),
           n};
       forEachTile(Ctx, stateBlocks(n), k8bitSharedBytes, body);
       return Error::success();
@@ -413,10 +414,10 @@ struct AdamW8bitApply {
 /// AdamW8bitUpdate(g, step_size, sqrt_bc2, scale?, enabled?) {AdamWUpdate's
 /// attributes} -> (w, m codes, v codes, m absmax, v absmax, in place).
 Error adamw8bitUpdate(const KernelContext &ctx) {
-  if (Error e = cpu::checkAdamW8bit(ctx))
+  if (Error e = kernels::checkAdamW8bit(ctx))
     return e;
   const TensorView &w = ctx.Outputs[0];
-  return dispatch<cpu::FloatTypes>(ctx, w.Type, AdamW8bitApply{ctx});
+  return dispatch<kernels::FloatTypes>(ctx, w.Type, AdamW8bitApply{ctx});
 }
 
 template <typename T> struct AccumulateBody {
@@ -449,8 +450,8 @@ struct AccumulateApply {
 Error accumulate(const KernelContext &ctx) {
   if (Error e = checkState(ctx))
     return e;
-  return dispatch<cpu::FloatTypes>(ctx, ctx.Outputs[0].Type,
-                                   AccumulateApply{ctx});
+  return dispatch<kernels::FloatTypes>(ctx, ctx.Outputs[0].Type,
+                                       AccumulateApply{ctx});
 }
 
 template <typename T> struct Nf4DequantizeBody {
@@ -480,7 +481,7 @@ template <typename T> Error nf4DequantizeAs(const KernelContext &ctx) {
 /// Nf4Dequantize(codes, absmax, nested_absmax, offset) -> an f32, bf16 or
 /// f16 weight.
 Error nf4Dequantize(const KernelContext &ctx) {
-  if (Error e = cpu::checkNf4Dequantize(ctx))
+  if (Error e = kernels::checkNf4Dequantize(ctx))
     return e;
   DType t = ctx.Outputs[0].Type;
   return t == DType::F32    ? nf4DequantizeAs<float>(ctx)

@@ -174,7 +174,7 @@ inline uint64_t workspaceBytes(std::string_view op,
   }
   if (op == "LinearCrossEntropy" || op == "LinearCrossEntropyGrad") {
     // A chunk's logits (and, backward, their gradient) in x's type:
-    // kernels/cpu/OutputHead.h's layout; its calls need none of their own.
+    // kernels/common/OutputHead.h's layout; its calls need none of their own.
     unsigned x = op == "LinearCrossEntropyGrad" ? 1 : 0;
     if (!present(ins, x) || !present(ins, x + 1) || ins[x].Shape.size() != 2 ||
         ins[x + 1].Shape.size() != 2)

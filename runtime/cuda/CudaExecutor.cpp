@@ -221,20 +221,20 @@ private:
   /// The views a kernel call takes: its inputs (and their constants), its
   /// outputs, then its state slots; host-pool views for a host call.
   void callViews(const KernelCall &c, bool host,
-                 llvm::SmallVectorImpl<cpu::TensorView> &ins,
-                 llvm::SmallVectorImpl<cpu::TensorView> &outs,
+                 llvm::SmallVectorImpl<kernels::TensorView> &ins,
+                 llvm::SmallVectorImpl<kernels::TensorView> &outs,
                  llvm::SmallVectorImpl<const Tensor *> &constants) const;
   Error runHostCall(const PlanFunction &f, const KernelCall &c);
   /// A buffer as a host call sees it: host-pool bytes, or a constant's
   /// host tensor.
-  cpu::TensorView hostView(int buffer) const {
+  kernels::TensorView hostView(int buffer) const {
     if (buffer < 0)
-      return cpu::TensorView();
+      return kernels::TensorView();
     const TensorType &t = ThePlan.Buffers[buffer];
     void *p = Pointers[buffer];
     if (const Tensor *c = HostConstants[buffer])
       p = const_cast<uint8_t *>(c->bytes().data());
-    return cpu::TensorView{t.dtype(), t.shape(), p};
+    return kernels::TensorView{t.dtype(), t.shape(), p};
   }
   Error launch(const PlanFunction &f, const Staging &s,
                llvm::ArrayRef<const Tensor *> args);
@@ -243,11 +243,11 @@ private:
                 unsigned &grad);
   Error runCollectiveCall(const KernelCall &c);
   Error joinRanks();
-  cpu::TensorView view(int buffer) const {
+  kernels::TensorView view(int buffer) const {
     if (buffer < 0)
-      return cpu::TensorView();
+      return kernels::TensorView();
     const TensorType &t = ThePlan.Buffers[buffer];
-    return cpu::TensorView{t.dtype(), t.shape(), Pointers[buffer]};
+    return kernels::TensorView{t.dtype(), t.shape(), Pointers[buffer]};
   }
   uint8_t *state(int i) const {
     return (ThePlan.States[i].Host ? HostBase : Base) + StateOffsets[i];
@@ -513,8 +513,9 @@ Error CudaExecutor::allocate() {
 }
 
 void CudaExecutor::callViews(
-    const KernelCall &c, bool host, llvm::SmallVectorImpl<cpu::TensorView> &ins,
-    llvm::SmallVectorImpl<cpu::TensorView> &outs,
+    const KernelCall &c, bool host,
+    llvm::SmallVectorImpl<kernels::TensorView> &ins,
+    llvm::SmallVectorImpl<kernels::TensorView> &outs,
     llvm::SmallVectorImpl<const Tensor *> &constants) const {
   for (int b : c.Inputs) {
     ins.push_back(host ? hostView(b) : view(b));
@@ -526,7 +527,7 @@ void CudaExecutor::callViews(
     for (int s :
          llvm::concat<const int>(llvm::makeArrayRef(c.State), c.MoreStates)) {
       const TensorType &t = ThePlan.States[s].Type;
-      outs.push_back(cpu::TensorView{t.dtype(), t.shape(), state(s)});
+      outs.push_back(kernels::TensorView{t.dtype(), t.shape(), state(s)});
     }
 }
 
@@ -546,7 +547,7 @@ Error CudaExecutor::runHostCall(const PlanFunction &f, const KernelCall &c) {
   default:
     break;
   }
-  llvm::SmallVector<cpu::TensorView, 4> ins, outs;
+  llvm::SmallVector<kernels::TensorView, 4> ins, outs;
   llvm::SmallVector<const Tensor *, 4> constants;
   callViews(c, /*host=*/true, ins, outs, constants);
   HostKernelCall call{
@@ -632,7 +633,7 @@ Error CudaExecutor::runCall(const PlanFunction &f, const KernelCall &c,
                   "): " + llvm::toString(std::move(e)));
   if (isCollective(c.Kind))
     return Error::success();
-  llvm::SmallVector<cpu::TensorView, 4> ins, outs;
+  llvm::SmallVector<kernels::TensorView, 4> ins, outs;
   llvm::SmallVector<const Tensor *, 4> constants;
   callViews(c, /*host=*/false, ins, outs, constants);
   KernelContext ctx{

@@ -152,13 +152,13 @@ struct GpuContext {
 
 /// Runs the kernel on the GPU: views of host tensors in, outputs back.
 inline llvm::Error runOnGpu(cuda::KernelContext ctx,
-                            std::vector<cpu::TensorView> &ins,
-                            std::vector<cpu::TensorView> &outs) {
+                            std::vector<kernels::TensorView> &ins,
+                            std::vector<kernels::TensorView> &outs) {
   GpuContext &g = GpuContext::get();
   std::vector<void *> allocations;
-  auto toDevice = [&](std::vector<cpu::TensorView> &views) {
-    std::vector<cpu::TensorView> device = views;
-    for (cpu::TensorView &v : device) {
+  auto toDevice = [&](std::vector<kernels::TensorView> &views) {
+    std::vector<kernels::TensorView> device = views;
+    for (kernels::TensorView &v : device) {
       if (!v.present())
         continue;
       void *p = nullptr;
@@ -169,7 +169,7 @@ inline llvm::Error runOnGpu(cuda::KernelContext ctx,
     }
     return device;
   };
-  std::vector<cpu::TensorView> dIns = toDevice(ins), dOuts = toDevice(outs);
+  std::vector<kernels::TensorView> dIns = toDevice(ins), dOuts = toDevice(outs);
   ctx.Inputs = dIns;
   ctx.Outputs = dOuts;
   if (ctx.WorkspaceBytes) {
@@ -204,14 +204,14 @@ inline llvm::Error runOnGpu(cuda::KernelContext ctx,
 inline std::string runCase(const CudaCase &c, bool onCuda,
                            std::vector<Tensor> &outs) {
   std::vector<Tensor> ins = c.Inputs;
-  std::vector<cpu::TensorView> inViews, outViews;
+  std::vector<kernels::TensorView> inViews, outViews;
   std::vector<const Tensor *> constants;
   for (size_t i = 0; i < ins.size(); ++i) {
     bool absent = i < c.Absent.size() && c.Absent[i];
-    inViews.push_back(absent ? cpu::TensorView()
-                             : cpu::TensorView{ins[i].type().dtype(),
-                                               ins[i].type().shape(),
-                                               dataOf(ins[i])});
+    inViews.push_back(absent ? kernels::TensorView()
+                             : kernels::TensorView{ins[i].type().dtype(),
+                                                   ins[i].type().shape(),
+                                                   dataOf(ins[i])});
     bool constant = i < c.Constant.size() && c.Constant[i];
     constants.push_back(constant && !absent ? &ins[i] : nullptr);
   }
@@ -227,7 +227,7 @@ inline std::string runCase(const CudaCase &c, bool onCuda,
     outs.push_back(t);
   for (Tensor &o : outs)
     outViews.push_back(
-        cpu::TensorView{o.type().dtype(), o.type().shape(), dataOf(o)});
+        kernels::TensorView{o.type().dtype(), o.type().shape(), dataOf(o)});
   uint64_t step = 3;
   llvm::Error e = llvm::Error::success();
   if (onCuda) {
@@ -251,7 +251,7 @@ inline std::string runCase(const CudaCase &c, bool onCuda,
 #endif
   } else {
     uint64_t seed = cuda::mixSeed(c.Seed, step, 5);
-    cpu::KernelContext ctx{c.Op, inViews, outViews, c.Attrs, seed};
+    kernels::KernelContext ctx{c.Op, inViews, outViews, c.Attrs, seed};
     e = cpu::runKernel(ctx);
   }
   return e ? llvm::toString(std::move(e)) : "";

@@ -508,20 +508,24 @@ TEST(HostKernel, ChunkedUpdateEqualsPieceByPiece) {
   attrs["one_minus_beta2"] = Attribute::getFloat(1.0 - 0.999);
   attrs["eps"] = Attribute::getFloat(1e-8);
   auto view = [](Tensor &t, int64_t at, const int64_t &len) {
-    return cpu::TensorView{t.type().dtype(), llvm::makeArrayRef(&len, 1),
-                           t.data() +
-                               at * int64_t(dtypeSize(t.type().dtype()))};
+    return kernels::TensorView{t.type().dtype(), llvm::makeArrayRef(&len, 1),
+                               t.data() +
+                                   at * int64_t(dtypeSize(t.type().dtype()))};
   };
   auto scalar = [](Tensor &t) {
-    return cpu::TensorView{t.type().dtype(), {}, t.data()};
+    return kernels::TensorView{t.type().dtype(), {}, t.data()};
   };
   auto run = [&](int k, int64_t at, const int64_t &len) {
-    cpu::TensorView ins[] = {view(g, at, len), scalar(stepSize),
-                             scalar(sqrtBc2)};
-    cpu::TensorView outs[] = {view(w[k], at, len), view(m[k], at, len),
-                              view(v[k], at, len)};
+    kernels::TensorView ins[] = {view(g, at, len), scalar(stepSize),
+                                 scalar(sqrtBc2)};
+    kernels::TensorView outs[] = {view(w[k], at, len), view(m[k], at, len),
+                                  view(v[k], at, len)};
     cuda::HostKernelCall call{
-        cpu::KernelContext{"AdamWUpdate", ins, outs, attrs}, nullptr, 0, 0, {}};
+        kernels::KernelContext{"AdamWUpdate", ins, outs, attrs},
+        nullptr,
+        0,
+        0,
+        {}};
     return llvm::toString(cuda::runOnHost(call));
   };
   const int64_t whole = n, slice = piece;
@@ -558,14 +562,19 @@ TEST(HostKernel, DISABLED_AdamWThroughput) {
   attrs["one_minus_beta2"] = Attribute::getFloat(0.001);
   attrs["eps"] = Attribute::getFloat(1e-8);
   auto view = [&](Tensor &t) {
-    return cpu::TensorView{DType::F32, llvm::makeArrayRef(&len, 1), t.data()};
+    return kernels::TensorView{DType::F32, llvm::makeArrayRef(&len, 1),
+                               t.data()};
   };
-  cpu::TensorView ins[] = {view(g),
-                           {DType::F32, {}, stepSize.data()},
-                           {DType::F32, {}, sqrtBc2.data()}};
-  cpu::TensorView outs[] = {view(w), view(m), view(v)};
+  kernels::TensorView ins[] = {view(g),
+                               {DType::F32, {}, stepSize.data()},
+                               {DType::F32, {}, sqrtBc2.data()}};
+  kernels::TensorView outs[] = {view(w), view(m), view(v)};
   cuda::HostKernelCall call{
-      cpu::KernelContext{"AdamWUpdate", ins, outs, attrs}, nullptr, 0, 0, {}};
+      kernels::KernelContext{"AdamWUpdate", ins, outs, attrs},
+      nullptr,
+      0,
+      0,
+      {}};
   ASSERT_EQ(llvm::toString(cuda::runOnHost(call)), ""); // warm
   auto start = std::chrono::steady_clock::now();
   const int reps = 5;

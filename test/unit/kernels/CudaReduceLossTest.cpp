@@ -630,7 +630,7 @@ TEST(CudaWorkspace, TheTargetPlansWhatTheKernelsUse) {
 
 /// LinearCrossEntropy and its gradient: the CPU's chunk loop and the
 /// CUDA's are the same calls of each backend's MatMul, Gemm and
-/// cross-entropy kernels (kernels/cpu/OutputHead.h), so they agree as those
+/// cross-entropy kernels (kernels/common/OutputHead.h), so they agree as those
 /// do: 10 rows in chunks of 3, w [V, D] with transB and [D, V], f32 and
 /// bf16 (whose dw the GPU sums chunk by chunk in bf16, the CPU in f32).
 TEST(CudaLoss, LinearCrossEntropy) {

@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "KernelTestUtil.h"
+#include "kernels/common/KernelUtil.h"
 #include "kernels/cpu/Kernel.h"
-#include "kernels/cpu/KernelUtil.h"
 #include "kernels/cpu/Parallel.h"
 #include "kernels/cpu/VecMath.h"
 

@@ -1,13 +1,14 @@
 //===- KernelUtil.cpp - Helpers shared by the kernel families -------------===//
-#include "kernels/cpu/KernelUtil.h"
+#include "kernels/common/KernelUtil.h"
 
 #include "compiler/Types.h"
 
 using namespace headroom;
-using namespace headroom::cpu;
+using namespace headroom::kernels;
 
 llvm::Expected<std::vector<int64_t>>
-cpu::intOperand(const KernelContext &ctx, unsigned i, llvm::StringRef what) {
+kernels::intOperand(const KernelContext &ctx, unsigned i,
+                    llvm::StringRef what) {
   const TensorView &t = ctx.Inputs[i];
   if (t.Type != DType::I32 && t.Type != DType::I64)
     return ctx.unsupported("operand " + llvm::Twine(i) + " is " +
@@ -24,8 +25,8 @@ cpu::intOperand(const KernelContext &ctx, unsigned i, llvm::StringRef what) {
   return v;
 }
 
-llvm::Expected<ops::SliceBox> cpu::sliceBox(const KernelContext &ctx,
-                                            llvm::ArrayRef<int64_t> dataShape) {
+llvm::Expected<ops::SliceBox>
+kernels::sliceBox(const KernelContext &ctx, llvm::ArrayRef<int64_t> dataShape) {
   static const char *const names[] = {"", "starts", "ends", "axes", "steps"};
   std::vector<int64_t> ints[5];
   for (unsigned operand = 1; operand < 5; ++operand) {
@@ -44,8 +45,8 @@ llvm::Expected<ops::SliceBox> cpu::sliceBox(const KernelContext &ctx,
       ctx, ops::sliceBox(dataShape, ints[1], ints[2], given(3), given(4)));
 }
 
-llvm::Expected<std::vector<int64_t>> cpu::reduceAxes(const KernelContext &ctx,
-                                                     bool &noop) {
+llvm::Expected<std::vector<int64_t>>
+kernels::reduceAxes(const KernelContext &ctx, bool &noop) {
   std::vector<int64_t> axes;
   if (ctx.hasInput(1)) {
     if (ctx.Inputs[1].Type != DType::I64)

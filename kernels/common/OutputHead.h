@@ -25,17 +25,17 @@
 // a context derived from the op's).
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_KERNELS_CPU_OUTPUTHEAD_H
-#define HEADROOM_KERNELS_CPU_OUTPUTHEAD_H
+#ifndef HEADROOM_KERNELS_COMMON_OUTPUTHEAD_H
+#define HEADROOM_KERNELS_COMMON_OUTPUTHEAD_H
 
-#include "kernels/cpu/Kernel.h"
+#include "kernels/common/Kernel.h"
 
 #include "compiler/OutputHeadShape.h"
 
 #include <vector>
 
 namespace headroom {
-namespace cpu {
+namespace kernels {
 
 /// One call of the chunk loop: the op, its operands and results (views into
 /// the op's operands or workspace; null data when only sizes are asked),
@@ -177,7 +177,7 @@ llvm::Error runOutputHead(const KernelContext &ctx, const HeadLayout &l,
   return llvm::Error::success();
 }
 
-} // namespace cpu
+} // namespace kernels
 } // namespace headroom
 
-#endif // HEADROOM_KERNELS_CPU_OUTPUTHEAD_H
+#endif // HEADROOM_KERNELS_COMMON_OUTPUTHEAD_H

@@ -10,14 +10,14 @@
 // compiler/StateQuantization.h, one f32, bf16 or f16 result.
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_KERNELS_CPU_ADAMW8BITCHECK_H
-#define HEADROOM_KERNELS_CPU_ADAMW8BITCHECK_H
+#ifndef HEADROOM_KERNELS_COMMON_ADAMW8BITCHECK_H
+#define HEADROOM_KERNELS_COMMON_ADAMW8BITCHECK_H
 
+#include "kernels/common/Kernel.h"
 #include "kernels/cpu/Blockwise8bit.h"
-#include "kernels/cpu/Kernel.h"
 
 namespace headroom {
-namespace cpu {
+namespace kernels {
 
 inline llvm::Error checkAdamW8bit(const KernelContext &ctx) {
   if (ctx.Outputs.size() != 5 ||
@@ -77,7 +77,7 @@ inline AdamWStep adamwStepAttributes(const KernelContext &ctx) {
                    ctx.hasInput(3)};
 }
 
-} // namespace cpu
+} // namespace kernels
 } // namespace headroom
 
-#endif // HEADROOM_KERNELS_CPU_ADAMW8BITCHECK_H
+#endif // HEADROOM_KERNELS_COMMON_ADAMW8BITCHECK_H

@@ -15,12 +15,12 @@
 //    common cases run as long contiguous rows.
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_KERNELS_CPU_KERNELUTIL_H
-#define HEADROOM_KERNELS_CPU_KERNELUTIL_H
+#ifndef HEADROOM_KERNELS_COMMON_KERNELUTIL_H
+#define HEADROOM_KERNELS_COMMON_KERNELUTIL_H
 
 #include "compiler/ops/Shape.h"
+#include "kernels/common/Kernel.h"
 #include "kernels/common/Storage.h"
-#include "kernels/cpu/Kernel.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -29,7 +29,7 @@
 #include <cstdint>
 
 namespace headroom {
-namespace cpu {
+namespace kernels {
 
 /// splitmix64's output function at counter i of stream `seed`: a uniform
 /// 64-bit value per (seed, element), so a mask depends on the seed alone and
@@ -277,7 +277,7 @@ private:
   std::array<llvm::SmallVector<int64_t, 6>, N> Strides;
 };
 
-} // namespace cpu
+} // namespace kernels
 } // namespace headroom
 
-#endif // HEADROOM_KERNELS_CPU_KERNELUTIL_H
+#endif // HEADROOM_KERNELS_COMMON_KERNELUTIL_H
