@@ -3,7 +3,7 @@
 // `--optimizer-state int8` stores AdamW's moments as bitsandbytes' block-wise
 // 8-bit optimizers do: a u8 code per element (the moment's shape) and one f32
 // absmax per block of kStateBlock elements. The optimizer pass, the verifier,
-// the plan-file checker and the kernels (kernels/cpu/Blockwise8bit.h) agree
+// the plan-file checker and the kernels (kernels/common/Blockwise8bit.h) agree
 // on it through these.
 //
 // `--base-weights nf4` stores frozen matrices as bitsandbytes'
@@ -12,7 +12,7 @@
 // 4-bit codes, two per byte (the first element in the high nibble), and
 // three slots beside it hold the scales: `<w>.absmax`, a u8 code per block
 // of kNf4Block elements, `<w>.nested_absmax`, an f32 per kNf4NestedBlock of
-// those, and `<w>.nested_offset`, one f32 (kernels/cpu/Nf4.h).
+// those, and `<w>.nested_offset`, one f32 (kernels/common/Nf4.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_COMPILER_STATEQUANTIZATION_H

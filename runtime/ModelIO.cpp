@@ -6,7 +6,7 @@
 #include "compiler/AtomicFile.h"
 
 #include "compiler/OnnxTensor.h"
-#include "kernels/cpu/Nf4.h"
+#include "kernels/common/Nf4.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"

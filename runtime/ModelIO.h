@@ -14,7 +14,7 @@ class Communicator;
 /// Writes each state slot that has an initializer of the same name in the
 /// ONNX model at `modelPath` (weights, frozen weights, buffers) into `exec`;
 /// an NF4 weight's four slots (StateInit::Nf4) get the initializer
-/// quantized (kernels/cpu/Nf4.h). A sharded slot (data parallelism) gets
+/// quantized (kernels/common/Nf4.h). A sharded slot (data parallelism) gets
 /// rank `rank`'s shard of it, a replica the whole. Returns the number of
 /// slots written.
 llvm::Expected<unsigned>

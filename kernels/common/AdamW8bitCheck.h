@@ -3,18 +3,18 @@
 //
 // What the CPU and CUDA kernels of AdamW8bitUpdate check of their operands
 // and read of their attributes, written once (the arithmetic itself is
-// kernels/cpu/Blockwise8bit.h): five state slots (the weight, u8 codes of
+// kernels/common/Blockwise8bit.h): five state slots (the weight, u8 codes of
 // its shape, f32 absmaxes of one element per kStateBlock), a gradient of the
 // weight's type, f32 step size, sqrt_bc2 and scale, a bool `enabled`. And
-// Nf4Dequantize's (kernels/cpu/Nf4.h): the layout of
+// Nf4Dequantize's (kernels/common/Nf4.h): the layout of
 // compiler/StateQuantization.h, one f32, bf16 or f16 result.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HEADROOM_KERNELS_COMMON_ADAMW8BITCHECK_H
 #define HEADROOM_KERNELS_COMMON_ADAMW8BITCHECK_H
 
+#include "kernels/common/Blockwise8bit.h"
 #include "kernels/common/Kernel.h"
-#include "kernels/cpu/Blockwise8bit.h"
 
 namespace headroom {
 namespace kernels {

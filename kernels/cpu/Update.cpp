@@ -12,13 +12,13 @@
 //               one_minus_beta2 * d * d; w -= step_size * m / (sqrt(v) /
 //               sqrt_bc2 + eps)
 //   AdamW8bitUpdate  AdamWUpdate with bitsandbytes' block-wise 8-bit
-//               moments (kernels/cpu/Blockwise8bit.h), on (w, m, v,
+//               moments (kernels/common/Blockwise8bit.h), on (w, m, v,
 //               m_absmax, v_absmax)
 //   Accumulate  acc += scale * g   (acc = scale * g when first = 1)
 // and, beside AdamW8bitUpdate since it shares the 8-bit maps, the one op
 // that reads quantized frozen state:
 //   Nf4Dequantize  (codes, absmax, nested_absmax, offset) -> the weight in
-//               its compute type (kernels/cpu/Nf4.h)
+//               its compute type (kernels/common/Nf4.h)
 // The optimizer updates skip the step when `enabled` is false. They round
 // as torch.optim's ops do (one rounding per operation, in its order), so
 // LOMO's weights are SGD's bit for bit and the fused momentum and AdamW are
@@ -28,8 +28,8 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/common/AdamW8bitCheck.h"
 #include "kernels/common/KernelUtil.h"
+#include "kernels/common/Nf4.h"
 #include "kernels/cpu/Kernel.h"
-#include "kernels/cpu/Nf4.h"
 #include "kernels/cpu/Parallel.h"
 
 #include "llvm/ADT/STLExtras.h"

@@ -7,11 +7,11 @@
 //   MomentumUpdate  on (w, buf), torch.optim.SGD with momentum
 //   AdamWUpdate     on (w, m, v), torch.optim.AdamW
 //   AdamW8bitUpdate on (w, m, v, m_absmax, v_absmax): 8-bit moments
-//                   (kernels/cpu/Blockwise8bit.h), a thread block per block
+//                   (kernels/common/Blockwise8bit.h), a thread block per block
 //                   of 256 elements with the maps in shared memory
 //   Accumulate      acc += scale * g   (acc = scale * g when first = 1)
 //   Nf4Dequantize   a frozen NF4 weight in its compute type, one thread per
-//                   element (kernels/cpu/Nf4.h, shared with the CPU)
+//                   element (kernels/common/Nf4.h, shared with the CPU)
 // The scale, enabled and step-size operands live on the device, so every thread
 // reads them there instead of the host deciding (a CUDA graph replays the
 // launch whatever they hold). Products are rounded before they are added,
@@ -22,7 +22,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/common/AdamW8bitCheck.h"
-#include "kernels/cpu/Nf4.h"
+#include "kernels/common/Nf4.h"
 #include "kernels/cuda/Launch.h"
 #include "kernels/cuda/Math.h"
 

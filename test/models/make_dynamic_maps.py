@@ -1,4 +1,4 @@
-"""Writes kernels/cpu/DynamicMap.h: bitsandbytes' 8-bit dynamic quantization
+"""Writes kernels/common/DynamicMap.h: bitsandbytes' 8-bit dynamic quantization
 maps, the codes its 8-bit optimizers store their state in.
 
 Run on the machine that generates references (PyPI's bitsandbytes; its CPU
@@ -15,7 +15,7 @@ import bitsandbytes
 import bitsandbytes.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "..", "..", "kernels", "cpu", "DynamicMap.h")
+OUT = os.path.join(HERE, "..", "..", "kernels", "common", "DynamicMap.h")
 
 
 def values(macro, codes):
@@ -51,8 +51,8 @@ def main():
 // edit; regenerate.
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_KERNELS_CPU_DYNAMICMAP_H
-#define HEADROOM_KERNELS_CPU_DYNAMICMAP_H
+#ifndef HEADROOM_KERNELS_COMMON_DYNAMICMAP_H
+#define HEADROOM_KERNELS_COMMON_DYNAMICMAP_H
 
 // clang-format off
 {values("HR_SIGNED_DYNAMIC_MAP", signed)}
@@ -67,7 +67,7 @@ inline constexpr float kUnsignedDynamicMap[256] = {{HR_UNSIGNED_DYNAMIC_MAP}};
 
 }} // namespace headroom
 
-#endif // HEADROOM_KERNELS_CPU_DYNAMICMAP_H
+#endif // HEADROOM_KERNELS_COMMON_DYNAMICMAP_H
 """
     with open(OUT + ".tmp", "w") as f:
         f.write(text)

@@ -8,7 +8,7 @@
 #include "CudaKernelTestUtil.h"
 
 #include "compiler/StateQuantization.h"
-#include "kernels/cpu/Nf4.h"
+#include "kernels/common/Nf4.h"
 #include "kernels/cpu/Parallel.h"
 #include "kernels/cuda/HostKernel.h"
 
@@ -450,7 +450,7 @@ TEST(CudaUpdate, Accumulate) {
             std::string::npos);
 }
 
-/// Nf4Dequantize: the CPU's values (kernels/cpu/Nf4.h is one definition for
+/// Nf4Dequantize: the CPU's values (kernels/common/Nf4.h is one definition for
 /// both) in f32, bf16 and f16, for a [3, 301] weight (15 blocks, the last
 /// partial, an odd count).
 TEST(CudaUpdate, Nf4Dequantize) {

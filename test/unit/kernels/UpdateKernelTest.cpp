@@ -9,8 +9,8 @@
 //===----------------------------------------------------------------------===//
 #include "KernelTestUtil.h"
 
-#include "kernels/cpu/Blockwise8bit.h"
-#include "kernels/cpu/Nf4.h"
+#include "kernels/common/Blockwise8bit.h"
+#include "kernels/common/Nf4.h"
 #include "kernels/cpu/Parallel.h"
 
 #include <cmath>
@@ -273,7 +273,7 @@ TEST(UpdateKernel, ErrorsNameTheProblem) {
             "Accumulate: element type i32 is not supported");
 }
 
-/// The 8-bit state of kernels/cpu/Blockwise8bit.h.
+/// The 8-bit state of kernels/common/Blockwise8bit.h.
 
 TEST(Blockwise8bit, EveryCodeQuantizesToItself) {
   for (int i = 0; i < 256; ++i) {

@@ -8,7 +8,7 @@
 //           index of the nearest of the 16 NF4 values (kNf4Map), two per
 //           byte, the first element in the high nibble;
 //   scales  the absmaxes less their mean (the offset), each a u8 code of
-//           bitsandbytes' signed dynamic map (kernels/cpu/DynamicMap.h)
+//           bitsandbytes' signed dynamic map (kernels/common/DynamicMap.h)
 //           relative to an f32 absmax per kNf4NestedBlock of them.
 //
 // Dequantized, element i is kNf4Map[code] * (map[absmax code] *
@@ -24,11 +24,11 @@
 // starts (runtime/ModelIO.cpp).
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_KERNELS_CPU_NF4_H
-#define HEADROOM_KERNELS_CPU_NF4_H
+#ifndef HEADROOM_KERNELS_COMMON_NF4_H
+#define HEADROOM_KERNELS_COMMON_NF4_H
 
 #include "compiler/StateQuantization.h"
-#include "kernels/cpu/Blockwise8bit.h"
+#include "kernels/common/Blockwise8bit.h"
 
 #include <algorithm>
 #include <cmath>
@@ -133,4 +133,4 @@ inline void quantizeNf4(const float *w, int64_t n, const Nf4Slots &out) {
 
 } // namespace headroom
 
-#endif // HEADROOM_KERNELS_CPU_NF4_H
+#endif // HEADROOM_KERNELS_COMMON_NF4_H

@@ -4,7 +4,7 @@
 // (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization";
 // the algorithm of its kOptimizerStatic8bit2StateBlockwise kernel): the
 // state is cut into blocks of kStateBlock elements; each element is a u8
-// index into a dynamic map (kernels/cpu/DynamicMap.h: signed for the first
+// index into a dynamic map (kernels/common/DynamicMap.h: signed for the first
 // moment, unsigned for the second) and each block has one f32 absmax, so an
 // element's value is map[code] * absmax. A step dequantizes a block, updates
 // it in f32, takes the new absmax of each moment over the block, and stores
@@ -19,11 +19,11 @@
 // the CPU and the GPU store the same codes.
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_KERNELS_CPU_BLOCKWISE8BIT_H
-#define HEADROOM_KERNELS_CPU_BLOCKWISE8BIT_H
+#ifndef HEADROOM_KERNELS_COMMON_BLOCKWISE8BIT_H
+#define HEADROOM_KERNELS_COMMON_BLOCKWISE8BIT_H
 
 #include "compiler/StateQuantization.h"
-#include "kernels/cpu/DynamicMap.h"
+#include "kernels/common/DynamicMap.h"
 
 #include <cmath>
 #include <cstdint>
@@ -117,4 +117,4 @@ struct AdamWStep {
 
 } // namespace headroom
 
-#endif // HEADROOM_KERNELS_CPU_BLOCKWISE8BIT_H
+#endif // HEADROOM_KERNELS_COMMON_BLOCKWISE8BIT_H

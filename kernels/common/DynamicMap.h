@@ -10,8 +10,8 @@
 // edit; regenerate.
 //
 //===----------------------------------------------------------------------===//
-#ifndef HEADROOM_KERNELS_CPU_DYNAMICMAP_H
-#define HEADROOM_KERNELS_CPU_DYNAMICMAP_H
+#ifndef HEADROOM_KERNELS_COMMON_DYNAMICMAP_H
+#define HEADROOM_KERNELS_COMMON_DYNAMICMAP_H
 
 // clang-format off
 #define HR_SIGNED_DYNAMIC_MAP                                              \
@@ -154,4 +154,4 @@ inline constexpr float kUnsignedDynamicMap[256] = {HR_UNSIGNED_DYNAMIC_MAP};
 
 } // namespace headroom
 
-#endif // HEADROOM_KERNELS_CPU_DYNAMICMAP_H
+#endif // HEADROOM_KERNELS_COMMON_DYNAMICMAP_H
