@@ -6,18 +6,22 @@
 #include "compiler/OutputHeadShape.h"
 #include "compiler/Plan.h"
 #include "compiler/Protocol.h"
+#include "compiler/ops/ConvPool.h"
 
 #include <algorithm>
 
 using namespace headroom;
 
-/// 2 x output elements x (input channels per group x kernel size), from the
-/// output (or output gradient) `y` and the weight's shape [C_out, C_in/g, k..].
-static uint64_t convFlops(const TensorType &y, const TensorType &w) {
-  uint64_t perOutput = 1;
-  for (unsigned d = 1; d < w.rank(); ++d)
-    perOutput *= w.dim(d);
-  return 2 * uint64_t(y.numElements()) * perOutput;
+/// Conv's or a gradient's products (ops::ConvShape::flops) from x, w and y
+/// (or their gradients); 0 when the shapes disagree (the verifier says).
+static uint64_t convFlops(const Node &n, const TensorType &x,
+                          const TensorType &w, const TensorType &y) {
+  auto s = ops::convShape(n.attrs(), x, w, y);
+  if (!s) {
+    llvm::consumeError(s.takeError());
+    return 0;
+  }
+  return s->flops();
 }
 
 /// FusedAttention and its gradient: the products the kernels compute (the
@@ -77,12 +81,15 @@ uint64_t headroom::nodeFlops(const Node &n) {
     return attentionFlops(n, /*grad=*/false);
   case OpKind::FusedAttentionGrad:
     return attentionFlops(n, /*grad=*/true);
-  case OpKind::Conv:
-    return convFlops(n.result(0)->type(), n.operand(1)->type());
-  case OpKind::ConvGradInput: // (dy, w)
-    return convFlops(n.operand(0)->type(), n.operand(1)->type());
+  case OpKind::Conv: // (x, w[, b]) -> y
+    return convFlops(n, n.operand(0)->type(), n.operand(1)->type(),
+                     n.result(0)->type());
+  case OpKind::ConvGradInput: // (dy, w) -> dx
+    return convFlops(n, n.result(0)->type(), n.operand(1)->type(),
+                     n.operand(0)->type());
   case OpKind::ConvGradWeight: // (dy, x) -> dw
-    return convFlops(n.operand(0)->type(), n.result(0)->type());
+    return convFlops(n, n.operand(1)->type(), n.result(0)->type(),
+                     n.operand(0)->type());
   case OpKind::Read:
   case OpKind::Assign:
   case OpKind::ParamGrad:

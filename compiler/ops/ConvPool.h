@@ -1,5 +1,4 @@
-//===- ConvPool.h - Convolution and pooling windows, for every user -*- C++
-//-*-===//
+//===- ConvPool.h - Convolution and pooling windows, for every user -------===//
 //
 // The spatial geometry of Conv, its gradients and the pools, stated once:
 // per spatial axis, input index of tap j of output o is
@@ -53,6 +52,11 @@ struct ConvShape {
   Window W;
   int64_t cg() const { return C / G; }
   int64_t mg() const { return M / G; }
+  /// 2 x N x M x outputs x (C/G x kernel taps): the forward's products,
+  /// and each gradient's (dx and dw compute as many).
+  uint64_t flops() const {
+    return 2 * uint64_t(N) * M * W.outSize() * cg() * W.kernelSize();
+  }
 };
 
 /// Conv's (and its gradients') geometry from the types of x, w and y.

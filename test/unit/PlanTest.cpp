@@ -1,6 +1,7 @@
 //===- PlanTest.cpp - Lowering hazards: in-place reuse and state aliasing -===//
 #include "compiler/Plan.h"
 #include "TestUtil.h"
+#include "compiler/Cost.h"
 #include "compiler/Parser.h"
 #include "compiler/Streams.h"
 #include "kernels/cpu/CpuTarget.h"
@@ -28,6 +29,32 @@ std::vector<Tensor> runText(const char *text, std::vector<Tensor> args,
   for (const Tensor &t : args)
     ptrs.push_back(&t);
   return takeOrFail(exec->run("f", ptrs));
+}
+
+/// Conv and both gradients count the same products, from the window
+/// ops::convShape reads (grouped, strided, dilated, padded): 2 x N x M x
+/// outputs x (C/G x taps).
+TEST(PlanTest, ConvFlopsComeFromItsWindow) {
+  auto m = takeOrFail(parseModule(
+      "func @f(%x: f32[2, 4, 9, 9], %w: f32[6, 2, 3, 3], %dy: f32[2, 6, 4, "
+      "4]) {\n"
+      "  %y = Conv(%x, %w) {group = 2, strides = [2, 2], dilations = [2, 1], "
+      "pads = [1, 0, 1, 0]} : f32[2, 6, 4, 4]\n"
+      "  %dx = ConvGradInput(%dy, %w) {group = 2, strides = [2, 2], "
+      "dilations = [2, 1], pads = [1, 0, 1, 0]} : f32[2, 4, 9, 9]\n"
+      "  %dw = ConvGradWeight(%dy, %x) {group = 2, strides = [2, 2], "
+      "dilations = [2, 1], pads = [1, 0, 1, 0]} : f32[6, 2, 3, 3]\n"
+      "  return %y, %dx, %dw\n"
+      "}\n"));
+  ASSERT_TRUE(m);
+  uint64_t expected = 2 * 2 * 6 * (4 * 4) * (2 * 3 * 3);
+  unsigned convs = 0;
+  for (const Node &n : m->functions()[0]->nodes())
+    if (llvm::StringRef(n.op()).startswith("Conv")) {
+      EXPECT_EQ(nodeFlops(n), expected) << n.op();
+      ++convs;
+    }
+  EXPECT_EQ(convs, 3u);
 }
 
 TEST(PlanTest, VariadicSumWithARepeatedDyingOperandIsNotInPlace) {
