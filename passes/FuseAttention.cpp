@@ -749,7 +749,13 @@ llvm::Expected<bool> FuseAttention::run(Module &m) {
     Match match;
     std::string why = this->match(*n, match);
     if (!why.empty()) {
-      n->setAttr("fuse_attention", Attribute::getString(why));
+      // The reason is part of the module: writing it is a change.
+      const Attribute *said = n->attr("fuse_attention");
+      if (!said || said->kind() != Attribute::Kind::String ||
+          said->asString() != why) {
+        n->setAttr("fuse_attention", Attribute::getString(why));
+        changed = true;
+      }
       continue;
     }
     rewrite(f, match);

@@ -12,7 +12,8 @@ namespace headroom {
 struct PassManagerOptions {
   /// Run the verifier on the input and after every pass that changed the
   /// module (always on in tests; a pass that says it changed nothing left
-  /// the module as verified, which PassTest.UnchangedMeansUnchanged checks).
+  /// the module as verified, which CompileTest.PassesThatChangeNothingSaySo
+  /// checks).
   bool VerifyEach = true;
   /// The input is a pass manager's output, or a copy of one: VerifyEach
   /// skips verifying it again.

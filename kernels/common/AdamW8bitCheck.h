@@ -1,5 +1,4 @@
-//===- AdamW8bitCheck.h - The quantized ops' operands, host side -*- C++
-//-*-===//
+//===- AdamW8bitCheck.h - The quantized ops' operands, host side ----------===//
 //
 // What the CPU and CUDA kernels of AdamW8bitUpdate check of their operands
 // and read of their attributes, written once (the arithmetic itself is

@@ -48,7 +48,8 @@ struct KernelContext {
   /// Seed for random ops: fixed per (run seed, step, node), so a step can be
   /// replayed exactly.
   uint64_t Seed = 0;
-  /// Scratch the executor planned for this call (see WorkspaceFn), or null.
+  /// Scratch the executor planned for this call (a backend's workspace
+  /// query, e.g. kernels/cpu/Kernel.h WorkspaceFn), or null.
   void *Workspace = nullptr;
   uint64_t WorkspaceBytes = 0;
   /// Whether the views' Data are host memory (the CPU backend); a device

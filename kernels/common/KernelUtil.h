@@ -1,4 +1,4 @@
-//===- KernelUtil.h - Helpers shared by the CPU kernel families -*- C++ -*-===//
+//===- KernelUtil.h - Helpers both backends' kernels share ------*- C++ -*-===//
 //
 // Three small pieces most kernel families need:
 //
@@ -113,10 +113,6 @@ inline llvm::Error expectSameType(const KernelContext &ctx, const TensorView &a,
 inline char *bytesAt(const TensorView &t, int64_t element) {
   return static_cast<char *>(t.Data) + element * dtypeSize(t.Type);
 }
-
-using kernels::BFloat16; // kernels/common/Storage.h
-using kernels::Bool;
-using kernels::Half;
 
 /// How kernels compute on elements of storage type T: in Elem<T>::Compute,
 /// converting with load and store. f16 and bf16 compute in float (rounding

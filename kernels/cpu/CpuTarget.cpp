@@ -10,11 +10,11 @@ using namespace headroom;
 namespace {
 
 /// Views with the node's types and no data: what the workspace queries take.
-llvm::SmallVector<cpu::TensorView, 4>
+llvm::SmallVector<kernels::TensorView, 4>
 typeViews(llvm::ArrayRef<Value *> values) {
-  llvm::SmallVector<cpu::TensorView, 4> out;
+  llvm::SmallVector<kernels::TensorView, 4> out;
   for (Value *v : values) {
-    cpu::TensorView view;
+    kernels::TensorView view;
     if (v) {
       view.Type = v->type().dtype();
       view.Shape = v->type().shape();
@@ -48,13 +48,13 @@ public:
     // An update op's last outputs are its state slots (the executor's call).
     if (n.info()->has(opflags::WritesState))
       for (const StateSlot *s : n.states()) {
-        cpu::TensorView slot;
+        kernels::TensorView slot;
         slot.Type = s->type().dtype();
         slot.Shape = s->type().shape();
         outs.push_back(slot);
       }
     return cpu::kernelWorkspaceBytes(
-        cpu::KernelContext{n.op(), ins, outs, n.attrs()});
+        kernels::KernelContext{n.op(), ins, outs, n.attrs()});
   }
 };
 

@@ -1,5 +1,4 @@
-//===- Kernel.h - The CPU kernel interface
-//---------------------------------===//
+//===- Kernel.h - Registering and running CPU kernels -----------*- C++ -*-===//
 //
 // A kernel computes one op on buffers the executor owns: it reads Inputs and
 // writes every Output, whose types (and so shapes) were fixed at compile time.

@@ -39,7 +39,8 @@ inline namespace HR_CUDA_BUILD {
 using kernels::TensorView;
 
 struct KernelContext : kernels::KernelContext {
-  /// The CPU interface's fields; the CUDA ones are set after.
+  /// The common interface's fields (kernels/common/Kernel.h); the CUDA
+  /// ones are set after.
   explicit KernelContext(const kernels::KernelContext &base)
       : kernels::KernelContext(base) {
     HostData = false;
